@@ -1,0 +1,16 @@
+"""Scellis for Jupyter: plan, train, checkpoint and reproduce models on any GPU through WebGPU.
+
+Public surface: `sc.device`, `sc.tensor`, `sc.ops`, `sc.rng`, determinism tiers.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from . import ops, rng
+from .backends.device import Device, device, devices
+from .determinism import TIERS, set_tier, tier
+from .errors import Diagnostic, ScellisError
+from .graph.tensor import Tensor, tensor
+
+__all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set_tier", "tier", "TIERS",
+           "ScellisError", "Diagnostic", "__version__"]

@@ -1,0 +1,201 @@
+"""Device discovery and selection: discrete GPU > integrated > CPU-emulated Vulkan > numpy reference.
+
+Why loud: a run on a CPU-emulated adapter or on the reference path is correct but slow; the user is
+told when the choice is not a real GPU, and the choice is recorded on the Device (and in run records).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from ..errors import DeviceError, did_you_mean
+
+ADAPTER_TYPES = {"DiscreteGPU": "discrete", "IntegratedGPU": "integrated", "CPU": "cpu-emulated",
+                 "VirtualGPU": "virtual", "Unknown": "unknown"}
+RANK = {"discrete": 0, "integrated": 1, "virtual": 2, "unknown": 3, "cpu-emulated": 4}
+
+
+@dataclass
+class Device:
+    backend: str
+    name: str
+    adapter_type: str
+    limits: dict
+    memory_bytes: int
+    memory_source: str
+    features: list = field(default_factory=list)
+    choice: str = ""            # why this device was chosen
+    _impl: object = field(default=None, repr=False, compare=False)
+    _adapter: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.adapter_type in ("discrete", "integrated")
+
+    @property
+    def impl(self):
+        """The backend object (created on first use)."""
+        if self._impl is None:
+            if self.backend == "reference":
+                from .reference import ReferenceBackend
+                self._impl = ReferenceBackend()
+            else:
+                from .wgpu.runtime import WgpuBackend
+                self._impl = WgpuBackend(self._adapter, self.name)
+        return self._impl
+
+    def to_json(self) -> dict:
+        return {"backend": self.backend, "name": self.name, "adapter_type": self.adapter_type,
+                "memory_bytes": self.memory_bytes, "memory_source": self.memory_source,
+                "limits": self.limits, "features": self.features, "choice": self.choice}
+
+    def __str__(self) -> str:
+        return f"{self.backend}:{self.name} ({self.adapter_type}, {self.memory_bytes / 2**30:.1f} GiB {self.memory_source})"
+
+
+def _system_ram() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def _nvml_memory() -> int | None:
+    try:
+        import pynvml  # optional
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return int(pynvml.nvmlDeviceGetMemoryInfo(h).total)
+    except Exception:
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout.split()
+            return int(out[0]) * 2**20 if out else None
+        except Exception:
+            return None
+    return None
+
+
+def _sysfs_vram() -> int | None:
+    import glob
+    for p in sorted(glob.glob("/sys/class/drm/card*/device/mem_info_vram_total")):
+        try:
+            return int(open(p).read().strip())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _memory(info: dict, kind: str, limits: dict) -> tuple[int, str]:
+    declared = os.environ.get("SCELLIS_DEVICE_MEMORY")
+    if declared:
+        try:
+            return int(float(declared)), "declared"
+        except ValueError:
+            raise DeviceError(f"SCELLIS_DEVICE_MEMORY={declared!r} is not a number of bytes",
+                              where="environment") from None
+    vendor = (info.get("vendor", "") + " " + info.get("device", "")).lower()
+    if kind == "discrete" and ("nvidia" in vendor or info.get("vendor_id") == 0x10DE):
+        m = _nvml_memory()
+        if m:
+            return m, "nvml"
+    if kind == "discrete":
+        m = _sysfs_vram()
+        if m:
+            return m, "sysfs"
+    if kind in ("integrated", "cpu-emulated", "reference"):
+        return _system_ram(), "system-ram"
+    return int(limits.get("max-buffer-size", 0)), "adapter-max-buffer"
+
+
+def _wgpu_devices() -> list[Device]:
+    if os.environ.get("SCELLIS_NO_WGPU"):
+        return []
+    try:
+        import wgpu
+    except Exception:
+        return []
+    try:
+        adapters = wgpu.gpu.enumerate_adapters_sync()
+    except Exception:
+        return []
+    out = []
+    for a in adapters:
+        info = dict(a.info)
+        if info.get("backend_type") not in ("Vulkan", "Metal", "D3D12"):
+            continue
+        kind = ADAPTER_TYPES.get(info.get("adapter_type", "Unknown"), "unknown")
+        limits = dict(a.limits)
+        mem, src = _memory(info, kind, limits)
+        out.append(Device("wgpu", info.get("device") or info.get("description") or "adapter", kind,
+                          limits, mem, src, sorted(a.features), _adapter=a))
+    out.sort(key=lambda d: RANK.get(d.adapter_type, 9))
+    return out
+
+
+def _reference() -> Device:
+    mem, src = _memory({}, "reference", {})
+    return Device("reference", "numpy", "reference", {"max-storage-buffer-binding-size": None}, mem, src)
+
+
+_CACHE: dict = {}
+
+
+def devices() -> list[Device]:
+    """Every usable device, best first; the reference device is always last."""
+    if "all" not in _CACHE:
+        _CACHE["all"] = _wgpu_devices() + [_reference()]
+    return _CACHE["all"]
+
+
+def device(name: str | None = None) -> Device:
+    """The device to run on: by name ('wgpu', 'reference', or part of an adapter's name), else the best."""
+    name = name or os.environ.get("SCELLIS_DEVICE") or None
+    key = ("pick", name)
+    if key in _CACHE:
+        return _CACHE[key]
+    if name == "reference":
+        d = _CACHE.setdefault("ref", _reference())
+        d.choice = "asked for reference; not a GPU (as asked)"
+        print(f"scellis: running on {d} - NOT a GPU (as asked); results are correct but slow.", file=sys.stderr)
+        _CACHE[key] = d
+        return d
+    all_ = devices()
+    if name is None:
+        d = all_[0]
+        d.choice = "auto: best available"
+    else:
+        matches = [x for x in all_[:-1] if name == "wgpu" or name.lower() in x.name.lower()]
+        if not matches:
+            names = ["wgpu", "reference"] + [x.name for x in all_[:-1]]
+            raise DeviceError(f"no device matches {name!r}", where="device selection",
+                              hint=(did_you_mean(name, names) or "") + f" available: {', '.join(names)}"
+                              + ("" if len(all_) > 1 else "; no wgpu adapter was found (install a Vulkan driver, "
+                                 "e.g. Debian's mesa-vulkan-drivers)"))
+        d = matches[0]
+        d.choice = f"asked for {name!r}"
+    if not d.is_gpu:
+        why = ("no GPU adapter found" if d.backend == "reference" else "only a CPU-emulated adapter found") \
+            if name is None else "as asked"
+        print(f"scellis: running on {d} - NOT a GPU ({why}); results are correct but slow.", file=sys.stderr)
+        d.choice += f"; not a GPU ({why})"
+    _CACHE[key] = d
+    return d
+
+
+def main_json() -> str:
+    return json.dumps(device().to_json(), indent=2, default=str)

@@ -1,0 +1,391 @@
+"""The numpy reference backend: the deterministic oracle every WGSL kernel is checked against.
+
+Why an arena here too: the reference path allocates exactly like wgpu does (one arena, planned
+offsets), so plans and measured peaks mean the same thing on both. It is never chosen silently.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..errors import KernelError
+from ..executor.executor import Storage
+
+try:  # exact erf, vectorized
+    from scipy.special import erf as _erf
+except ImportError:  # pragma: no cover - scipy is a dependency; keep a slow exact path anyway
+    _erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _np(dtype):
+    return dt.to_numpy(dtype)
+
+
+class ReferenceBackend:
+    name = "reference"
+
+    def __init__(self):
+        self._arena = np.zeros(0, np.uint8)
+        self.allocated = 0
+        self.peak = 0
+        self.limits = {"max-storage-buffer-binding-size": 1 << 62, "max-buffer-size": 1 << 62}
+        self.features = set()
+
+    # ---- memory -------------------------------------------------------------------------------------
+    def _track(self, n: int) -> None:
+        self.allocated += n
+        self.peak = max(self.peak, self.allocated)
+
+    def arena(self, nbytes: int):
+        if self._arena.nbytes < nbytes:
+            self._track(nbytes - self._arena.nbytes)
+            self._arena = np.zeros(nbytes, np.uint8)
+        return self._arena
+
+    def alloc_storage(self, shape, dtype, nbytes: int) -> Storage:
+        buf = np.zeros(max(nbytes, 1), np.uint8)
+        self._track(buf.nbytes)
+        return Storage(self, buf, 0, tuple(shape), dtype, nbytes)
+
+    def release(self, storage: Storage) -> None:
+        self.allocated -= storage.buffer.nbytes
+
+    def from_numpy(self, arr: np.ndarray, dtype: str) -> Storage:
+        arr = np.ascontiguousarray(arr)
+        s = self.alloc_storage(arr.shape, dtype, dt.nbytes(arr.shape, dtype))
+        self.write(s, arr)
+        return s
+
+    def _raw(self, s: Storage) -> np.ndarray:
+        store = np.uint32 if s.dtype == "bool" else _np(s.dtype)
+        n = int(np.prod(s.shape, dtype=np.int64)) if s.shape else 1
+        return np.frombuffer(s.buffer, dtype=store, count=n, offset=s.offset).reshape(s.shape)
+
+    def write(self, s: Storage, arr: np.ndarray) -> None:
+        raw = self._raw(s)
+        raw[...] = arr.astype(raw.dtype, copy=False) if s.dtype != "bool" else (arr != 0)
+
+    def read(self, s: Storage) -> np.ndarray:
+        raw = self._raw(s)
+        return raw != 0 if s.dtype == "bool" else raw
+
+    def to_numpy(self, s: Storage) -> np.ndarray:
+        return np.array(self.read(s), copy=True)
+
+    # ---- execution ----------------------------------------------------------------------------------
+    def begin(self, prog) -> None:
+        pass
+
+    def end(self, prog) -> None:
+        pass
+
+    def dispatch(self, value, ins: list[Storage], out: Storage, prog) -> None:
+        fn = KERNELS.get(value.op)
+        if fn is None:
+            raise KernelError(f"no reference kernel for op {value.op!r}", where="device reference")
+        args = [self.read(s) for s in ins]
+        res = fn(value, *args, prog=prog)
+        if isinstance(out.dtype, tuple):
+            from ..program.schedule import multi_offset
+            for i, r in enumerate(res):
+                part = out.sub(multi_offset(out.shape, out.dtype, i), out.shape[i], out.dtype[i], 0)
+                self.write(part, np.asarray(r))
+        else:
+            self.write(out, np.asarray(res).reshape(out.shape))
+
+
+# ---- kernels: (value, *arrays, prog) -> array ---------------------------------------------------------
+KERNELS: dict = {}
+
+
+def k(*names):
+    def deco(fn):
+        for n in names:
+            KERNELS[n] = fn
+        return fn
+    return deco
+
+
+def _ct(v):
+    """Compute type: f16 computes in f32 and rounds once on store (like the f16 GPU path's accumulate)."""
+    d = v.dtype
+    return np.float32 if d == "f16" else _np(d) if d in dt.FLOATS else None
+
+
+def _gelu(x):
+    x64 = x.astype(np.float64)
+    return (0.5 * x64 * (1.0 + _erf(x64 / math.sqrt(2.0)))).astype(x.dtype)
+
+
+def _gelu_grad(x):
+    x64 = x.astype(np.float64)
+    cdf = 0.5 * (1.0 + _erf(x64 / math.sqrt(2.0)))
+    pdf = np.exp(-0.5 * x64 * x64) / math.sqrt(2.0 * math.pi)
+    return (cdf + x64 * pdf).astype(x.dtype)
+
+
+_UNARY = {
+    "neg": np.negative, "exp": np.exp, "log": np.log, "tanh": np.tanh,
+    "sigmoid": lambda x: (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype)
+    if x.dtype != np.float64 else 1.0 / (1.0 + np.exp(-x)),
+    "relu": lambda x: np.maximum(x, x.dtype.type(0)), "gelu": _gelu, "gelu_grad": _gelu_grad,
+    "sqrt": np.sqrt, "rsqrt": lambda x: x.dtype.type(1) / np.sqrt(x), "abs": np.abs, "sign": np.sign,
+    "sin": np.sin, "cos": np.cos, "reciprocal": lambda x: x.dtype.type(1) / x,
+    "erf": lambda x: _erf(x.astype(np.float64)).astype(x.dtype),
+}
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
+           "maximum": np.maximum, "minimum": np.minimum, "lt": np.less, "le": np.less_equal,
+           "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}
+
+
+def _with_ct(v, fn, *xs):
+    ct = _ct(v) if v.dtype != "bool" else None
+    if ct is not None and v.dtype == "f16":
+        xs = [x.astype(np.float32) for x in xs]
+    with np.errstate(all="ignore"):
+        return fn(*xs)
+
+
+for _n, _f in _UNARY.items():
+    k(_n)(lambda v, x, prog, _f=_f: _with_ct(v, _f, x))
+for _n, _f in _BINARY.items():
+    def _bin(v, a, b, prog, _f=_f):
+        if a.dtype == np.float16:
+            a, b = a.astype(np.float32), b.astype(np.float32)
+        with np.errstate(all="ignore"):
+            if _f is np.divide and a.dtype.kind in "iu":
+                return np.floor_divide(a, np.where(b == 0, 1, b))
+            return _f(a, b)
+    k(_n)(_bin)
+
+
+@k("where")
+def _where(v, c, a, b, prog):
+    return np.where(c, a, b)
+
+
+@k("cast")
+def _cast(v, x, prog):
+    to = v.attrs["dtype"]
+    if to in ("i8", "i32", "u32") and x.dtype.kind == "f":
+        info = np.iinfo(_np(to))
+        with np.errstate(invalid="ignore"):
+            x = np.clip(np.nan_to_num(np.trunc(x), nan=0.0), info.min, info.max)
+    if to == "bool":
+        return x != 0
+    return x.astype(_np(to))
+
+
+@k("fill")
+def _fill(v, prog):
+    return np.full(v.shape, v.attrs["value"], dtype=np.uint32 if v.dtype == "bool" else _np(v.dtype))
+
+
+@k("iota")
+def _iota(v, prog):
+    return np.arange(v.attrs["n"]).astype(_np(v.dtype))
+
+
+@k("philox_bits")
+def _bits(v, prog):
+    from ..rng.philox import stream_bits
+    n = int(np.prod(v.shape, dtype=np.int64))
+    return stream_bits(v.attrs["key"], v.attrs["offset"], n).reshape(v.shape)
+
+
+@k("philox_uniform")
+def _uniform(v, prog):
+    from ..rng.philox import bits_to_uniform, stream_bits
+    n = int(np.prod(v.shape, dtype=np.int64))
+    return bits_to_uniform(stream_bits(v.attrs["key"], v.attrs["offset"], n)).reshape(v.shape)
+
+
+def _acc(x):
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+@k("reduce_sum")
+def _rsum(v, x, prog):
+    r = np.sum(_acc(x), axis=v.attrs["axes"], keepdims=v.attrs.get("keepdims", False))
+    return r
+
+
+@k("reduce_max")
+def _rmax(v, x, prog):
+    return np.max(x, axis=v.attrs["axes"], keepdims=v.attrs.get("keepdims", False))
+
+
+@k("matmul")
+def _matmul(v, a, b, prog):
+    return np.matmul(_acc(a), _acc(b))
+
+
+@k("permute")
+def _permute(v, x, prog):
+    return np.transpose(x, v.attrs["perm"])
+
+
+@k("expand")
+def _expand(v, x, prog):
+    return np.broadcast_to(x, v.shape)
+
+
+def _slices(attrs, shape_in):
+    return tuple(slice(a, b, s) for a, b, s in zip(attrs["starts"], attrs["stops"], attrs["steps"]))
+
+
+@k("slice")
+def _slice(v, x, prog):
+    return x[_slices(v.attrs, x.shape)]
+
+
+@k("unslice")
+def _unslice(v, x, prog):
+    out = np.zeros(v.shape, dtype=x.dtype)
+    sl = tuple(slice(a, a + s * st, st) for a, s, st in zip(v.attrs["starts"], x.shape, v.attrs["steps"]))
+    out[sl] = x
+    return out
+
+
+@k("concat")
+def _concat(v, *xs, prog):
+    return np.concatenate(xs, axis=v.attrs["axis"])
+
+
+def _check_index(op, idx, size):
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        bad = idx[(idx < 0) | (idx >= size)].flat[0]
+        raise KernelError(f"index {int(bad)} is out of range for an axis of size {size}", where=f"op '{op}'")
+
+
+@k("gather")
+def _gather(v, x, idx, prog):
+    ax = v.attrs["axis"]
+    _check_index("gather", idx, x.shape[ax])
+    xs = x[tuple(slice(0, s) if i != ax else slice(None) for i, s in enumerate(idx.shape))]
+    return np.take_along_axis(xs, idx.astype(np.int64), axis=ax)
+
+
+@k("scatter_add")
+def _scatter_add(v, base, idx, src, prog):
+    ax = v.attrs["axis"]
+    _check_index("scatter_add", idx, base.shape[ax])
+    out = base.astype(base.dtype, copy=True)
+    full = list(np.indices(idx.shape, sparse=True))
+    full[ax] = idx.astype(np.int64)
+    np.add.at(out, tuple(full), src)
+    return out
+
+
+@k("softmax")
+def _softmax(v, x, prog):
+    ax = v.attrs["axis"]
+    x = _acc(x)
+    if x.size == 0:
+        return x
+    m = np.max(x, axis=ax, keepdims=True)
+    e = np.exp(x - m)
+    return e / np.sum(e, axis=ax, keepdims=True)
+
+
+@k("log_softmax")
+def _log_softmax(v, x, prog):
+    ax = v.attrs["axis"]
+    x = _acc(x)
+    if x.size == 0:
+        return x
+    m = np.max(x, axis=ax, keepdims=True)
+    return x - m - np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True))
+
+
+def _unfold_index(shape, attrs):
+    n, c, h, w = shape
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (attrs[k] for k in ("kernel", "stride", "padding", "dilation"))
+    from ..graph.opset import conv_out
+    oh, ow = conv_out(h, kh, sh, ph, dh), conv_out(w, kw, sw, pw, dw)
+    ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
+    oi, oj = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
+    rows = (ki.reshape(-1, 1) * dh + oi.reshape(1, -1) * sh)   # [kh*kw, L] in padded coords
+    cols = (kj.reshape(-1, 1) * dw + oj.reshape(1, -1) * sw)
+    return rows, cols, (ph, pw), (h, w), (kh * kw, oh * ow)
+
+
+@k("unfold")
+def _unfold(v, x, prog):
+    n, c = x.shape[:2]
+    rows, cols, (ph, pw), _, (kk, L) = _unfold_index(x.shape, v.attrs)
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=v.attrs.get("pad_value", 0.0))
+    return xp[:, :, rows, cols].reshape(n, c * kk, L)
+
+
+@k("fold")
+def _fold(v, g, prog):
+    n, c, h, w = v.shape
+    rows, cols, (ph, pw), _, (kk, L) = _unfold_index(v.shape, v.attrs)
+    out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), dtype=_acc(g).dtype)
+    np.add.at(out, (slice(None), slice(None), rows, cols), _acc(g).reshape(n, c, kk, L))
+    return out[:, :, ph:ph + h, pw:pw + w]
+
+
+def _attn_mask(v, q, k_, mask):
+    lq, lk = q.shape[-2], k_.shape[-2]
+    allow = np.ones((lq, lk), bool)
+    if v.attrs["causal"]:
+        allow = np.tril(allow, k=lk - lq)
+    if mask is not None:
+        allow = allow & mask
+    return allow
+
+
+@k("attention")
+def _attention(v, q, k_, val, *mask, prog):
+    """Reference attention in blocks of query rows, so the full score matrix is never held either."""
+    q, k_, val = _acc(q), _acc(k_), _acc(val)
+    m = mask[0] if mask else None
+    scale = v.attrs["scale"]
+    out = np.zeros(q.shape[:-1] + (val.shape[-1],), q.dtype)
+    lse = np.zeros(q.shape[:-1], q.dtype)
+    lq, lk = q.shape[-2], k_.shape[-2]
+    blk = max(1, min(lq, (1 << 24) // max(1, lk * max(1, int(np.prod(q.shape[:-2], dtype=np.int64))))))
+    for i0 in range(0, lq, blk):
+        i1 = min(lq, i0 + blk)
+        s = np.matmul(q[..., i0:i1, :], np.swapaxes(k_, -1, -2)) * q.dtype.type(scale)
+        allow = _attn_mask(v, q, k_, m)[..., i0:i1, :] if m is not None or v.attrs["causal"] else None
+        if allow is not None:
+            s = np.where(allow, s, -np.inf)
+        mx = np.max(s, axis=-1, keepdims=True)
+        mx = np.where(np.isfinite(mx), mx, 0)
+        e = np.exp(s - mx)
+        den = np.sum(e, axis=-1, keepdims=True)
+        with np.errstate(all="ignore"):
+            out[..., i0:i1, :] = np.matmul(e, val) / den
+            lse[..., i0:i1] = (mx + np.log(den))[..., 0]
+    return out, lse
+
+
+@k("attention_bwd")
+def _attention_bwd(v, q, k_, val, out, lse, dout, *mask, prog):
+    q, k_, val, out, dout = (_acc(a) for a in (q, k_, val, out, dout))
+    m = mask[0] if mask else None
+    scale = q.dtype.type(v.attrs["scale"])
+    dq = np.zeros_like(q)
+    dk = np.zeros(np.broadcast_shapes(k_.shape, k_.shape), q.dtype)
+    dv = np.zeros_like(dk[..., :val.shape[-1]]) if val.shape[-1] != k_.shape[-1] else np.zeros_like(dk)
+    dv = np.zeros(val.shape, q.dtype)
+    delta = np.sum(dout * out, axis=-1, keepdims=True)
+    lq, lk = q.shape[-2], k_.shape[-2]
+    blk = max(1, min(lq, (1 << 24) // max(1, lk * max(1, int(np.prod(q.shape[:-2], dtype=np.int64))))))
+    for i0 in range(0, lq, blk):
+        i1 = min(lq, i0 + blk)
+        s = np.matmul(q[..., i0:i1, :], np.swapaxes(k_, -1, -2)) * scale
+        p = np.exp(s - lse[..., i0:i1, None])
+        if m is not None or v.attrs["causal"]:
+            p = np.where(_attn_mask(v, q, k_, m)[..., i0:i1, :], p, 0)
+        dv += np.matmul(np.swapaxes(p, -1, -2), dout[..., i0:i1, :])
+        dp = np.matmul(dout[..., i0:i1, :], np.swapaxes(val, -1, -2))
+        ds = p * (dp - delta[..., i0:i1, :]) * scale
+        dq[..., i0:i1, :] = np.matmul(ds, k_)
+        dk += np.matmul(np.swapaxes(ds, -1, -2), q[..., i0:i1, :])
+    return dq, dk, dv

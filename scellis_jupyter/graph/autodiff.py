@@ -1,0 +1,356 @@
+"""Reverse-mode autodiff on the graph: each primitive's vector-Jacobian product, as more graph nodes.
+
+Why graph-level: backward is just more of the same IR, so it is planned, fused and scheduled like the
+forward pass, on every backend, with no hand-written backward kernels except attention's.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import dtypes as dt
+from ..errors import GraphError
+from . import functional as F
+from .node import Node, toposort
+from .opset import make
+
+VJP = {}
+
+
+def rule(*names):
+    def deco(fn):
+        for n in names:
+            VJP[n] = fn
+        return fn
+    return deco
+
+
+def unbroadcast(g: Node, shape) -> Node:
+    """Sum g over the axes that broadcasting added or stretched, to get back `shape`."""
+    shape = tuple(shape)
+    if tuple(g.shape) == shape:
+        return g
+    lead = len(g.shape) - len(shape)
+    axes = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]
+    r = F.sum_(g, tuple(axes), keepdims=True) if axes else g
+    return F.reshape(r, shape)
+
+
+@rule("add")
+def _(n, g):
+    a, b = n.inputs
+    return unbroadcast(g, a.shape), unbroadcast(g, b.shape)
+
+
+@rule("sub")
+def _(n, g):
+    a, b = n.inputs
+    return unbroadcast(g, a.shape), unbroadcast(F.neg(g), b.shape)
+
+
+@rule("mul")
+def _(n, g):
+    a, b = n.inputs
+    return unbroadcast(F.mul(g, b), a.shape), unbroadcast(F.mul(g, a), b.shape)
+
+
+@rule("div")
+def _(n, g):
+    a, b = n.inputs
+    ga = F.div(g, b)
+    return unbroadcast(ga, a.shape), unbroadcast(F.neg(F.mul(ga, n)), b.shape)
+
+
+@rule("pow")
+def _(n, g):
+    a, b = n.inputs
+    ga = F.mul(g, F.mul(b, F.pow_(a, F.sub(b, 1.0))))
+    safe_log = F.log(F.where(F.gt(a, 0.0), a, 1.0))
+    gb = F.mul(g, F.mul(n, safe_log))
+    return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+
+@rule("maximum", "minimum")
+def _(n, g):
+    a, b = n.inputs
+    pick_a = F.ge(a, b) if n.op == "maximum" else F.le(a, b)
+    # ties split evenly, like torch
+    tie = F.eq(a, b)
+    half = F.mul(g, 0.5)
+    ga = F.where(tie, half, F.where(pick_a, g, 0.0))
+    gb = F.where(tie, half, F.where(pick_a, 0.0, g))
+    return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+
+@rule("lt", "le", "gt", "ge", "eq", "ne")
+def _(n, g):
+    return None, None
+
+
+@rule("where")
+def _(n, g):
+    c, a, b = n.inputs
+    return None, unbroadcast(F.where(c, g, 0.0), a.shape), unbroadcast(F.where(c, 0.0, g), b.shape)
+
+
+@rule("neg")
+def _(n, g):
+    return (F.neg(g),)
+
+
+@rule("exp")
+def _(n, g):
+    return (F.mul(g, n),)
+
+
+@rule("log")
+def _(n, g):
+    return (F.div(g, n.inputs[0]),)
+
+
+@rule("tanh")
+def _(n, g):
+    return (F.mul(g, F.sub(1.0, F.mul(n, n))),)
+
+
+@rule("sigmoid")
+def _(n, g):
+    return (F.mul(g, F.mul(n, F.sub(1.0, n))),)
+
+
+@rule("relu")
+def _(n, g):
+    return (F.where(F.gt(n.inputs[0], 0.0), g, 0.0),)
+
+
+@rule("gelu")
+def _(n, g):
+    return (F.mul(g, make("gelu_grad", [n.inputs[0]])),)
+
+
+@rule("erf")
+def _(n, g):
+    x = n.inputs[0]
+    return (F.mul(g, F.mul(F.exp(F.neg(F.mul(x, x))), 2.0 / math.sqrt(math.pi))),)
+
+
+@rule("sqrt")
+def _(n, g):
+    return (F.div(F.mul(g, 0.5), n),)
+
+
+@rule("rsqrt")
+def _(n, g):
+    return (F.mul(g, F.mul(F.mul(n, F.mul(n, n)), -0.5)),)
+
+
+@rule("reciprocal")
+def _(n, g):
+    return (F.neg(F.mul(g, F.mul(n, n))),)
+
+
+@rule("abs")
+def _(n, g):
+    return (F.mul(g, F.sign(n.inputs[0])),)
+
+
+@rule("sign", "gelu_grad", "cast_int")
+def _(n, g):
+    return (None,)
+
+
+@rule("sin")
+def _(n, g):
+    return (F.mul(g, F.cos(n.inputs[0])),)
+
+
+@rule("cos")
+def _(n, g):
+    return (F.neg(F.mul(g, F.sin(n.inputs[0]))),)
+
+
+@rule("cast")
+def _(n, g):
+    x = n.inputs[0]
+    return (F.cast(g, x.dtype) if dt.is_float(x.dtype) else None,)
+
+
+@rule("reduce_sum")
+def _(n, g):
+    x = n.inputs[0]
+    keep = tuple(1 if i in n.attrs["axes"] else s for i, s in enumerate(x.shape))
+    return (F.expand(F.reshape(g, keep), x.shape),)
+
+
+@rule("reduce_max")
+def _(n, g):
+    # gradient split evenly among tied maxima (torch.amax semantics)
+    x = n.inputs[0]
+    keep = tuple(1 if i in n.attrs["axes"] else s for i, s in enumerate(x.shape))
+    m = F.reshape(n, keep)
+    hit = F.cast(F.eq(x, m), x.dtype)
+    cnt = F.reshape(F.sum_(hit, n.attrs["axes"], keepdims=True), keep)
+    return (F.mul(hit, F.div(F.reshape(g, keep), cnt)),)
+
+
+@rule("matmul")
+def _(n, g):
+    a, b = n.inputs
+    ga = F.matmul(g, F.transpose(b))
+    gb = F.matmul(F.transpose(a), g)
+    return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+
+@rule("reshape")
+def _(n, g):
+    return (F.reshape(g, n.inputs[0].shape),)
+
+
+@rule("permute")
+def _(n, g):
+    perm = n.attrs["perm"]
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return (F.permute(g, inv),)
+
+
+@rule("expand")
+def _(n, g):
+    return (unbroadcast(g, n.inputs[0].shape),)
+
+
+@rule("slice")
+def _(n, g):
+    x = n.inputs[0]
+    return (make("unslice", [g], shape=x.shape, starts=n.attrs["starts"], steps=n.attrs["steps"]),)
+
+
+@rule("unslice")
+def _(n, g):
+    x = n.inputs[0]
+    stops = tuple(a + (s - 1) * st + 1 if s else a for a, s, st in zip(n.attrs["starts"], x.shape, n.attrs["steps"]))
+    return (F.slice_(g, n.attrs["starts"], stops, n.attrs["steps"]),)
+
+
+@rule("concat")
+def _(n, g):
+    ax = n.attrs["axis"]
+    out, off = [], 0
+    for x in n.inputs:
+        starts = [0] * len(g.shape)
+        stops = list(g.shape)
+        starts[ax], stops[ax] = off, off + x.shape[ax]
+        out.append(F.slice_(g, starts, stops, [1] * len(g.shape)))
+        off += x.shape[ax]
+    return tuple(out)
+
+
+@rule("gather")
+def _(n, g):
+    x, idx = n.inputs
+    return F.scatter_add(F.zeros(x.shape, g.dtype), n.attrs["axis"], idx, g), None
+
+
+@rule("scatter_add")
+def _(n, g):
+    base, idx, src = n.inputs
+    return g, None, F.gather(g, n.attrs["axis"], idx)
+
+
+@rule("softmax")
+def _(n, g):
+    ax = n.attrs["axis"]
+    gy = F.mul(g, n)
+    return (F.sub(gy, F.mul(n, F.sum_(gy, ax, keepdims=True))),)
+
+
+@rule("log_softmax")
+def _(n, g):
+    ax = n.attrs["axis"]
+    return (F.sub(g, F.mul(F.exp(n), F.sum_(g, ax, keepdims=True))),)
+
+
+@rule("unfold")
+def _(n, g):
+    x = n.inputs[0]
+    a = n.attrs
+    return (make("fold", [g], size=x.shape[2:], kernel=a["kernel"], stride=a["stride"], padding=a["padding"],
+                 dilation=a["dilation"]),)
+
+
+@rule("fold")
+def _(n, g):
+    a = n.attrs
+    return (make("unfold", [g], kernel=a["kernel"], stride=a["stride"], padding=a["padding"],
+                 dilation=a["dilation"], pad_value=0.0),)
+
+
+@rule("item")
+def _(n, g):
+    return (("item", n.attrs["index"], g),)
+
+
+@rule("attention")
+def _(n, gs):
+    """gs: the list of output gradients (out, lse); the lse gradient is not propagated (it is internal)."""
+    ins = list(n.inputs)
+    g_out = gs[0]
+    out, lse = F.item(n, 0), F.item(n, 1)
+    bwd = make("attention_bwd", ins[:3] + [out, lse, g_out] + ins[3:], causal=n.attrs["causal"],
+               scale=n.attrs["scale"])
+    grads = [F.item(bwd, i) for i in range(3)]
+    return tuple(grads) + ((None,) if len(ins) == 4 else ())
+
+
+@rule("fill", "iota", "philox_uniform", "philox_bits", "const")
+def _(n, g):
+    return ()
+
+
+def grad(outputs: list[Node], wrt: list[Node], grad_outputs: list[Node] | None = None) -> list[Node | None]:
+    """Gradients of sum(outputs * grad_outputs) with respect to each node of `wrt` (None if unreachable)."""
+    if grad_outputs is None:
+        for o in outputs:
+            if o.numel != 1:
+                raise GraphError(f"backward() needs a scalar or explicit gradients, got shape {tuple(o.shape)}",
+                                 where=f"op '{o.op}'", hint="call .sum() first or pass the gradient")
+        grad_outputs = [F.ones(o.shape, o.dtype) for o in outputs]
+    order = toposort(outputs, cut_realized=False)
+    want = {n.id for n in wrt}
+    # only walk nodes on a path to some wrt node
+    needs: set[int] = set()
+    for n in order:
+        if n.id in want or any(i.id in needs for i in n.inputs):
+            needs.add(n.id)
+    grads: dict[int, Node] = {}
+    multi: dict[int, dict[int, Node]] = {}
+    for o, go in zip(outputs, grad_outputs):
+        grads[o.id] = F.add(grads[o.id], go) if o.id in grads else go
+    for n in reversed(order):
+        if n.id not in needs or n.id in want and not n.inputs:
+            continue
+        if n.multi:
+            parts = multi.get(n.id)
+            if not parts:
+                continue
+            gs = [parts.get(i) for i in range(len(n.dtype))]
+            if gs[0] is None:
+                gs[0] = F.zeros(n.shape[0], n.dtype[0])
+            in_grads = VJP[n.op](n, gs)
+        else:
+            g = grads.get(n.id)
+            if g is None or not n.inputs:
+                continue
+            if n.op not in VJP:
+                raise GraphError(f"op {n.op!r} has no gradient rule", where=f"op '{n.op}'")
+            in_grads = VJP[n.op](n, g)
+        for inp, gi in zip(n.inputs, in_grads):
+            if gi is None or inp.id not in needs:
+                continue
+            if isinstance(gi, tuple) and gi and gi[0] == "item":
+                _, idx, gg = gi
+                d = multi.setdefault(inp.id, {})
+                d[idx] = F.add(d[idx], gg) if idx in d else gg
+                continue
+            grads[inp.id] = F.add(grads[inp.id], gi) if inp.id in grads else gi
+    return [grads.get(w.id) for w in wrt]

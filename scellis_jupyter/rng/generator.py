@@ -1,0 +1,104 @@
+"""Generators: a seed plus a position per named sub-stream; the state is a small dict that serializes.
+
+Why positions and not hidden state: a checkpoint stores {stream: position}, and a resumed run continues
+every stream at exactly the word it stopped at.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ScellisError
+from .philox import bits_to_uniform, stream_bits, stream_key
+
+STREAMS = ("init", "dropout", "shuffle", "augment")
+
+
+class Stream:
+    """One named sub-stream; each draw takes the next words of it."""
+
+    def __init__(self, gen: "Generator", name: str):
+        self.gen, self.name = gen, name
+        self.key = stream_key(gen.seed, name)
+
+    @property
+    def position(self) -> int:
+        return self.gen.positions.get(self.name, 0)
+
+    def take(self, nwords: int) -> int:
+        pos = self.position
+        self.gen.positions[self.name] = pos + int(nwords)
+        return pos
+
+    # graph-level draws (device side) ----------------------------------------------------------------
+    def uniform_node(self, shape):
+        from ..graph.opset import make
+        n = math.prod(shape)
+        return make("philox_uniform", [], shape=tuple(shape), key=self.key, offset=self.take(n))
+
+    def bits_node(self, shape):
+        from ..graph.opset import make
+        n = math.prod(shape)
+        return make("philox_bits", [], shape=tuple(shape), key=self.key, offset=self.take(n))
+
+    # host-side draws (numpy), bit-identical with the device ones ------------------------------------
+    def bits(self, n: int) -> np.ndarray:
+        return stream_bits(self.key, self.take(n), n)
+
+    def uniform(self, shape) -> np.ndarray:
+        return bits_to_uniform(self.bits(math.prod(shape))).reshape(shape)
+
+    def normal(self, shape) -> np.ndarray:
+        """Box-Muller in float64 from pairs of words, rounded once to f32 (host side, e.g. for init)."""
+        n = math.prod(shape)
+        w = self.bits(2 * n).reshape(n, 2) if n else np.zeros((0, 2), np.uint32)
+        u1 = ((w[:, 0] >> 8).astype(np.float64) + 1.0) / (1 << 24)
+        u2 = (w[:, 1] >> 8).astype(np.float64) / (1 << 24)
+        return (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)).astype(np.float32).reshape(shape)
+
+    def permutation(self, n: int) -> np.ndarray:
+        """A uniformly random permutation: argsort of one word per element, ties broken by index."""
+        keys = self.bits(n)
+        return np.argsort(keys, kind="stable").astype(np.int64)
+
+
+class Generator:
+    """Keyed by a seed; `gen.stream("dropout")` is the dropout sub-stream, any user name works too."""
+
+    def __init__(self, seed: int = 0, positions: dict | None = None):
+        if not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ScellisError(f"seed must be a non-negative integer, got {seed!r}", code="bad-seed")
+        self.seed = int(seed)
+        self.positions: dict[str, int] = dict(positions or {})
+
+    def stream(self, name: str) -> Stream:
+        if not isinstance(name, str) or not name:
+            raise ScellisError(f"stream names are non-empty strings, got {name!r}", code="bad-stream")
+        return Stream(self, name)
+
+    # convenience draws returning tensors on a device ------------------------------------------------
+    def uniform(self, shape, stream: str = "init", device=None):
+        from ..graph.tensor import Tensor
+        return Tensor._from_node(self.stream(stream).uniform_node(tuple(shape)), device)
+
+    def normal(self, shape, stream: str = "init", device=None, mean: float = 0.0, std: float = 1.0):
+        from ..graph.tensor import tensor
+        return tensor(self.stream(stream).normal(tuple(shape)) * np.float32(std) + np.float32(mean), device=device)
+
+    def bernoulli(self, shape, p: float, stream: str = "dropout", device=None):
+        """True with probability p, from the same uniforms as `uniform` (u < p)."""
+        return self.uniform(shape, stream, device) < p
+
+    def permutation(self, n: int, stream: str = "shuffle") -> np.ndarray:
+        return self.stream(stream).permutation(n)
+
+    def state_dict(self) -> dict:
+        return {"seed": self.seed, "positions": dict(sorted(self.positions.items()))}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Generator":
+        return cls(state["seed"], state.get("positions"))
+
+    def __repr__(self) -> str:
+        return f"Generator(seed={self.seed}, positions={self.positions})"
