@@ -1,0 +1,32 @@
+// Strided elementwise map over a box of up to 8 dims: out[o] = EXPR(x0[i0], x1[i1], x2[i2]).
+// Every operand (output included) has its own strides and base element offset, so the same kernel
+// does arithmetic with broadcasting, permute, slice, expand, concat pieces and casts, and works on
+// any chunk of a split tensor. Indices are logical element indices: no dependence on the layout.
+{{ENABLE}}
+struct Params {
+  n: u32, rank: u32, value: u32, _pad: u32,
+  shape: array<vec4<u32>, 2>,
+  base: vec4<u32>,                 // base element offset of out, x0, x1, x2 within their bindings
+  st: array<array<vec4<u32>, 2>, 4>,   // strides (elements) of out, x0, x1, x2
+}
+@group(0) @binding(0) var<uniform> p: Params;
+{{BINDINGS}}
+
+{{HELPERS}}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = gid.x + gid.y * nwg.x * 256u;
+  if (i >= p.n) { return; }
+  var rem = i;
+  var o = p.base;
+  for (var d = i32(p.rank) - 1; d >= 0; d = d - 1) {
+    let du = u32(d);
+    let s = p.shape[du / 4u][du % 4u];
+    let c = rem % s;
+    rem = rem / s;
+    o = o + c * vec4<u32>(p.st[0][du / 4u][du % 4u], p.st[1][du / 4u][du % 4u],
+                          p.st[2][du / 4u][du % 4u], p.st[3][du / 4u][du % 4u]);
+  }
+  {{BODY}}
+}

@@ -1,0 +1,1 @@
+"""The wgpu backend: WGSL compute shaders from kernels/, dispatched through one pass per program."""

@@ -1,0 +1,287 @@
+"""wgpu runtime: device, buffers, the arena, pipeline/bind-group caches, one compute pass per program.
+
+Why this shape: WebGPU charges for pipeline and bind-group creation and for every pass, so pipelines
+are cached by specialized source, bind groups by (pipeline, bound ranges), each program records one
+compute pass, and the queue is only flushed on readback or upload. Kernel launchers (kernels_*.py)
+see only `launch()` and `Storage` windows, and split work that exceeds the binding limit.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import weakref
+from typing import Sequence
+
+import numpy as np
+
+from ... import dtypes as dt
+from ...errors import DeviceError, DTypeError, KernelError
+from ...executor.executor import Storage
+from ...program.liveness import align
+
+USAGE_STORAGE = 0x80 | 0x04 | 0x08   # STORAGE | COPY_SRC | COPY_DST
+USAGE_UNIFORM = 0x40 | 0x08          # UNIFORM | COPY_DST
+PARAM_ALIGN = 256                    # minUniformBufferOffsetAlignment upper bound
+WG_MAX = 65535
+
+
+def env_binding_limit(granted: int) -> int:
+    v = os.environ.get("SCELLIS_MAX_BINDING_BYTES")
+    if not v:
+        return granted
+    try:
+        n = int(float(v))
+    except ValueError:
+        raise DeviceError(f"SCELLIS_MAX_BINDING_BYTES={v!r} is not a number of bytes", where="environment") from None
+    if n < 4096:
+        raise DeviceError(f"SCELLIS_MAX_BINDING_BYTES={n} is below 4096 bytes", where="environment")
+    return min(granted, n // 256 * 256)
+
+
+class WgpuBackend:
+    name = "wgpu"
+
+    def __init__(self, adapter, label: str):
+        import wgpu
+        self.wgpu = wgpu
+        self.label = label
+        feats = set(adapter.features)
+        want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats]
+        lim = adapter.limits
+        required = {k: lim[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size",
+                                         "max-compute-workgroup-storage-size",
+                                         "max-compute-invocations-per-workgroup",
+                                         "max-compute-workgroup-size-x") if k in lim}
+        try:
+            self.device = adapter.request_device_sync(required_features=want, required_limits=required)
+        except Exception as e:  # pragma: no cover - driver specific
+            raise DeviceError(f"could not open the adapter: {e}", where=f"device {label}") from e
+        self.queue = self.device.queue
+        self.features = set(want)
+        self.limits = dict(self.device.limits)
+        self.max_buffer = int(self.limits["max-buffer-size"])
+        self.binding_limit = env_binding_limit(int(self.limits["max-storage-buffer-binding-size"]))
+        self.has_f16 = "shader-f16" in self.features
+        self.offset_align = int(self.limits.get("min-storage-buffer-offset-alignment", 256))
+        self._pipelines: dict = {}
+        self._bind_groups: dict = {}
+        self._arena = None
+        self._arena_size = 0
+        self.allocated = 0
+        self.peak = 0
+        self.staging_peak = 0
+        self._encoder = None
+        self._pass = None
+        self._mode = None
+        self._params = bytearray()
+        self._pending: list = []
+        self._cursor = 0
+        self._prog_params: dict = {}
+        self.dispatches = 0
+        self._lost = None
+        try:
+            self.device.lost.then(lambda info: setattr(self, "_lost", info)) if hasattr(self.device.lost, "then") else None
+        except Exception:
+            pass
+
+    # ---- memory -------------------------------------------------------------------------------------
+    def _track(self, n: int) -> None:
+        self.allocated += n
+        self.peak = max(self.peak, self.allocated)
+
+    def _buffer(self, nbytes: int, usage=USAGE_STORAGE):
+        nbytes = align(max(nbytes, 4), 16)
+        if nbytes > self.max_buffer:
+            raise DeviceError(f"a buffer of {nbytes} bytes exceeds the adapter's max buffer size "
+                              f"{self.max_buffer}", where=f"device {self.label}",
+                              hint="shrink the batch or split the tensor")
+        self._check_lost()
+        b = self.device.create_buffer(size=nbytes, usage=usage)
+        self._track(nbytes)
+        weakref.finalize(b, self._untrack, nbytes)
+        return b
+
+    def _untrack(self, n: int) -> None:
+        self.allocated -= n
+
+    def arena(self, nbytes: int):
+        if nbytes > self._arena_size or self._arena is None:
+            self.flush()
+            if self._arena is not None:
+                self._bind_groups.clear()
+            self._arena = self._buffer(max(nbytes, 256))
+            self._arena_size = self._arena.size
+        return self._arena
+
+    def alloc_storage(self, shape, dtype, nbytes: int) -> Storage:
+        self._dtype_ok(dtype)
+        return Storage(self, self._buffer(nbytes), 0, tuple(shape), dtype, nbytes)
+
+    def _dtype_ok(self, dtype) -> None:
+        for d in (dtype if isinstance(dtype, tuple) else (dtype,)):
+            if d == "f64":
+                raise DTypeError("f64 is not available on wgpu", where=f"device {self.label}",
+                                 hint="use f32, or the reference device for float64")
+            if d == "f16" and not self.has_f16:
+                raise DTypeError("f16 needs the adapter feature 'shader-f16', which this adapter lacks",
+                                 where=f"device {self.label}", hint="use f32 (precision='fp32')")
+
+    def from_numpy(self, arr: np.ndarray, dtype: str) -> Storage:
+        self._dtype_ok(dtype)
+        data = _encode(np.ascontiguousarray(arr), dtype)
+        s = self.alloc_storage(arr.shape, dtype, dt.nbytes(arr.shape, dtype))
+        if data.nbytes:
+            pad = (-data.nbytes) % 4
+            raw = data.tobytes() + b"\0" * pad
+            self.queue.write_buffer(s.buffer, 0, raw)
+        return s
+
+    def to_numpy(self, s: Storage) -> np.ndarray:
+        self.flush()
+        n = int(np.prod(s.shape, dtype=np.int64)) if s.shape else 1
+        if s.nbytes == 0 or n == 0:
+            return np.zeros(s.shape, dt.to_numpy(s.dtype))
+        size = align(s.nbytes, 4)
+        self.staging_peak = max(self.staging_peak, size)
+        self._check_lost()
+        raw = bytes(self.queue.read_buffer(s.buffer, s.offset, size))
+        return _decode(raw, s.shape, s.dtype, n)
+
+    def _check_lost(self) -> None:
+        if self._lost is not None:
+            raise DeviceError(f"the GPU device was lost: {self._lost}", where=f"device {self.label}",
+                              hint="no CPU fallback is taken mid-run; restart the kernel or pick another device")
+
+    # ---- recording ----------------------------------------------------------------------------------
+    # A program's dispatch parameters depend only on its structure, so they are written once into one
+    # uniform buffer per program; a rerun binds the same offsets (and the same cached bind groups).
+    def begin(self, prog) -> None:
+        self._check_lost()
+        cached = self._prog_params.get(prog.hash)
+        if cached is None:
+            self._mode, self._params, self._pending = "record", bytearray(), []
+        else:
+            self._mode, (self._param_buf, self._param_data) = "replay", cached
+        self._cursor = 0
+
+    def end(self, prog) -> None:
+        if self._mode == "record":
+            data = bytes(self._params) or bytes(PARAM_ALIGN)
+            buf = self._buffer(len(data), USAGE_UNIFORM)
+            self.queue.write_buffer(buf, 0, data)
+            self._prog_params[prog.hash] = (buf, data)
+            self._param_buf = buf
+            p = self._open_pass()
+            for pipeline, storages, param, wg in self._pending:
+                self._dispatch_now(p, pipeline, storages, param, wg)
+            self._pending = []
+        self._mode = None
+
+    def _open_pass(self):
+        if self._pass is None:
+            self._encoder = self.device.create_command_encoder()
+            self._pass = self._encoder.begin_compute_pass()
+        return self._pass
+
+    def flush(self) -> None:
+        """Close the open pass and submit: only on readback, upload into a used buffer, or arena growth."""
+        if self._pass is not None:
+            self._pass.end()
+            self.queue.submit([self._encoder.finish()])
+            self._pass = None
+            self._encoder = None
+
+    def dispatch(self, value, ins: list[Storage], out: Storage, prog) -> None:
+        from .kernels import LAUNCHERS
+        fn = LAUNCHERS.get(value.op)
+        if fn is None:
+            raise KernelError(f"no wgpu kernel for op {value.op!r}", where=f"device {self.label}",
+                              hint="run it on the reference device")
+        self._dtype_ok(value.dtype)
+        fn(self, value, ins, out)
+
+    def pipeline(self, key: str, source: str):
+        p = self._pipelines.get(key)
+        if p is None:
+            try:
+                mod = self.device.create_shader_module(code=source)
+                p = self.device.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": "main"})
+            except Exception as e:
+                raise KernelError(f"kernel {key.split(':')[0]!r} failed to compile: {e}",
+                                  where=f"device {self.label}") from e
+            self._pipelines[key] = p
+        return p
+
+    def launch(self, key: str, source: str, storages: Sequence[Storage], params: bytes, groups) -> None:
+        """Queue one dispatch: `storages` bind to @binding(1..n), `params` to the uniform @binding(0).
+
+        `groups` is a workgroup count (folded into x/y under the 65535 limit; kernels rebuild the
+        linear id from num_workgroups) or an explicit (x, y, z).
+        """
+        for s in storages:
+            if align(max(s.nbytes, 4), 4) > self.binding_limit:
+                raise KernelError(f"a binding of {s.nbytes} bytes exceeds the binding limit {self.binding_limit}"
+                                  f" in kernel {key.split(':')[0]!r}", where=f"device {self.label}",
+                                  hint="launchers must split tensors larger than the binding limit")
+        if isinstance(groups, int):
+            if groups <= 0:
+                return
+            gx = min(groups, WG_MAX)
+            gy = (groups + gx - 1) // gx
+            if gy > WG_MAX:
+                raise KernelError(f"{groups} workgroups exceed {WG_MAX}^2", where=f"kernel {key.split(':')[0]!r}")
+            wg = (gx, gy, 1)
+        else:
+            wg = tuple(int(g) for g in groups)
+            if min(wg) <= 0:
+                return
+        pipeline = self.pipeline(key, source)
+        chunk = bytes(params) + bytes((-len(params)) % PARAM_ALIGN) if params else bytes(PARAM_ALIGN)
+        param = (self._cursor if self._mode == "replay" else len(self._params), max(len(params), 16))
+        if self._mode == "record":
+            self._params += chunk
+            self._pending.append((pipeline, list(storages), param, wg))
+        elif self._mode == "replay":
+            if self._param_data[self._cursor:self._cursor + len(chunk)] != chunk:
+                raise KernelError("a cached program replayed different dispatch parameters",
+                                  where=f"kernel {key.split(':')[0]!r}", hint="this is an engine bug")
+            self._cursor += len(chunk)
+            self._dispatch_now(self._open_pass(), pipeline, list(storages), param, wg)
+        else:
+            raise KernelError("launch() outside a program", where=f"kernel {key.split(':')[0]!r}")
+
+    def _dispatch_now(self, p, pipeline, storages, param, wg) -> None:
+        off, plen = param
+        key = (id(pipeline), self._param_buf.uid, off, tuple((s.buffer.uid, s.offset, s.nbytes) for s in storages))
+        bg = self._bind_groups.get(key)
+        if bg is None:
+            entries = [{"binding": 0, "resource": {"buffer": self._param_buf, "offset": off,
+                                                   "size": max(align(plen, 16), 16)}}]
+            for i, s in enumerate(storages):
+                entries.append({"binding": i + 1, "resource": {"buffer": s.buffer, "offset": s.offset,
+                                                               "size": align(max(s.nbytes, 4), 4)}})
+            bg = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+            if len(self._bind_groups) > 8192:   # eager outputs are new buffers: keep the cache bounded
+                for k in list(self._bind_groups)[:4096]:
+                    del self._bind_groups[k]
+            self._bind_groups[key] = bg
+        p.set_pipeline(pipeline)
+        p.set_bind_group(0, bg)
+        p.dispatch_workgroups(*wg)
+        self.dispatches += 1
+
+
+def _encode(arr: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bool":
+        return (arr != 0).astype(np.uint32)
+    return arr.astype(dt.to_numpy(dtype), copy=False)
+
+
+def _decode(raw: bytes, shape, dtype: str, n: int) -> np.ndarray:
+    if dtype == "bool":
+        return (np.frombuffer(raw, np.uint32, count=n) != 0).reshape(shape)
+    return np.frombuffer(raw, dt.to_numpy(dtype), count=n).reshape(shape).copy()
+
+
+def pack(fmt: str, *vals) -> bytes:
+    return struct.pack(fmt, *vals)
