@@ -208,7 +208,8 @@ def getitem(x: Node, key) -> Node:
     if Ellipsis in key:
         i = key.index(Ellipsis)
         key = key[:i] + (slice(None),) * (len(x.shape) - n_real) + key[i + 1:]
-    key = key + (slice(None),) * (len(x.shape) - n_real)
+    else:
+        key = key + (slice(None),) * (len(x.shape) - n_real)
     starts, stops, steps, out_shape = [], [], [], []
     ax = 0
     for k in key:

@@ -1,0 +1,3 @@
+import os
+
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
