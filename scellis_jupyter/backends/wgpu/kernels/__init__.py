@@ -12,7 +12,7 @@ def launcher(*ops):
     return deco
 
 
-from . import elementwise  # noqa: E402,F401
+from . import elementwise, basic  # noqa: E402,F401
 import importlib as _il  # noqa: E402
 
 for _m in ("reduce", "softmax", "matmul", "attention", "indexing", "conv", "random", "quant"):
