@@ -371,8 +371,7 @@ def _attention_bwd(v, q, k_, val, out, lse, dout, *mask, prog):
     m = mask[0] if mask else None
     scale = q.dtype.type(v.attrs["scale"])
     dq = np.zeros_like(q)
-    dk = np.zeros(np.broadcast_shapes(k_.shape, k_.shape), q.dtype)
-    dv = np.zeros_like(dk[..., :val.shape[-1]]) if val.shape[-1] != k_.shape[-1] else np.zeros_like(dk)
+    dk = np.zeros(k_.shape, q.dtype)
     dv = np.zeros(val.shape, q.dtype)
     delta = np.sum(dout * out, axis=-1, keepdims=True)
     lq, lk = q.shape[-2], k_.shape[-2]
