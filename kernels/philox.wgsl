@@ -1,0 +1,36 @@
+// Philox-4x32-10, bit-exact with scellis_jupyter/rng/philox.py: word w of a stream comes from counter
+// block w / 4 = (lo, hi, 0, 0), lane w % 4; one thread per output word, so no layout dependence.
+struct Params { n: u32, off_lo: u32, off_hi: u32, k0: u32, k1: u32, uniform: u32, _p0: u32, _p1: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+
+fn mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
+  let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
+  let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0; let p11 = a1 * b1;
+  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+  let lo = (p00 & 0xffffu) | (mid << 16u);
+  let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
+  return vec2<u32>(hi, lo);
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = gid.x + gid.y * nwg.x * 64u;
+  if (i >= p.n) { return; }
+  let wlo = p.off_lo + i;
+  let whi = p.off_hi + select(0u, 1u, wlo < i);
+  var c = vec4<u32>((wlo >> 2u) | (whi << 30u), whi >> 2u, 0u, 0u);
+  var k = vec2<u32>(p.k0, p.k1);
+  for (var r = 0u; r < 10u; r = r + 1u) {
+    if (r > 0u) { k = k + vec2<u32>(0x9E3779B9u, 0xBB67AE85u); }
+    let m0 = mulhilo(0xD2511F53u, c.x);
+    let m1 = mulhilo(0xCD9E8D57u, c.z);
+    c = vec4<u32>(m1.x ^ c.y ^ k.x, m1.y, m0.x ^ c.w ^ k.y, m0.y);
+  }
+  let word = c[wlo & 3u];
+  if (p.uniform == 1u) {
+    out[i] = bitcast<u32>(f32(word >> 8u) * (1.0 / 16777216.0));
+  } else {
+    out[i] = word;
+  }
+}
