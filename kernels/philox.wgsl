@@ -1,6 +1,9 @@
 // Philox-4x32-10, bit-exact with scellis_jupyter/rng/philox.py: word w of a stream comes from counter
-// block w / 4 = (lo, hi, 0, 0), lane w % 4; one thread per output word, so no layout dependence.
-struct Params { n: u32, off_lo: u32, off_hi: u32, k0: u32, k1: u32, uniform: u32, _p0: u32, _p1: u32 }
+// block w / 4 = (lo32, hi32, 0, 0), lane w % 4. One thread per counter block writes up to 4 words,
+// bounds-checked at both ends (the stream offset need not be a multiple of 4). Block numbers are
+// 64-bit: (lo, hi) with carry.
+struct Params { n: u32, blk_lo: u32, blk_hi: u32, k0: u32, k1: u32, skip: u32, out_base: u32, uniform: u32 }
+// n words to write; first block (blk_lo, blk_hi); skip = offset % 4 (words of the first block not written)
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 
@@ -15,11 +18,12 @@ fn mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-  let i = gid.x + gid.y * nwg.x * 64u;
-  if (i >= p.n) { return; }
-  let wlo = p.off_lo + i;
-  let whi = p.off_hi + select(0u, 1u, wlo < i);
-  var c = vec4<u32>((wlo >> 2u) | (whi << 30u), whi >> 2u, 0u, 0u);
+  let t = gid.x + gid.y * nwg.x * 64u;
+  let nblocks = (p.skip + p.n + 3u) / 4u;
+  if (t >= nblocks) { return; }
+  let lo = p.blk_lo + t;
+  let hi = p.blk_hi + select(0u, 1u, lo < t);
+  var c = vec4<u32>(lo, hi, 0u, 0u);
   var k = vec2<u32>(p.k0, p.k1);
   for (var r = 0u; r < 10u; r = r + 1u) {
     if (r > 0u) { k = k + vec2<u32>(0x9E3779B9u, 0xBB67AE85u); }
@@ -27,10 +31,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let m1 = mulhilo(0xCD9E8D57u, c.z);
     c = vec4<u32>(m1.x ^ c.y ^ k.x, m1.y, m0.x ^ c.w ^ k.y, m0.y);
   }
-  let word = c[wlo & 3u];
-  if (p.uniform == 1u) {
-    out[i] = bitcast<u32>(f32(word >> 8u) * (1.0 / 16777216.0));
-  } else {
-    out[i] = word;
+  for (var lane = 0u; lane < 4u; lane = lane + 1u) {
+    let w = t * 4u + lane;             // word index relative to the first block
+    if (w < p.skip || w - p.skip >= p.n) { continue; }
+    let word = c[lane];
+    var val = word;
+    if (p.uniform == 1u) { val = bitcast<u32>(f32(word >> 8u) * (1.0 / 16777216.0)); }
+    out[p.out_base + w - p.skip] = val;
   }
 }

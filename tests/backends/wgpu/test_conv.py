@@ -28,3 +28,29 @@ def test_forward_backward_match_reference(name):
         res.append([out.numpy()] + [x.grad.numpy() for x in xs])
     for a, b in zip(*res):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)  # f32, different summation order
+
+
+UNFOLD_CASES = [((1, 1, 5, 5), (3, 3), (1, 1), (0, 0), (1, 1)), ((2, 3, 7, 9), (3, 2), (2, 1), (1, 2), (1, 2)),
+                ((1, 2, 4, 1), (2, 1), (1, 1), (1, 0), (1, 1)), ((3, 1, 11, 13), (5, 3), (3, 2), (2, 1), (2, 1))]
+
+
+@pytest.mark.parametrize("shape,k,s,p,d", UNFOLD_CASES)
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_unfold_fold_direct(shape, k, s, p, d, dtype):
+    """unfold is a gather (exact); fold sums in f32 in a fixed order: f32 rtol 1e-6, f16 one ulp (1e-3)."""
+    from scellis_jupyter.graph import functional as F
+    from scellis_jupyter.graph.opset import make
+    npd = np.float16 if dtype == "f16" else np.float32
+    x = R.standard_normal(shape).astype(npd)
+    res = []
+    for dev in (WG, REF):
+        u = F.unfold(sc.tensor(x, device=dev).node, k, s, p, d, pad_value=-2.5)
+        cols = R.standard_normal(u.shape).astype(npd) if not res else res[0][2]
+        f = make("fold", [sc.tensor(cols, device=dev).node], kernel=k, stride=s, padding=p, dilation=d,
+                 size=shape[2:])
+        res.append((sc.Tensor(u, dev).numpy(), sc.Tensor(f, dev).numpy(), cols))
+    (u0, f0, _), (u1, f1, _) = res
+    assert u0.dtype == u1.dtype and np.array_equal(u0, u1)
+    assert f0.shape == f1.shape
+    np.testing.assert_allclose(f0.astype(np.float32), f1.astype(np.float32), rtol=1e-3 if dtype == "f16" else 1e-6,
+                               atol=1e-3 if dtype == "f16" else 1e-6)

@@ -1,16 +1,21 @@
-"""unfold (im2col) and fold (col2im) on the baseline template: one thread per output, fixed order.
+"""unfold (im2col) and fold (col2im) on kernels/conv.wgsl: one thread per output element, fixed order.
 
+unfold follows torch.nn.functional.unfold ([N, C*kh*kw, L], padding filled with attrs['pad_value']).
 fold sums the patches covering each pixel in a fixed (ki, kj) order, so conv/pool gradients are
-deterministic without atomics.
+deterministic without atomics (f16 accumulates in f32, rounds once). Splitting: the output is written in
+flat chunks that fit the binding limit; the input is bound whole and must fit it (KernelError otherwise).
 """
 from __future__ import annotations
 
 import math
 import struct
 
+from ....errors import KernelError
 from ....graph.opset import conv_out
 from ..templates import WGSL_TYPE, enable_f16, render
 from . import launcher
+from .reduce import pack_words
+from .strided import window
 
 
 def _geom(v, n, c, h, w):
@@ -19,58 +24,62 @@ def _geom(v, n, c, h, w):
     return [n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow]
 
 
-HEAD = """
-  let n_ = p.a.x; let c_ = p.a.y; let h_ = p.a.z; let w_ = p.a.w;
-  let kh = p.b.x; let kw = p.b.y; let sh = p.b.z; let sw = p.b.w;
-  let ph = p.c.x; let pw = p.c.y; let dh = p.c.z; let dw = p.c.w;
-  let oh = p.d.x; let ow = p.d.y;"""
+UNFOLD = """
+  let oj = i % ow; let oi = (i / ow) % oh; let kj = (i / (ow * oh)) % kw; let ki = (i / (ow * oh * kw)) % kh;
+  let c = (i / (ow * oh * kw * kh)) % c_; let n = i / (ow * oh * kw * kh * c_);
+  let y = i32(oi * sh + ki * dh) - i32(ph); let z = i32(oj * sw + kj * dw) - i32(pw);
+  if (y < 0 || z < 0 || y >= i32(h_) || z >= i32(w_)) { out[ob + li] = {OT}({PAD}); return; }
+  out[ob + li] = x0[xb + ((n * c_ + c) * h_ + u32(y)) * w_ + u32(z)];"""
+
+FOLD = """
+  let z = i % w_; let y = (i / w_) % h_; let c = (i / (w_ * h_)) % c_; let n = i / (w_ * h_ * c_);
+  var acc = {CT}(0);
+  for (var ki = 0u; ki < kh; ki = ki + 1u) {
+    let ty = i32(y + ph) - i32(ki * dh);
+    if (ty < 0 || ty % i32(sh) != 0 || u32(ty) / sh >= oh) { continue; }
+    for (var kj = 0u; kj < kw; kj = kj + 1u) {
+      let tz = i32(z + pw) - i32(kj * dw);
+      if (tz < 0 || tz % i32(sw) != 0 || u32(tz) / sw >= ow) { continue; }
+      let row = (c * kh + ki) * kw + kj;
+      acc = acc + {CT}(x0[xb + (n * c_ * kh * kw + row) * oh * ow + (u32(ty) / sh) * ow + u32(tz) / sw]);
+    }
+  }
+  out[ob + li] = {OT}(acc);"""
+
+
+def _run(be, name, body, v, x, out, g, pad_bits):
+    od, xd = v.dtype, x.dtype
+    total = math.prod(v.shape)
+    if total == 0:
+        return
+    if (max(x.nbytes, 4) + 3) // 4 * 4 > be.binding_limit:
+        raise KernelError(f"the {name} input of {x.nbytes} bytes exceeds the binding limit {be.binding_limit}",
+                          where=f"op '{name}'", hint="use a smaller batch")
+    src = render("conv", ENABLE=enable_f16(od, xd), OT=WGSL_TYPE[od], XT=WGSL_TYPE[xd], BODY=body)
+    isz = 2 if od == "f16" else 4
+    wx = x
+    step = max(1, (be.binding_limit - be.offset_align) // isz)
+    for s in range(0, total, step):
+        m = min(step, total - s)
+        wo, oo = window(out, 0, s, s + m - 1, isz, be.offset_align)
+        be.launch(f"{name}:{od}:{xd}", src, [wo, wx],
+                  pack_words(g + [pad_bits, m, s, oo, 0], 20), (m + 63) // 64)
 
 
 @launcher("unfold")
 def _unfold(be, v, ins, out):
     (x,) = ins
     g = _geom(v, *x.shape)
-    total = math.prod(v.shape)
-    body = HEAD + f"""
-  if (i >= n_ * c_ * kh * kw * oh * ow) {{ return; }}
-  let oj = i % ow; let oi = (i / ow) % oh; let kj = (i / (ow * oh)) % kw; let ki = (i / (ow * oh * kw)) % kh;
-  let c = (i / (ow * oh * kw * kh)) % c_; let n = i / (ow * oh * kw * kh * c_);
-  let y = i32(oi * sh + ki * dh) - i32(ph); let z = i32(oj * sw + kj * dw) - i32(pw);
-  if (y < 0 || z < 0 || y >= i32(h_) || z >= i32(w_)) {{ out[i] = {WGSL_TYPE[v.dtype]}(bitcast<f32>(p.d.z)); return; }}
-  out[i] = x0[((n * c_ + c) * h_ + u32(y)) * w_ + u32(z)];"""
     pad = struct.unpack("<I", struct.pack("<f", float(v.attrs.get("pad_value", 0.0))))[0]
-    # the pad value travels as raw bits in p.d.z (word 14 of 16)
-    t = WGSL_TYPE[out.dtype]
-    decl = (f"@group(0) @binding(1) var<storage, read_write> out: array<{t}>;\n"
-            f"@group(0) @binding(2) var<storage, read_write> x0: array<{WGSL_TYPE[x.dtype]}>;")
-    src = render("basic", ENABLE=enable_f16(out.dtype, x.dtype), BINDINGS=decl, BODY=body)
-    be.launch(f"unfold:{out.dtype}", src, [out, x], struct.pack("<16I", *g, pad, 0), (total + 63) // 64)
+    t = WGSL_TYPE[v.dtype]
+    body = UNFOLD.replace("{OT}", t).replace("{PAD}", "bitcast<f32>(P(14u))")
+    _run(be, "unfold", body, v, x, out, g, pad)
 
 
 @launcher("fold")
 def _fold(be, v, ins, out):
     (cols,) = ins
     n, c, h, w = v.shape
-    g = _geom(v, n, c, h, w)
-    total = n * c * h * w
     ct = "f32" if v.dtype in ("f32", "f16") else "i32"
-    body = HEAD + f"""
-  if (i >= n_ * c_ * h_ * w_) {{ return; }}
-  let z = i % w_; let y = (i / w_) % h_; let c = (i / (w_ * h_)) % c_; let n = i / (w_ * h_ * c_);
-  var acc = {ct}(0);
-  for (var ki = 0u; ki < kh; ki = ki + 1u) {{
-    let ty = i32(y + ph) - i32(ki * dh);
-    if (ty < 0 || ty % i32(sh) != 0 || u32(ty) / sh >= oh) {{ continue; }}
-    for (var kj = 0u; kj < kw; kj = kj + 1u) {{
-      let tz = i32(z + pw) - i32(kj * dw);
-      if (tz < 0 || tz % i32(sw) != 0 || u32(tz) / sw >= ow) {{ continue; }}
-      let row = (c * kh + ki) * kw + kj;
-      acc = acc + {ct}(x0[(n * c_ * kh * kw + row) * oh * ow + (u32(ty) / sh) * ow + u32(tz) / sw]);
-    }}
-  }}
-  out[i] = {WGSL_TYPE[v.dtype]}(acc);"""
-    t = WGSL_TYPE[out.dtype]
-    decl = (f"@group(0) @binding(1) var<storage, read_write> out: array<{t}>;\n"
-            f"@group(0) @binding(2) var<storage, read_write> x0: array<{WGSL_TYPE[cols.dtype]}>;")
-    src = render("basic", ENABLE=enable_f16(out.dtype, cols.dtype), BINDINGS=decl, BODY=body)
-    be.launch(f"fold:{out.dtype}", src, [out, cols], struct.pack("<16I", *g, 0, 0), (total + 63) // 64)
+    body = FOLD.replace("{CT}", ct).replace("{OT}", WGSL_TYPE[v.dtype])
+    _run(be, "fold", body, v, cols, out, _geom(v, n, c, h, w), 0)

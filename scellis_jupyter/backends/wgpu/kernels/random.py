@@ -1,4 +1,10 @@
-"""philox_bits / philox_uniform on the device, bit-identical with the numpy Philox (kernels/philox.wgsl)."""
+"""philox_bits / philox_uniform on the device, bit-identical with the numpy Philox (kernels/philox.wgsl).
+
+One thread per counter block (64-bit block numbers split into lo/hi with carry) writes up to 4 words,
+bounds-checked at both ends since attrs['offset'] need not be a multiple of 4. uniform = (bits >> 8)
+* 2^-24 is exact in f32, so it is bit-identical too. Outputs larger than the binding limit are written
+in chunks of whole blocks, each a window of the output at its own stream offset.
+"""
 from __future__ import annotations
 
 import math
@@ -6,6 +12,7 @@ import struct
 
 from ..templates import render
 from . import launcher
+from .strided import window
 
 
 @launcher("philox_bits", "philox_uniform")
@@ -15,6 +22,15 @@ def _philox(be, v, ins, out):
         return
     off = int(v.attrs["offset"])
     k0, k1 = (int(k) & 0xFFFFFFFF for k in v.attrs["key"])
-    params = struct.pack("<8I", n, off & 0xFFFFFFFF, (off >> 32) & 0xFFFFFFFF, k0, k1,
-                         1 if v.op == "philox_uniform" else 0, 0, 0)
-    be.launch("philox", render("philox"), [out], params, (n + 63) // 64)
+    src = render("philox")
+    chunk = max(4, (be.binding_limit - be.offset_align) // 4 // 4 * 4)
+    s = 0
+    while s < n:
+        m = min(chunk, n - s)
+        o = off + s
+        w, ob = window(out, 0, s, s + m - 1, 4, be.offset_align)
+        blk = o // 4
+        params = struct.pack("<8I", m, blk & 0xFFFFFFFF, (blk >> 32) & 0xFFFFFFFF, k0, k1, o % 4, ob,
+                             1 if v.op == "philox_uniform" else 0)
+        be.launch("philox", src, [w], params, ((o % 4 + m + 3) // 4 + 63) // 64)
+        s += m

@@ -1,0 +1,170 @@
+"""gather and scatter_add on wgpu (kernels/indexing.wgsl): one thread per output element, no atomics.
+
+gather: out[c] = x[c with c[axis] = idx[c]] (torch.gather; out shape = index shape).
+scatter_add: out = base, plus, for every output element, the src entries whose index along the axis
+points at it, added in increasing index position (the order of numpy's np.add.at), rounding to the
+output dtype after every add: bit-identical with the reference for f32, f16 and i32.
+
+Out-of-range indices (honest limits): the reference raises KernelError; the device kernels cannot report
+back without a readback, so on wgpu a gather index is CLAMPED to [0, size - 1] and a scatter_add entry
+with an out-of-range index is DROPPED (it matches no output element). With SCELLIS_CHECK_INDICES=1 the
+launcher checks index tensors host-side when they are leaves (their own buffers, not arena values
+computed inside the program) and raises KernelError like the reference; this costs one readback (a
+queue flush) per launch, so it is off by default. Indices computed inside the program are never checked.
+
+Splitting: the output (and for gather the index) is processed in flat chunks that fit the binding
+limit; x (gather) and index/src (scatter_add) are bound whole and must fit it (KernelError otherwise).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from ....errors import DTypeError, KernelError
+from ..templates import WGSL_TYPE, enable_f16, render
+from . import launcher
+from .reduce import pack_words
+from .strided import contiguous_strides, window
+
+MAXR = 8
+
+
+def _check_host(be, op, idx, size):
+    if os.environ.get("SCELLIS_CHECK_INDICES", "") in ("", "0"):
+        return
+    if idx.buffer is be._arena or math.prod(idx.shape) == 0:
+        return      # computed inside this program: not readable before the program runs
+    a = be.to_numpy(idx)
+    if a.min() < 0 or a.max() >= size:
+        bad = a[(a < 0) | (a >= size)].flat[0]
+        raise KernelError(f"index {int(bad)} is out of range for an axis of size {size}", where=f"op '{op}'")
+
+
+def _whole(be, s, op):
+    nb = max(s.nbytes, 4)
+    if (nb + 3) // 4 * 4 > be.binding_limit:
+        raise KernelError(f"a {op} operand of {s.nbytes} bytes exceeds the binding limit {be.binding_limit}",
+                          where=f"op '{op}'", hint="split the tensor along another axis first")
+    return s
+
+
+def _decl(names_types):
+    return "\n".join(f"@group(0) @binding({i + 1}) var<storage, read_write> {n}: array<{t}>;"
+                     for i, (n, t) in enumerate(names_types))
+
+
+def _chunks(be, n, isz):
+    step = max(1, (be.binding_limit - be.offset_align) // isz)
+    s = 0
+    while s < n:
+        m = min(step, n - s)
+        yield s, m
+        s += m
+
+
+GATHER = """
+  var rem = g;
+  var xo = P(7u);
+  for (var d = i32(rank) - 1; d >= 0; d = d - 1) {
+    let du = u32(d);
+    let c = rem % P(8u + du);
+    rem = rem / P(8u + du);
+    if (du != ax) { xo = xo + c * P(16u + du); }
+  }
+  let j = u32(clamp(idx[P(6u) + i], 0, i32(P(4u)) - 1));
+  xo = xo + j * P(16u + ax);
+  out[P(5u) + i] = x[xo];"""
+
+SCATTER = """
+  var rem = g;
+  var io = P(6u);
+  var inside = true;
+  var pos = 0u;
+  for (var d = i32(rank) - 1; d >= 0; d = d - 1) {
+    let du = u32(d);
+    let c = rem % P(8u + du);
+    rem = rem / P(8u + du);
+    if (du == ax) { pos = c; } else {
+      if (c >= P(24u + du)) { inside = false; }
+      io = io + c * P(16u + du);
+    }
+  }
+  var acc = base[P(5u) + i];
+  if (inside) {
+    let n_ax = P(24u + ax);
+    let st = P(16u + ax);
+    for (var t = 0u; t < n_ax; t = t + 1u) {
+      let k = io + t * st;
+      if (idx[k] == i32(pos)) { acc = {T}({C}(acc) + {C}(src[P(7u) + k - P(6u)])); }
+    }
+  }
+  out[P(5u) + i] = acc;"""
+
+
+@launcher("gather")
+def _gather(be, v, ins, out):
+    x, idx = ins
+    ax = v.attrs["axis"]
+    n = math.prod(idx.shape)
+    if n == 0:
+        return
+    if "i8" in (x.dtype,):
+        raise DTypeError("i8 tensors support only casts on wgpu", where="op 'gather'", hint="cast to f32 first")
+    size = x.shape[ax]
+    if size == 0:
+        raise KernelError(f"gather from an empty axis of {tuple(x.shape)}", where="op 'gather'")
+    _check_host(be, "gather", idx, size)
+    rank = len(idx.shape)
+    if rank > MAXR:
+        raise KernelError(f"rank {rank} exceeds {MAXR}", where="op 'gather'")
+    d = v.dtype
+    isz = 2 if d == "f16" else 4
+    src = render("indexing", ENABLE=enable_f16(d), BODY=GATHER,
+                 BINDINGS=_decl([("out", WGSL_TYPE[d]), ("idx", "i32"), ("x", WGSL_TYPE[d])]))
+    wx = _whole(be, x, "gather")
+    xst = contiguous_strides(x.shape)
+    for s, m in _chunks(be, n, 4):
+        wo, oo = window(out, 0, s, s + m - 1, isz, be.offset_align)
+        wi, io = window(idx, 0, s, s + m - 1, 4, be.offset_align)
+        words = ([m, s, rank, ax, size, oo, io, 0] + list(idx.shape) + [1] * (MAXR - rank)
+                 + list(xst) + [0] * (MAXR - rank))
+        be.launch(f"gather:{d}", src, [wo, wi, wx], pack_words(words, 32), (m + 63) // 64)
+
+
+@launcher("scatter_add")
+def _scatter_add(be, v, ins, out):
+    base, idx, srcs = ins
+    ax = v.attrs["axis"]
+    n = math.prod(base.shape)
+    if n == 0:
+        return
+    d = v.dtype
+    if d == "i8":
+        raise DTypeError("i8 tensors support only casts on wgpu", where="op 'scatter_add'", hint="cast to f32 first")
+    rank = len(base.shape)
+    if rank > MAXR:
+        raise KernelError(f"rank {rank} exceeds {MAXR}", where="op 'scatter_add'")
+    if math.prod(idx.shape) == 0:
+        from .elementwise import copy
+        st = contiguous_strides(base.shape)
+        copy(be, "scatter_add", out, st, 0, base, st, 0, base.shape)
+        return
+    _check_host(be, "scatter_add", idx, base.shape[ax])
+    isz = 2 if d == "f16" else 4
+    ct = "f32" if d in ("f32", "f16") else "i32" if d == "i32" else "u32"
+    body = SCATTER.replace("{T}", WGSL_TYPE[d]).replace("{C}", ct)
+    src = render("indexing", ENABLE=enable_f16(d), BODY=body,
+                 BINDINGS=_decl([("out", WGSL_TYPE[d]), ("base", WGSL_TYPE[d]), ("idx", "i32"),
+                                 ("src", WGSL_TYPE[d])]))
+    wi, ws = _whole(be, idx, "scatter_add"), _whole(be, srcs, "scatter_add")
+    ist = contiguous_strides(idx.shape)
+    for s, m in _chunks(be, n, isz):
+        wo, oo = window(out, 0, s, s + m - 1, isz, be.offset_align)
+        wb, bo = window(base, 0, s, s + m - 1, isz, be.offset_align)
+        if oo != bo:
+            raise KernelError("out and base windows disagree", where="op 'scatter_add'", hint="engine bug")
+        words = ([m, s, rank, ax, base.shape[ax], oo, 0, 0] + list(base.shape) + [1] * (MAXR - rank)
+                 + list(ist) + [0] * (MAXR - rank) + list(idx.shape) + [1] * (MAXR - rank))
+        be.launch(f"scatter_add:{d}", src, [wo, wb, wi, ws], pack_words(words, 32), (m + 63) // 64)

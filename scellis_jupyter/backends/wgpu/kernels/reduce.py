@@ -1,0 +1,180 @@
+"""reduce_sum / reduce_max: one workgroup per output with a fixed-order tree (kernels/reduce.wgsl).
+
+Layout: the input is contiguous; size-1 dims are dropped and adjacent reduced (or kept) dims merged,
+leaving up to 8 kept and 8 reduced (size, stride) pairs, so any set of axes is one dispatch where each
+output walks its reduced sub-box by an index decomposition (no scratch, no transposes).
+Determinism: each thread folds its r = lid, lid + WG, ... in increasing order, then a tree of fixed
+shape in workgroup memory; no atomics, so the bits depend only on the shapes (and the binding limit).
+Small reduced extents (R <= 16) use one thread per output folding r = 0 .. R-1 instead.
+Accumulation: f32 for f32/f16 inputs (f16 rounds once on store), i32 for integer sums (wrapping).
+Splitting: the (kept + reduced) box is halved until every binding fits `be.binding_limit`, kept dims
+first; only when one output's reduced box alone does not fit are reduced dims split, and the partial
+results are combined into the output in a fixed (depth-first, low half first) order through the
+kernel's accumulate flag. An f16 output then rounds once per partial (documented loss).
+Empty reductions: sum = 0 (a fill); max over an empty axis is refused at graph build.
+"""
+from __future__ import annotations
+
+import math
+import re
+import struct
+
+from ....errors import DTypeError, KernelError
+from ..templates import WGSL_TYPE, enable_f16, render
+from . import launcher
+from .strided import contiguous_strides, footprint, window
+
+MAXR = 8
+NEG_INF = "bitcast<f32>(0xff800000u)"
+
+
+def preprocess(src: str, **flags) -> str:
+    """Resolve `#if NAME` / `#else` / `#endif` blocks (no nesting) by the boolean flags."""
+    out, keep, stack = [], True, []
+    for line in src.splitlines():
+        m = re.match(r"\s*#if\s+(\w+)", line)
+        if m:
+            stack.append(keep)
+            keep = keep and bool(flags.get(m.group(1)))
+            continue
+        if re.match(r"\s*#else", line):
+            keep = stack[-1] and not keep
+            continue
+        if re.match(r"\s*#endif", line):
+            keep = stack.pop()
+            continue
+        if keep:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def pack_words(words, n: int) -> bytes:
+    words = [int(w) & 0xFFFFFFFF for w in words]
+    words += [0] * (n - len(words))
+    return struct.pack(f"<{n}I", *words)
+
+
+def split_boxes(shape, operands, limit: int, align: int, order):
+    """Like strided.box_chunks, but halves dims in the priority given by `order(sizes) -> dim or None`."""
+    def fits(starts, sizes):
+        for base, st, isz in operands:
+            lo, hi = footprint(starts, sizes, st)
+            lo_b = ((base + lo) * isz) // align * align
+            if (base + hi + 1) * isz - lo_b > limit:
+                return False
+        return True
+
+    stack = [((0,) * len(shape), tuple(shape))]
+    while stack:
+        starts, sizes = stack.pop()
+        if fits(starts, sizes):
+            yield starts, sizes
+            continue
+        k = order(sizes)
+        if k is None:
+            raise KernelError("one element does not fit the binding limit", where="tensor splitting")
+        h = sizes[k] // 2
+        a = list(sizes); a[k] = h
+        b = list(sizes); b[k] = sizes[k] - h
+        sb = list(starts); sb[k] += h
+        stack.append((tuple(sb), tuple(b)))
+        stack.append((starts, tuple(a)))
+
+
+def kept_first(nkept: int):
+    def order(sizes):
+        for group in (range(nkept), range(nkept, len(sizes))):
+            cand = [i for i in group if sizes[i] > 1]
+            if cand:
+                return max(cand, key=lambda i: sizes[i])
+        return None
+    return order
+
+
+def canon_reduce(shape, axes):
+    """(kept [(size, stride)], reduced [(size, stride)]) with size-1 dims dropped, runs merged."""
+    st = contiguous_strides(shape)
+    kept, red = [], []
+    prev = None
+    for i, s in enumerate(shape):
+        if s == 1:
+            continue
+        cls = i in axes
+        grp = red if cls else kept
+        if prev == cls and grp and grp[-1][1] == st[i] * s:
+            grp[-1] = (grp[-1][0] * s, st[i])
+        else:
+            grp.append((s, st[i]))
+        prev = cls
+    return kept, red
+
+
+def _types(op, xd, od):
+    if xd in ("f32", "f16"):
+        ct = "f32"
+    elif xd in ("i32",):
+        ct = "i32"
+    elif xd in ("u32", "bool") and op == "reduce_max":
+        ct = "u32"
+    else:
+        raise DTypeError(f"{op} of {xd} is not supported on wgpu", where=f"op '{op}'", hint="cast to f32 or i32")
+    if op == "reduce_sum":
+        comb, init = "return a + b;", f"{ct}(0)"
+    else:
+        comb = ("return select(select(a, b, b > a), b, "
+                "(bitcast<u32>(b) & 0x7fffffffu) > 0x7f800000u);") if ct == "f32" else "return max(a, b);"
+        init = {"f32": NEG_INF, "i32": "i32(-2147483647 - 1)", "u32": "0u"}[ct]
+    return ct, comb, init
+
+
+@launcher("reduce_sum", "reduce_max")
+def _reduce(be, v, ins, out):
+    (x,) = ins
+    axes = set(v.attrs["axes"])
+    od, xd = v.dtype, x.dtype
+    if "i8" in (od, xd):
+        raise DTypeError("i8 tensors support only casts on wgpu", where=f"op '{v.op}'", hint="cast to f32 first")
+    nout = math.prod(v.shape)
+    if nout == 0:
+        return
+    if math.prod(x.shape) == 0:         # empty reduced box: the sum is 0
+        from .elementwise import fill
+        fill(be, out, 0)
+        return
+    kept, red = canon_reduce(tuple(x.shape), axes)
+    if len(kept) > MAXR or len(red) > MAXR:
+        raise KernelError(f"more than {MAXR} separate kept or reduced dim groups", where=f"op '{v.op}'")
+    ct, comb, init = _types(v.op, xd, od)
+    kshape = [s for s, _ in kept]
+    ost = contiguous_strides(kshape)
+    shape = kshape + [s for s, _ in red]
+    nk = len(kept)
+    x_st = [t for _, t in kept] + [t for _, t in red]
+    o_st = list(ost) + [0] * len(red)
+    isz_x, isz_o = (2 if xd == "f16" else 4), (2 if od == "f16" else 4)
+    R_total = math.prod(s for s, _ in red)
+    row = R_total > 16
+    wg = 256 if R_total >= 1024 else 64
+    src = render("reduce", ENABLE=enable_f16(od, xd), OT=WGSL_TYPE[od], XT=WGSL_TYPE[xd], CT=ct,
+                 COMB=comb, INIT=init, WG=wg)
+    src = preprocess(src, ROW=row)
+    key = f"reduce:{v.op}:{od}:{xd}:{row}:{wg}"
+    if not shape:
+        shape, x_st, o_st, nk = [1], [1], [1], 1
+    ops = [(0, o_st, isz_o), (0, x_st, isz_x)]
+    for starts, sizes in split_boxes(shape, ops, be.binding_limit, be.offset_align, kept_first(nk)):
+        wins, offs = [], []
+        for s, (b, st, i) in zip((out, x), ops):
+            lo, hi = footprint(starts, sizes, st)
+            w, off = window(s, b, lo, hi, i, be.offset_align)
+            wins.append(w)
+            offs.append(off)
+        ks, rs = list(sizes[:nk]), list(sizes[nk:])
+        acc = 1 if any(starts[nk:]) else 0
+        n_o, R = math.prod(ks), math.prod(rs)
+        words = ([n_o, R, len(ks), max(len(rs), 1), offs[0], offs[1], acc, 0]
+                 + (ks + [1] * MAXR)[:MAXR] + (x_st[:nk] + [0] * MAXR)[:MAXR]
+                 + (o_st[:nk] + [0] * MAXR)[:MAXR]
+                 + ((rs or [1]) + [1] * MAXR)[:MAXR] + ((x_st[nk:] or [0]) + [0] * MAXR)[:MAXR])
+        groups = n_o if row else (n_o + wg - 1) // wg
+        be.launch(key, src, wins, pack_words(words, 48), groups)
