@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from .graph import functional as _F
 from .graph.tensor import Tensor, _as_node, tensor
 
@@ -12,6 +14,8 @@ __all__: list[str] = []
 def _unwrap(x, like):
     if isinstance(x, Tensor):
         return x.node
+    if isinstance(x, np.ndarray) and like is not None:
+        return _as_node(x, like).node
     if isinstance(x, (list, tuple)) and x and any(isinstance(i, Tensor) for i in x):
         return type(x)(_unwrap(i, like) for i in x)
     return x

@@ -171,8 +171,8 @@ def _cast(v, x, prog):
     to = v.attrs["dtype"]
     if to in ("i8", "i32", "u32") and x.dtype.kind == "f":
         info = np.iinfo(_np(to))
-        with np.errstate(invalid="ignore"):
-            x = np.clip(np.nan_to_num(np.trunc(x), nan=0.0), info.min, info.max)
+        with np.errstate(invalid="ignore"):  # clip in f64: int32's max is not representable in f32/f16
+            x = np.clip(np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0), info.min, info.max)
     if to == "bool":
         return x != 0
     return x.astype(_np(to))
@@ -254,16 +254,18 @@ def _concat(v, *xs, prog):
     return np.concatenate(xs, axis=v.attrs["axis"])
 
 
-def _check_index(op, idx, size):
+def _check_index(op, idx, x, ax):
+    size = x.shape[ax]
     if idx.size and (idx.min() < 0 or idx.max() >= size):
         bad = idx[(idx < 0) | (idx >= size)].flat[0]
-        raise KernelError(f"index {int(bad)} is out of range for an axis of size {size}", where=f"op '{op}'")
+        raise KernelError(f"index {int(bad)} is out of range for axis {ax} of size {size} (input "
+                          f"{tuple(x.shape)}, index {tuple(idx.shape)})", where=f"op '{op}'")
 
 
 @k("gather")
 def _gather(v, x, idx, prog):
     ax = v.attrs["axis"]
-    _check_index("gather", idx, x.shape[ax])
+    _check_index("gather", idx, x, ax)
     xs = x[tuple(slice(0, s) if i != ax else slice(None) for i, s in enumerate(idx.shape))]
     return np.take_along_axis(xs, idx.astype(np.int64), axis=ax)
 
@@ -271,7 +273,7 @@ def _gather(v, x, idx, prog):
 @k("scatter_add")
 def _scatter_add(v, base, idx, src, prog):
     ax = v.attrs["axis"]
-    _check_index("scatter_add", idx, base.shape[ax])
+    _check_index("scatter_add", idx, base, ax)
     out = base.astype(base.dtype, copy=True)
     full = list(np.indices(idx.shape, sparse=True))
     full[ax] = idx.astype(np.int64)
@@ -355,12 +357,13 @@ def _attention(v, q, k_, val, *mask, prog):
         allow = _attn_mask(v, q, k_, m)[..., i0:i1, :] if m is not None or v.attrs["causal"] else None
         if allow is not None:
             s = np.where(allow, s, -np.inf)
-        mx = np.max(s, axis=-1, keepdims=True)
+        mx = np.max(s, axis=-1, keepdims=True, initial=-np.inf)  # initial: Lk may be 0
         mx = np.where(np.isfinite(mx), mx, 0)
         e = np.exp(s - mx)
         den = np.sum(e, axis=-1, keepdims=True)
         with np.errstate(all="ignore"):
-            out[..., i0:i1, :] = np.matmul(e, val) / den
+            # a query row that may attend to no key gets 0 (like torch), not 0/0; its lse is -inf
+            out[..., i0:i1, :] = np.where(den > 0, np.matmul(e, val) / np.where(den > 0, den, 1), 0)
             lse[..., i0:i1] = (mx + np.log(den))[..., 0]
     return out, lse
 
@@ -379,7 +382,8 @@ def _attention_bwd(v, q, k_, val, out, lse, dout, *mask, prog):
     for i0 in range(0, lq, blk):
         i1 = min(lq, i0 + blk)
         s = np.matmul(q[..., i0:i1, :], np.swapaxes(k_, -1, -2)) * scale
-        p = np.exp(s - lse[..., i0:i1, None])
+        with np.errstate(over="ignore"):  # rows with no key have lse = -inf; the mask zeroes them
+            p = np.exp(s - lse[..., i0:i1, None])
         if m is not None or v.attrs["causal"]:
             p = np.where(_attn_mask(v, q, k_, m)[..., i0:i1, :], p, 0)
         dv += np.matmul(np.swapaxes(p, -1, -2), dout[..., i0:i1, :])

@@ -63,7 +63,8 @@ def _(n, g):
 @rule("pow")
 def _(n, g):
     a, b = n.inputs
-    ga = F.mul(g, F.mul(b, F.pow_(a, F.sub(b, 1.0))))
+    # an exponent of 0 has a zero gradient, also at a = 0 where b * a^(b-1) is 0 * inf (torch does the same)
+    ga = F.where(F.eq(b, 0.0), 0.0, F.mul(g, F.mul(b, F.pow_(a, F.sub(b, 1.0)))))
     safe_log = F.log(F.where(F.gt(a, 0.0), a, 1.0))
     gb = F.mul(g, F.mul(n, safe_log))
     return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)

@@ -90,10 +90,11 @@ def where(cond: Node, a, b) -> Node:
 
 
 def clamp(x: Node, lo=None, hi=None) -> Node:
+    """torch.clamp: the gradient passes where lo <= x <= hi (bounds included), NaN propagates."""
     if lo is not None:
-        x = maximum(x, lo)
+        x = where(lt(x, lo), lo, x)
     if hi is not None:
-        x = minimum(x, hi)
+        x = where(gt(x, hi), hi, x)
     return x
 
 
@@ -117,10 +118,11 @@ def max_(x: Node, axis=None, keepdims: bool = False) -> Node:
 
 
 def _count(x: Node, axis) -> int:
-    axes = range(len(x.shape)) if axis is None else [norm_axis("mean", a, len(x.shape)) for a in _axes(axis, 0)]
+    nd = len(x.shape)
+    axes = range(nd) if axis is None else {norm_axis("mean", a, nd, x.shape) for a in _axes(axis, 0)}
     n = 1
     for a in axes:
-        n *= x.shape[a]
+        n *= x.shape[a] if x.shape else 1
     return n
 
 
@@ -140,6 +142,9 @@ def var(x: Node, axis=None, keepdims: bool = False, correction: int = 1) -> Node
 
 def matmul(a: Node, b: Node) -> Node:
     """numpy.matmul semantics, 1-D operands included."""
+    if (len(a.shape) == 1 or len(b.shape) == 1) and a.shape and b.shape \
+            and a.shape[-1] != b.shape[0 if len(b.shape) == 1 else -2]:
+        raise ShapeError(f"inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)}", where="op 'matmul'")
     if len(a.shape) == 1 and len(b.shape) == 1:
         return reshape(make("matmul", [reshape(a, (1, -1)), reshape(b, (-1, 1))]), ())
     if len(a.shape) == 1:
@@ -170,7 +175,7 @@ def transpose(x: Node, a: int = -2, b: int = -1) -> Node:
     if nd < 2:
         return x
     perm = list(range(nd))
-    a, b = norm_axis("transpose", a, nd), norm_axis("transpose", b, nd)
+    a, b = norm_axis("transpose", a, nd, x.shape), norm_axis("transpose", b, nd, x.shape)
     perm[a], perm[b] = perm[b], perm[a]
     return permute(x, perm)
 
@@ -183,7 +188,9 @@ def expand(x: Node, shape) -> Node:
 
 
 def broadcast_to(x: Node, shape) -> Node:
-    shape = tuple(shape)
+    """torch.broadcast_to / Tensor.expand: new leading axes allowed; -1 keeps an existing size."""
+    lead = len(shape) - len(x.shape)
+    shape = tuple(x.shape[i - lead] if s == -1 and i >= lead else s for i, s in enumerate(shape))
     if len(x.shape) < len(shape):
         x = reshape(x, (1,) * (len(shape) - len(x.shape)) + tuple(x.shape))
     return expand(x, shape)
@@ -199,7 +206,10 @@ def getitem(x: Node, key) -> Node:
         key = (key,)
     if any(isinstance(k, Node) for k in key):
         if len(key) == 1 and isinstance(key[0], Node):
-            return index_select(x, 0, key[0])
+            if not x.shape:
+                raise ShapeError("a 0-d tensor cannot be indexed with a tensor", where="op 'getitem'")
+            idx = cast(key[0], "i32")
+            return index_select(x, 0, where(lt(idx, 0), add(idx, x.shape[0]), idx))  # negatives count from the end
         raise ShapeError("tensor indices are supported only as x[idx] on the first axis",
                          where="op 'getitem'", hint="use sc.ops.gather for other axes")
     n_real = sum(1 for k in key if k is not None and k is not Ellipsis)
@@ -259,7 +269,7 @@ def scatter_add(base: Node, axis: int, idx: Node, src: Node) -> Node:
 
 def index_select(x: Node, axis: int, idx: Node) -> Node:
     """x.index_select(axis, idx) for a 1-D index, as a gather with the index broadcast."""
-    axis = norm_axis("index_select", axis, len(x.shape))
+    axis = norm_axis("index_select", axis, len(x.shape), x.shape)
     if len(idx.shape) != 1:
         flat = index_select(x, axis, reshape(idx, (-1,)))
         return reshape(flat, x.shape[:axis] + tuple(idx.shape) + x.shape[axis + 1:])
@@ -301,6 +311,9 @@ def layer_norm(x: Node, shape, weight: Node | None = None, bias: Node | None = N
 
 def rms_norm(x: Node, shape, weight: Node | None = None, eps: float | None = None) -> Node:
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if tuple(x.shape[len(x.shape) - len(shape):]) != shape:
+        raise ShapeError(f"normalized shape {shape} is not the trailing shape of {tuple(x.shape)}",
+                         where="op 'rms_norm'")
     axes = tuple(range(len(x.shape) - len(shape), len(x.shape)))
     eps = float(eps) if eps is not None else float(__import__("numpy").finfo(dt.to_numpy(x.dtype)).eps)
     y = mul(x, rsqrt(add(mean(mul(x, x), axes, keepdims=True), eps)))
@@ -324,8 +337,9 @@ def conv2d(x: Node, w: Node, b: Node | None = None, stride=1, padding=0, dilatio
     n, c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     if c != cg * groups or o % groups:
-        raise ShapeError(f"input channels {c} != weight channels {cg} x groups {groups} (or out channels "
-                         f"{o} not divisible by groups)", where="op 'conv2d'")
+        raise ShapeError(f"input {tuple(x.shape)} and weight {tuple(w.shape)} with groups={groups}: input channels "
+                         f"{c} != weight channels {cg} x groups (or out channels {o} not divisible by groups)",
+                         where="op 'conv2d'")
     cols = unfold(x, (kh, kw), stride, padding, dilation)               # [N, C*kh*kw, L]
     L = cols.shape[-1]
     from .opset import conv_out

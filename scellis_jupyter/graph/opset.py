@@ -54,9 +54,10 @@ def broadcast_shapes(op: str, *shapes) -> tuple:
     return tuple(out)
 
 
-def norm_axis(op: str, axis: int, ndim: int) -> int:
+def norm_axis(op: str, axis: int, ndim: int, shape=None) -> int:
     if not -max(ndim, 1) <= axis < max(ndim, 1):
-        raise ShapeError(f"axis {axis} is out of range for a tensor of rank {ndim}", where=f"op '{op}'")
+        of = f" (shape {tuple(shape)})" if shape is not None else ""
+        raise ShapeError(f"axis {axis} is out of range for a tensor of rank {ndim}{of}", where=f"op '{op}'")
     return axis % max(ndim, 1)
 
 
@@ -99,7 +100,7 @@ for _b in BINARY + COMPARE:
 def _inf_where(inputs, attrs):
     c, a, b = inputs
     if c.dtype != "bool":
-        raise DTypeError(f"condition must be bool, got {c.dtype}", where="op 'where'")
+        raise DTypeError(f"condition must be bool, got {_fmt(inputs[:1])}", where="op 'where'")
     if a.dtype != b.dtype:
         raise DTypeError(f"branches differ in dtype: {_fmt(inputs[1:])}", where="op 'where'")
     return broadcast_shapes("where", c.shape, a.shape, b.shape), a.dtype
@@ -143,7 +144,8 @@ def _red_axes(op, x, attrs):
     nd = len(x.shape)
     if axes is None:
         return tuple(range(nd))
-    return tuple(sorted({norm_axis(op, a, nd) for a in axes}))
+    axes = {norm_axis(op, a, nd, x.shape) for a in axes}
+    return tuple(sorted(axes)) if nd else ()  # a 0-d tensor's axis 0 / -1 is the tensor itself (torch)
 
 
 for _r in ("reduce_sum", "reduce_max"):
@@ -170,7 +172,11 @@ def _inf_matmul(inputs, attrs):
     if a.dtype != b.dtype:
         raise DTypeError(f"dtypes differ: {_fmt(inputs)}", where="op 'matmul'")
     _float_check("matmul", inputs)
-    batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+    try:
+        batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+    except ShapeError:
+        raise ShapeError(f"batch dimensions of {tuple(a.shape)} @ {tuple(b.shape)} cannot be broadcast",
+                         where="op 'matmul'") from None
     return batch + (a.shape[-2], b.shape[-1]), a.dtype
 
 
@@ -180,7 +186,8 @@ def _inf_reshape(inputs, attrs):
     shape = list(attrs["shape"])
     n = x.numel
     if shape.count(-1) > 1:
-        raise ShapeError(f"at most one -1 in reshape target {tuple(shape)}", where="op 'reshape'")
+        raise ShapeError(f"cannot reshape {tuple(x.shape)} to {tuple(shape)}: at most one -1 is allowed",
+                         where="op 'reshape'")
     if -1 in shape:
         rest = 1
         for s in shape:
@@ -192,7 +199,8 @@ def _inf_reshape(inputs, attrs):
     total = 1
     for s in shape:
         if s < 0:
-            raise ShapeError(f"negative size in reshape target {tuple(shape)}", where="op 'reshape'")
+            raise ShapeError(f"cannot reshape {tuple(x.shape)} to {tuple(shape)}: negative size",
+                             where="op 'reshape'")
         total *= s
     if total != n:
         raise ShapeError(f"cannot reshape {tuple(x.shape)} ({n} elements) to {tuple(shape)} "
@@ -204,7 +212,7 @@ def _inf_reshape(inputs, attrs):
 @register("permute")
 def _inf_permute(inputs, attrs):
     (x,) = inputs
-    perm = tuple(norm_axis("permute", p, len(x.shape)) for p in attrs["perm"])
+    perm = tuple(norm_axis("permute", p, len(x.shape), x.shape) for p in attrs["perm"])
     if sorted(perm) != list(range(len(x.shape))):
         raise ShapeError(f"{attrs['perm']} is not a permutation of the axes of {tuple(x.shape)}",
                          where="op 'permute'")
@@ -244,7 +252,7 @@ def _inf_concat(inputs, attrs):
     if not inputs:
         raise ShapeError("needs at least one tensor", where="op 'concat'")
     nd = len(inputs[0].shape)
-    ax = norm_axis("concat", attrs["axis"], nd)
+    ax = norm_axis("concat", attrs["axis"], nd, inputs[0].shape)
     attrs["axis"] = ax
     for i in inputs:
         if len(i.shape) != nd or any(i.shape[k] != inputs[0].shape[k] for k in range(nd) if k != ax):
@@ -260,7 +268,7 @@ def _inf_concat(inputs, attrs):
 def _inf_gather(inputs, attrs):
     """torch.gather semantics: out[i][j] = x[idx[i][j]][j] along attrs['axis']."""
     x, idx = inputs
-    ax = norm_axis("gather", attrs["axis"], len(x.shape))
+    ax = norm_axis("gather", attrs["axis"], len(x.shape), x.shape)
     attrs["axis"] = ax
     if idx.dtype != "i32":
         raise DTypeError(f"index must be i32, got {idx.dtype}", where="op 'gather'")
@@ -274,7 +282,7 @@ def _inf_gather(inputs, attrs):
 def _inf_scatter_add(inputs, attrs):
     """torch.scatter_add semantics: out = base; out[idx[i][j]][j] += src[i][j] along attrs['axis']."""
     base, idx, src = inputs
-    ax = norm_axis("scatter_add", attrs["axis"], len(base.shape))
+    ax = norm_axis("scatter_add", attrs["axis"], len(base.shape), base.shape)
     attrs["axis"] = ax
     if idx.dtype != "i32":
         raise DTypeError(f"index must be i32, got {idx.dtype}", where="op 'scatter_add'")
@@ -290,7 +298,7 @@ for _s in ("softmax", "log_softmax"):
     def _inf_sm(inputs, attrs, _s=_s):
         (x,) = inputs
         _float_check(_s, inputs)
-        attrs["axis"] = norm_axis(_s, attrs.get("axis", -1), len(x.shape))
+        attrs["axis"] = norm_axis(_s, attrs.get("axis", -1), len(x.shape), x.shape)
         return tuple(x.shape), x.dtype
     register(_s)(_inf_sm)
 

@@ -1,178 +1,296 @@
-"""Memory-efficient attention on wgpu (baseline): one thread per query row (forward; dq) or key row (dk, dv).
+"""Flash attention on wgpu: forward (out, lse) and backward (dq, dk, dv) without any Lq x Lk buffer.
 
-Why this shape: online softmax over keys with the log-sum-exp saved, and backward recomputing
-probabilities from q, k and lse, so no Lq x Lk matrix is ever allocated; deterministic fixed order,
-no atomics. The tiled flash kernels (workgroup-shared key blocks) are the speed work still to come.
+Why this shape: the score matrix is what makes naive attention run out of memory and out of binding
+size on long sequences, so every kernel recomputes scores blockwise from q, k (and lse in the
+backward) with key/query blocks staged in workgroup memory. Leading dims are flattened into
+heads (BH). A chunk of heads (or of query rows of one head) is dispatched per launch so every binding
+fits `binding_limit`; k and v of one head must fit. The backward is three deterministic kernels in
+fixed order, no atomics: stats (lse, delta) into the dq region, then dk/dv (per key block, loop over
+query blocks), then dq (per query block, loop over key blocks) which overwrites the stats.
 """
 from __future__ import annotations
 
 import math
+import re
 import struct
 
+import numpy as np
+
+from .... import dtypes as dt
 from ....errors import KernelError
+from ....executor.executor import Storage
 from ....program.schedule import multi_offset
 from ..templates import WGSL_TYPE, enable_f16, render
 from . import launcher
-from .strided import broadcast_strides
+from .strided import broadcast_strides, collapse, contiguous_strides, window
 
-MAXD = 128
+BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
+MAX_HEAD = 256     # head sizes above this would need too much private memory per thread
+NEG_INF = 0xFF800000
+_SRC: dict = {}
 
-DOT = "fn dotqk(qa: u32, ka: u32) -> f32 { var s = 0.0; for (var d = 0u; d < p.a.w; d = d + 1u) { s = s + f32(q[qa + d]) * f32(k[ka + d]); } return s; }"
+
+def _blk(be, per_row_floats: int) -> int:
+    lim = int(be.limits.get("max-compute-workgroup-storage-size", 16384))
+    for b in (32, 16, 8, 4, 2, 1):
+        if b * max(per_row_floats, 1) * 4 <= lim:
+            return b
+    raise KernelError(f"head sizes need {per_row_floats * 4} bytes of workgroup memory per row, over {lim}",
+                      where="op 'attention'")
 
 
-def _dims(q, k, v):
+class _Mask:
+    """Broadcast strides of the bool mask over (heads, Lq, Lk); heads as a collapsed batch box (rank <= 4)."""
+
+    def __init__(self, m: Storage, batch: tuple, lq: int, lk: int):
+        full = tuple(batch) + (lq, lk)
+        st = broadcast_strides(m.shape, full)
+        self.sq, self.sk = st[-2], st[-1]
+        bst = st[:len(batch)]
+        cshape, (_, cst) = collapse(tuple(batch), [contiguous_strides(batch), bst]) if batch else ((1,), [(0,), (0,)])
+        if len(cshape) > 4:
+            raise KernelError(f"the mask broadcasts over {len(cshape)} separate batch dims (at most 4)",
+                              where="op 'attention'", hint="expand the mask to the full batch shape")
+        self.shape, self.strides, self.m, self.lk = tuple(cshape), tuple(cst), m, lk
+        bh = math.prod(batch) if batch else 1
+        coords = np.unravel_index(np.arange(bh, dtype=np.int64), self.shape)
+        self.base = sum(c * s for c, s in zip(coords, self.strides)).astype(np.int64)
+
+    def footprint(self, b0, b1, r0, r1) -> tuple[int, int]:
+        bs = self.base[b0:b1]
+        lo = int(bs.min()) + r0 * self.sq
+        hi = int(bs.max()) + (r1 - 1) * self.sq + (self.lk - 1) * self.sk
+        return lo, hi
+
+    def params(self, woff: int, lo: int) -> tuple:
+        shp = list(self.shape) + [1] * (4 - len(self.shape))
+        st = list(self.strides) + [0] * (4 - len(self.strides))
+        return (woff - lo) % (1 << 32), self.sq, self.sk, len(self.shape), shp, st
+
+
+def _plan(be, bh, lq, row_bytes, head_bytes, mask, blk):
+    """Chunks (b0, b1, r0, r1) over heads x query rows so every binding of every kernel fits."""
+    lim, a = be.binding_limit, be.offset_align
+
+    def fits(b0, b1, r0, r1):
+        nb, nr = b1 - b0, r1 - r0
+        if any(nb * nr * rb + a > lim for rb in row_bytes):
+            return False
+        if any(nb * hb + a > lim for hb in head_bytes):
+            return False
+        if mask is not None:
+            lo, hi = mask.footprint(b0, b1, r0, r1)
+            if (hi - lo + 1) * 4 + a > lim:
+                return False
+        return True
+
+    nb = bh
+    while nb >= 1:
+        chunks = [(b, min(b + nb, bh), 0, lq) for b in range(0, bh, nb)]
+        if all(fits(*c) for c in chunks):
+            return chunks
+        if nb == 1:
+            break
+        nb = (nb + 1) // 2
+    if any(hb + a > lim for hb in head_bytes):
+        raise KernelError(f"k/v of one head ({max(head_bytes)} bytes) exceed the binding limit {lim}",
+                          where="op 'attention'", hint="shorten the key sequence or split heads")
+    nr = -(-((lq + 1) // 2) // blk) * blk
+    while nr >= blk:
+        chunks = [(b, b + 1, r, min(r + nr, lq)) for b in range(bh) for r in range(0, lq, nr)]
+        if all(fits(*c) for c in chunks):
+            return chunks
+        if nr == blk:
+            break
+        nr = max(blk, -(-(nr // 2) // blk) * blk)
+    raise KernelError(f"{blk} query rows of one head do not fit the binding limit {lim}", where="op 'attention'")
+
+
+def _rows(s: Storage, isz, re, L, b0, b1, r0, r1, align):
+    """Window over rows r0..r1 of heads b0..b1 of a [BH, L, re] tensor; rows must be full if b1 - b0 > 1."""
+    if b1 <= b0 or r1 <= r0 or re == 0:
+        return Storage(s.backend, s.buffer, s.offset, s.shape, s.dtype, 0), 0
+    lo = (b0 * L + r0) * re
+    hi = ((b1 - 1) * L + r1) * re - 1
+    return window(s, 0, lo, hi, isz, align)
+
+
+def _render(name: str, section: str | None, subs: dict) -> tuple[str, str]:
+    key = f"{name}:{section}:" + ":".join(f"{k}={v}" for k, v in sorted(subs.items()))
+    src = _SRC.get(key)
+    if src is None:
+        full = render(name, **subs)
+        if section is not None:
+            parts = re.split(r"^//=== ", full, flags=re.M)
+            body = [p for p in parts[1:] if p.split("\n", 1)[0].strip() == section]
+            full = parts[0] + body[0].split("\n", 1)[1]
+        _SRC[key] = src = full
+    return key, src
+
+
+def _common(v, ins):
+    q, k, val = ins[:3]
+    batch = tuple(q.shape[:-2])
     lq, d = q.shape[-2], q.shape[-1]
-    lk, dv = k.shape[-2], v.shape[-1]
-    bh = math.prod(q.shape[:-2])
-    if d > MAXD or dv > MAXD:
-        raise KernelError(f"head sizes up to {MAXD} are supported on wgpu, got {d} and {dv}", where="op 'attention'")
-    return bh, lq, lk, d, dv
+    lk, dv = k.shape[-2], val.shape[-1]
+    if d > MAX_HEAD or dv > MAX_HEAD:
+        raise KernelError(f"head sizes {d}/{dv} exceed {MAX_HEAD} on wgpu", where="op 'attention'")
+    t = q.dtype
+    for s in ins[:3]:
+        if s.dtype != t:
+            raise KernelError(f"q, k, v must share a dtype, got {q.dtype}/{k.dtype}/{val.dtype}",
+                              where="op 'attention'")
+    bh = math.prod(batch) if batch else 1
+    return batch, bh, lq, lk, d, dv, t
 
 
-def _mask_strides(mask, q, lk):
-    if mask is None:
-        return (0, 0, 0), 0
-    full = tuple(q.shape[:-1]) + (lk,)
-    st = broadcast_strides(mask.shape, full)
-    lead = st[:-2]
-    lq = q.shape[-2]
-    if all(s == 0 for s in lead):
-        b = 0
-    elif list(lead) == list(broadcast_strides(full[:-2], full[:-2])) and all(s != 0 for s in lead):
-        b = lq * lk if st[-2] else lk
-    else:
-        raise KernelError("this mask broadcast over batch dims is not supported on wgpu", where="op 'attention'",
-                          hint="expand the mask to the full batch shape first")
-    return (b, st[-2], st[-1]), 1
-
-
-def _params(bh, lq, lk, d, dv, scale, causal, mst, has_mask):
-    # WGSL layout: a @0, b @16, scale @32, ms (vec3, 16-aligned) @48, _x @64; 80 bytes
-    return struct.pack("<8I f 3I 3I I 4I", bh, lq, lk, d, dv, int(causal), has_mask, 0, scale, 0, 0, 0, *mst, 0,
-                       0, 0, 0, 0)
-
-
-def _allowed():
-    return ("(p.b.y == 0u || j <= i + p.a.z - p.a.y) && (p.b.z == 0u || "
-            "mk[bh * p.ms.x + i * p.ms.y + j * p.ms.z] != 0u)")
-
-
-def _src(body, decls, dtypes):
-    # Params layout: a = (bh, lq, lk, d), b = (dv, causal, has_mask, 0), then scale and mask strides
-    text = render("attention", ENABLE=enable_f16(*dtypes), BINDINGS="\n".join(decls), BODY=body, DOT=DOT)
-    return text
-
-
-def _decl(names_types):
-    return [f"@group(0) @binding({i + 1}) var<storage, read_write> {n}: array<{t}>;" for i, (n, t) in enumerate(names_types)]
+def _mask_subs(has_mask: bool, binding: int) -> dict:
+    decl = f"@group(0) @binding({binding}) var<storage, read_write> msk: array<u32>;" if has_mask else ""
+    test = "if (ok) { ok = msk[mb + i * p.msq + j * p.msk] != 0u; }" if has_mask else ""
+    return decl, test
 
 
 @launcher("attention")
 def _attention(be, v, ins, out):
+    batch, bh, lq, lk, d, dv, t = _common(v, ins)
     q, k, val = ins[:3]
-    mask = ins[3] if len(ins) == 4 else None
-    bh, lq, lk, d, dv = _dims(q, k, val)
-    mst, hm = _mask_strides(mask, q, lk)
-    o = out.sub(0, out.shape[0], out.dtype[0], math.prod(out.shape[0]) * (2 if out.dtype[0] == "f16" else 4))
-    lse = out.sub(multi_offset(out.shape, out.dtype, 1), out.shape[1], out.dtype[1], math.prod(out.shape[1]) * 4)
-    t = WGSL_TYPE[q.dtype]
-    mk = mask if mask is not None else lse
-    decls = _decl([("o", t), ("lse", "f32"), ("q", t), ("k", t), ("vv", t), ("mk", "u32")])
-    body = f"""
-  if (idx >= p.a.x * p.a.y) {{ return; }}
-  let bh = idx / p.a.y; let i = idx % p.a.y;
-  var m = bitcast<f32>(0xff800000u); var s = 0.0;
-  var acc: array<f32, {MAXD}>;
-  for (var e = 0u; e < p.b.x; e = e + 1u) {{ acc[e] = 0.0; }}
-  let qa = (bh * p.a.y + i) * p.a.w;
-  for (var j = 0u; j < p.a.z; j = j + 1u) {{
-    if (!({_allowed()})) {{ continue; }}
-    let sc = dotqk(qa, (bh * p.a.z + j) * p.a.w) * p.scale;
-    let mn = max(m, sc);
-    let corr = exp(m - mn);
-    let w = exp(sc - mn);
-    s = s * corr + w;
-    let va = (bh * p.a.z + j) * p.b.x;
-    for (var e = 0u; e < p.b.x; e = e + 1u) {{ acc[e] = acc[e] * corr + w * f32(vv[va + e]); }}
-    m = mn;
-  }}
-  let oa = (bh * p.a.y + i) * p.b.x;
-  for (var e = 0u; e < p.b.x; e = e + 1u) {{ o[oa + e] = {t}(select(acc[e] / s, 0.0, s == 0.0)); }}
-  lse[bh * p.a.y + i] = select(m + log(s), bitcast<f32>(0xff800000u), s == 0.0);"""
-    src = _src(_wrap(body), decls, [q.dtype])
-    be.launch(f"attention-fwd:{q.dtype}", src, [o, lse, q, k, val, mk],
-              _params(bh, lq, lk, d, dv, v.attrs["scale"], v.attrs["causal"], mst, hm), (bh * lq + 63) // 64)
+    causal = bool(v.attrs["causal"])
+    mask = _Mask(ins[3], batch, lq, lk) if len(ins) == 4 else None
+    (oshape, lshape), (odt, ldt) = v.shape, v.dtype
+    o = out.sub(0, oshape, odt, dt.nbytes(oshape, odt))
+    lse = out.sub(multi_offset(v.shape, v.dtype, 1), lshape, ldt, dt.nbytes(lshape, ldt))
+    if bh == 0 or lq == 0:
+        return
+    isz = dt.ITEMSIZE[t]
+    bk = _blk(be, d + dv)
+    decl, test = _mask_subs(mask is not None, 6)
+    key, src = _render("attention_fwd", None, dict(
+        ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, BQ=BQ, BK=bk, CAUSAL=str(causal).lower(),
+        HAS_MASK=str(mask is not None).lower(), MASK_DECL=decl, MASK_TEST=test,
+        KS=max(bk * d, 1), VS=max(bk * dv, 1)))
+    al = be.offset_align
+    chunks = _plan(be, bh, lq, [d * isz, dv * isz, 4], [lk * d * isz, lk * dv * isz], mask, BQ)
+    for b0, b1, r0, r1 in chunks:
+        nb, nr = b1 - b0, r1 - r0
+        wq, qo = _rows(q, isz, d, lq, b0, b1, r0, r1, al)
+        wk, ko = _rows(k, isz, d, lk, b0, b1, 0, lk, al)
+        wv, vo = _rows(val, isz, dv, lk, b0, b1, 0, lk, al)
+        wo, oo = _rows(o, isz, dv, lq, b0, b1, r0, r1, al)
+        wl, lo_ = _rows(lse, 4, 1, lq, b0, b1, r0, r1, al)
+        storages = [wq, wk, wv, wo, wl]
+        mparams = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
+        if mask is not None:
+            mlo, mhi = mask.footprint(b0, b1, r0, r1)
+            wm, mo = window(mask.m, 0, mlo, mhi, 4, al)
+            storages.append(wm)
+            mparams = mask.params(mo, mlo)
+        moff, msq, msk, mrank, mshape, mstride = mparams
+        nqb = -(-nr // BQ)
+        params = struct.pack("<IIIIIIiIfIIIIIIIIIII4I4I", nb, lq, lk, nr, r0, nqb, lk - lq, NEG_INF,
+                             float(v.attrs["scale"]), qo, ko, vo, oo, lo_, moff, b0, msq, msk, mrank, 0,
+                             *mshape, *mstride)
+        be.launch(key, src, storages, params, nb * nqb)
 
 
-# NOT registered: at L=1100 (causal) dk is wrong for the first ~170 key rows while dq/dv match; until that is
-# found, attention_bwd raises "no wgpu kernel" on wgpu instead of returning a wrong gradient.
-def attention_bwd_unverified(be, v, ins, out):
-    q, k, val, o, lse, do = ins[:6]
-    mask = ins[6] if len(ins) == 7 else None
-    bh, lq, lk, d, dv = _dims(q, k, val)
-    mst, hm = _mask_strides(mask, q, lk)
-    isz = 2 if q.dtype == "f16" else 4
-    parts = [out.sub(multi_offset(out.shape, out.dtype, n), out.shape[n], out.dtype[n],
-                     math.prod(out.shape[n]) * isz) for n in range(3)]
-    dq, dk, dvv = parts
-    t = WGSL_TYPE[q.dtype]
-    mk = mask if mask is not None else lse
-    params = _params(bh, lq, lk, d, dv, v.attrs["scale"], v.attrs["causal"], mst, hm)
-    delta = """fn delta(bh: u32, i: u32) -> f32 { var s = 0.0; let a = (bh * p.a.y + i) * p.b.x;
-  for (var e = 0u; e < p.b.x; e = e + 1u) { s = s + f32(dout[a + e]) * f32(o[a + e]); } return s; }"""
-    prob = f"exp(dotqk((bh * p.a.y + i) * p.a.w, (bh * p.a.z + j) * p.a.w) * p.scale - lse[bh * p.a.y + i])"
-    dpv = "var dp = 0.0; for (var e = 0u; e < p.b.x; e = e + 1u) { dp = dp + f32(dout[(bh * p.a.y + i) * p.b.x + e]) * f32(vv[(bh * p.a.z + j) * p.b.x + e]); }"
-    # dq: one thread per query row
-    body = f"""
-  if (idx >= p.a.x * p.a.y) {{ return; }}
-  let bh = idx / p.a.y; let i = idx % p.a.y;
-  var acc: array<f32, {MAXD}>;
-  for (var e = 0u; e < p.a.w; e = e + 1u) {{ acc[e] = 0.0; }}
-  let dl = delta(bh, i);
-  for (var j = 0u; j < p.a.z; j = j + 1u) {{
-    if (!({_allowed()})) {{ continue; }}
-    let pr = {prob};
-    {dpv}
-    let ds = pr * (dp - dl) * p.scale;
-    for (var e = 0u; e < p.a.w; e = e + 1u) {{ acc[e] = acc[e] + ds * f32(k[(bh * p.a.z + j) * p.a.w + e]); }}
-  }}
-  for (var e = 0u; e < p.a.w; e = e + 1u) {{ g[(bh * p.a.y + i) * p.a.w + e] = {t}(acc[e]); }}"""
-    decls = _decl([("g", t), ("q", t), ("k", t), ("vv", t), ("o", t), ("lse", "f32"), ("dout", t), ("mk", "u32")])
-    be.launch(f"attention-dq:{q.dtype}", _src(delta + "\n" + _wrap(body), decls, [q.dtype]),
-              [dq, q, k, val, o, lse, do, mk], params, (bh * lq + 63) // 64)
-    # dk: one thread per key row
-    body = f"""
-  if (idx >= p.a.x * p.a.z) {{ return; }}
-  let bh = idx / p.a.z; let j = idx % p.a.z;
-  var acc: array<f32, {MAXD}>;
-  for (var e = 0u; e < p.a.w; e = e + 1u) {{ acc[e] = 0.0; }}
-  for (var i = 0u; i < p.a.y; i = i + 1u) {{
-    if (!({_allowed()})) {{ continue; }}
-    let pr = {prob};
-    {dpv}
-    let ds = pr * (dp - delta(bh, i)) * p.scale;
-    for (var e = 0u; e < p.a.w; e = e + 1u) {{ acc[e] = acc[e] + ds * f32(q[(bh * p.a.y + i) * p.a.w + e]); }}
-  }}
-  for (var e = 0u; e < p.a.w; e = e + 1u) {{ g[(bh * p.a.z + j) * p.a.w + e] = {t}(acc[e]); }}"""
-    be.launch(f"attention-dk:{q.dtype}", _src(delta + "\n" + _wrap(body), decls, [q.dtype]),
-              [dk, q, k, val, o, lse, do, mk], params, (bh * lk + 63) // 64)
-    # dv: one thread per key row
-    body = f"""
-  if (idx >= p.a.x * p.a.z) {{ return; }}
-  let bh = idx / p.a.z; let j = idx % p.a.z;
-  var acc: array<f32, {MAXD}>;
-  for (var e = 0u; e < p.b.x; e = e + 1u) {{ acc[e] = 0.0; }}
-  for (var i = 0u; i < p.a.y; i = i + 1u) {{
-    if (!({_allowed()})) {{ continue; }}
-    let pr = {prob};
-    for (var e = 0u; e < p.b.x; e = e + 1u) {{ acc[e] = acc[e] + pr * f32(dout[(bh * p.a.y + i) * p.b.x + e]); }}
-  }}
-  for (var e = 0u; e < p.b.x; e = e + 1u) {{ g[(bh * p.a.z + j) * p.b.x + e] = {t}(acc[e]); }}"""
-    decls = _decl([("g", t), ("q", t), ("k", t), ("lse", "f32"), ("dout", t), ("mk", "u32")])
-    be.launch(f"attention-dv:{q.dtype}", _src(_wrap(body), decls, [q.dtype]),
-              [dvv, q, k, lse, do, mk], params, (bh * lk + 63) // 64)
+def _stats_storage(be, dq: Storage, n: int) -> Storage:
+    """f32 (lse, delta) pairs for n query rows: inside the dq region when it is big enough, else a
+    scratch buffer kept on the backend (only for head sizes under 8 bytes per row)."""
+    need = n * 8
+    if dq.nbytes >= need:
+        return dq.sub(0, (n, 2), "f32", need)
+    s = getattr(be, "_attention_scratch", None)
+    if s is None or s.nbytes < need:
+        s = Storage(be, be._buffer(need), 0, (n, 2), "f32", need)
+        be._attention_scratch = s
+    return Storage(be, s.buffer, 0, (n, 2), "f32", need)
 
 
-def _wrap(body):
-    return "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, " \
-           "@builtin(num_workgroups) nwg: vec3<u32>) {\n  let idx = gid.x + gid.y * nwg.x * 64u;" + body + "\n}"
+@launcher("attention_bwd")
+def _attention_bwd(be, v, ins, out):
+    batch, bh, lq, lk, d, dv, t = _common(v, ins)
+    q, k, val, o, lse, dout = ins[:6]
+    causal = bool(v.attrs["causal"])
+    mask = _Mask(ins[6], batch, lq, lk) if len(ins) == 7 else None
+    shapes, dts = v.shape, v.dtype
+    g = [out.sub(multi_offset(shapes, dts, i), shapes[i], dts[i], dt.nbytes(shapes[i], dts[i])) for i in range(3)]
+    dq, dk, dvv = g
+    if bh == 0:
+        return
+    isz, gsz, osz = dt.ITEMSIZE[t], dt.ITEMSIZE[dout.dtype], dt.ITEMSIZE[o.dtype]
+    if o.dtype != t:
+        raise KernelError(f"attention out dtype {o.dtype} differs from q's {t}", where="op 'attention_bwd'")
+    from .elementwise import fill
+    if lq == 0:
+        if lk:
+            fill(be, dk, 0)
+            fill(be, dvv, 0)
+        return
+    stats = _stats_storage(be, dq, bh * lq)
+    bk_dq = _blk(be, d + dv)
+    bk_kv = _blk(be, d + dv + 2)
+    decl, test = _mask_subs(mask is not None, 8)
+    base = dict(ENABLE=enable_f16(t, dout.dtype), T=WGSL_TYPE[t], D=d, DV=dv, BQ=BQ,
+                CAUSAL=str(causal).lower(), HAS_MASK=str(mask is not None).lower(), MASK_DECL8=decl,
+                MASK_TEST=test)
+    # the dout binding's type: the same template placeholder T would be wrong if dout's dtype differs
+    if dout.dtype != t:
+        raise KernelError(f"attention gradient dtype {dout.dtype} differs from q's {t}", where="op 'attention_bwd'")
+    kst, sst = _render("attention_bwd", "stats", dict(base, BK=1, KS=1, VS=1, QS=1, DS=1, SS=1))
+    kdq, sdq = _render("attention_bwd", "dq", dict(base, BK=bk_dq, KS=max(bk_dq * d, 1), VS=max(bk_dq * dv, 1),
+                                                   QS=1, DS=1, SS=1))
+    kkv, skv = _render("attention_bwd", "dkdv", dict(base, BK=bk_kv, KS=1, VS=1, QS=max(bk_kv * d, 1),
+                                                     DS=max(bk_kv * dv, 1), SS=bk_kv * 2))
+    al = be.offset_align
+    chunks = _plan(be, bh, lq, [d * isz, dv * osz, 4, dv * gsz, d * isz, 8],
+                   [lk * d * isz, lk * dv * isz] * 2, mask, BQ)
+    scale = float(v.attrs["scale"])
+
+    def wins(b0, b1, r0, r1):
+        w = {}
+        w["q"] = _rows(q, isz, d, lq, b0, b1, r0, r1, al)
+        w["k"] = _rows(k, isz, d, lk, b0, b1, 0, lk, al)
+        w["v"] = _rows(val, isz, dv, lk, b0, b1, 0, lk, al)
+        w["o"] = _rows(o, osz, dv, lq, b0, b1, r0, r1, al)
+        w["lse"] = _rows(lse, 4, 1, lq, b0, b1, r0, r1, al)
+        w["dout"] = _rows(dout, gsz, dv, lq, b0, b1, r0, r1, al)
+        w["dq"] = _rows(dq, isz, d, lq, b0, b1, r0, r1, al)
+        w["dk"] = _rows(dk, isz, d, lk, b0, b1, 0, lk, al)
+        w["dv"] = _rows(dvv, isz, dv, lk, b0, b1, 0, lk, al)
+        w["st"] = _rows(stats, 4, 2, lq, b0, b1, r0, r1, al)
+        mp = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
+        if mask is not None:
+            mlo, mhi = mask.footprint(b0, b1, r0, r1)
+            wm, mo = window(mask.m, 0, mlo, mhi, 4, al)
+            w["m"] = (wm, 0)
+            mp = mask.params(mo, mlo)
+        return w, mp
+
+    def params(b0, b1, r0, r1, nblk, accum, w, mp, goff, g2off):
+        moff, msq, msk, mrank, mshape, mstride = mp
+        return struct.pack("<IIIIIIiIfIIIIIIIIIIIIIII4I4I", b1 - b0, lq, lk, r1 - r0, r0, nblk, lk - lq, accum,
+                           scale, w["q"][1], w["k"][1], w["v"][1], w["o"][1], w["lse"][1], w["dout"][1], goff,
+                           g2off, w["st"][1], moff, b0, msq, msk, mrank, 0, *mshape, *mstride)
+
+    ms = lambda w: [w["m"][0]] if mask is not None else []  # noqa: E731
+    plan = [(c, wins(*c)) for c in chunks]
+    # 1. stats for every chunk (before any dq is written over them)
+    for (b0, b1, r0, r1), (w, mp) in plan:
+        n = (b1 - b0) * (r1 - r0)
+        be.launch(kst, sst, [w["o"][0], w["lse"][0], w["dout"][0], w["st"][0]],
+                  params(b0, b1, r0, r1, 0, 0, w, mp, 0, 0), -(-n // 64))
+    # 2. dk, dv: chunks of one head over query rows accumulate in order
+    if lk:
+        seen: set = set()
+        nkb = -(-lk // BQ)
+        for (b0, b1, r0, r1), (w, mp) in plan:
+            accum = 1 if (b0, b1) in seen else 0
+            seen.add((b0, b1))
+            be.launch(kkv, skv, [w["q"][0], w["k"][0], w["v"][0], w["st"][0], w["dout"][0], w["dk"][0],
+                                 w["dv"][0]] + ms(w),
+                      params(b0, b1, r0, r1, nkb, accum, w, mp, w["dk"][1], w["dv"][1]), (b1 - b0) * nkb)
+    # 3. dq (overwrites the stats)
+    for (b0, b1, r0, r1), (w, mp) in plan:
+        nqb = -(-(r1 - r0) // BQ)
+        be.launch(kdq, sdq, [w["q"][0], w["k"][0], w["v"][0], w["o"][0], w["lse"][0], w["dout"][0],
+                             w["dq"][0]] + ms(w),
+                  params(b0, b1, r0, r1, nqb, 0, w, mp, w["dq"][1], 0), (b1 - b0) * nqb)
