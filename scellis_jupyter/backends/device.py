@@ -181,9 +181,9 @@ def device(name: str | None = None) -> Device:
     else:
         matches = [x for x in all_[:-1] if name == "wgpu" or name.lower() in x.name.lower()]
         if not matches:
-            names = ["wgpu", "reference"] + [x.name for x in all_[:-1]]
+            names = (["wgpu"] if len(all_) > 1 else []) + ["reference"] + [x.name for x in all_[:-1]]
             raise DeviceError(f"no device matches {name!r}", where="device selection",
-                              hint=(did_you_mean(name, names) or "") + f" available: {', '.join(names)}"
+                              hint=" ".join(filter(None, [did_you_mean(name, names), f"available: {', '.join(names)}"]))
                               + ("" if len(all_) > 1 else "; no wgpu adapter was found (install a Vulkan driver, "
                                  "e.g. Debian's mesa-vulkan-drivers)"))
         d = matches[0]

@@ -1,0 +1,163 @@
+"""Tiled WGSL matmul on wgpu (llvmpipe in CI) vs the numpy reference device and float64 numpy.
+
+Tolerances: f32 errors are bounded by rtol * sqrt(sum_k a_ik^2 b_kj^2) (the sqrt(K)-scaled magnitude of
+each dot product) with rtol = 1e-4; f16 compares against float64 products of the f16-rounded inputs
+with 1e-3 * |exact| (the f16 output rounding, 2^-11) plus 1e-3 of that magnitude (f32 accumulation).
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import scellis_jupyter as sc
+
+try:
+    WG = sc.device("wgpu")
+except sc.ScellisError:  # pragma: no cover
+    WG = None
+pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+REF = sc.device("reference")
+R = np.random.default_rng(7)
+
+F32_RTOL = 1e-4
+F16_RTOL = 1e-3
+
+
+def _exact(a, b):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return np.matmul(a64, b64), np.sqrt(np.matmul(a64 * a64, b64 * b64))
+
+
+def check(got, a, b, dtype="f32", against=None):
+    exact, mag = _exact(a, b)
+    assert got.shape == exact.shape
+    if dtype == "f32":
+        assert got.dtype == np.float32
+        tol = F32_RTOL * mag + 1e-30
+    else:
+        assert got.dtype == np.float16
+        tol = F16_RTOL * np.abs(exact) + F16_RTOL * mag + 1e-7
+    ref = exact if against is None else against.astype(np.float64)
+    err = np.abs(got.astype(np.float64) - ref)
+    assert np.all(err <= (tol if against is None else 2 * tol)), float((err / np.maximum(tol, 1e-30)).max())
+
+
+def mm(a, b, dev, dtype="f32"):
+    ta, tb = sc.tensor(a, device=dev), sc.tensor(b, device=dev)
+    if dtype == "f16":
+        ta, tb = ta.to("f16"), tb.to("f16")
+    return (ta @ tb).numpy()
+
+
+SHAPES = [((1, 1), (1, 1)), ((7, 13), (13, 5)), ((0, 3), (3, 4)), ((3, 0), (0, 4)), ((3, 4), (4, 0)),
+          ((129, 257), (257, 65)), ((2, 1, 5, 7), (3, 7, 4)), ((4, 31, 17), (17, 33)), ((5, 3), (2, 3, 6)),
+          ((2, 3, 1, 2, 5), (1, 3, 4, 5, 3)), ((2, 1, 3, 1, 2, 5), (1, 4, 1, 2, 5, 3)), ((13,), (13, 6)), ((6, 13), (13,)), ((64, 64), (64, 64))]
+
+
+@pytest.mark.parametrize("sa,sb", SHAPES, ids=[f"{a}@{b}" for a, b in SHAPES])
+def test_f32_matches_float64_and_reference(sa, sb):
+    a, b = R.standard_normal(sa).astype(np.float32), R.standard_normal(sb).astype(np.float32)
+    got = mm(a, b, WG)
+    check(got, a, b)
+    check(got, a, b, against=mm(a, b, REF))
+
+
+def test_k0_gives_zeros_and_empty_outputs():
+    got = mm(np.ones((3, 0), np.float32), np.ones((0, 4), np.float32), WG)
+    assert got.shape == (3, 4) and not got.any()
+    assert mm(np.ones((2, 0, 3), np.float32), np.ones((3, 5), np.float32), WG).shape == (2, 0, 5)
+    assert mm(np.ones((0, 2, 3), np.float32), np.ones((3, 5), np.float32), WG).shape == (0, 2, 5)
+
+
+F16_SHAPES = [((7, 13), (13, 5)), ((129, 257), (257, 65)), ((2, 1, 5, 7), (3, 7, 4)), ((3, 0), (0, 4)),
+              ((1, 1), (1, 1))]
+
+
+@pytest.mark.parametrize("sa,sb", F16_SHAPES, ids=[f"{a}@{b}" for a, b in F16_SHAPES])
+def test_f16_accumulates_in_f32(sa, sb):
+    if not WG.impl.has_f16:
+        pytest.skip("adapter lacks shader-f16")
+    a, b = R.standard_normal(sa).astype(np.float16), R.standard_normal(sb).astype(np.float16)
+    got = mm(a, b, WG, "f16")
+    check(got, a, b, "f16")
+    check(got, a, b, "f16", against=mm(a, b, REF, "f16"))
+
+
+@pytest.mark.parametrize("variant", ["big", "mid", "small"])
+def test_every_tile_variant_on_odd_shapes(variant, monkeypatch):
+    from scellis_jupyter.backends.wgpu.kernels import matmul as M
+    monkeypatch.setattr(M, "pick_variant", lambda m, n, b: variant)
+    for sa, sb in [((129, 257), (257, 65)), ((1, 1), (1, 1)), ((3, 130, 9), (9, 131)), ((2, 1, 5, 7), (3, 7, 4))]:
+        a, b = R.standard_normal(sa).astype(np.float32), R.standard_normal(sb).astype(np.float32)
+        check(mm(a, b, WG), a, b)
+        if WG.impl.has_f16:
+            a16, b16 = a.astype(np.float16), b.astype(np.float16)
+            check(mm(a16, b16, WG, "f16"), a16, b16, "f16")
+
+
+def test_batch_beyond_workgroup_limit_is_folded(monkeypatch):
+    # the z grid limit (65535) is lowered so that folding is exercised cheaply; the real one is slow
+    from scellis_jupyter.backends.wgpu.kernels import matmul as M
+    monkeypatch.setattr(M, "WG_MAX", 5)
+    for sa, sb in [((23, 2, 3), (3, 2)), ((4, 6, 2, 3), (6, 3, 2)), ((2, 3, 2, 2, 3), (3, 1, 3, 2))]:
+        a, b = R.standard_normal(sa).astype(np.float32), R.standard_normal(sb).astype(np.float32)
+        check(mm(a, b, WG), a, b)
+
+
+@pytest.mark.slow
+def test_batch_over_65535():
+    a, b = R.standard_normal((65537, 2, 3)).astype(np.float32), R.standard_normal((3, 2)).astype(np.float32)
+    check(mm(a, b, WG), a, b)
+
+
+def test_deterministic_reruns():
+    a, b = R.standard_normal((3, 70, 90)).astype(np.float32), R.standard_normal((90, 50)).astype(np.float32)
+    r1, r2 = mm(a, b, WG), mm(a, b, WG)
+    assert np.array_equal(r1, r2)
+
+
+# ---- splitting under a 4 MiB binding limit, in a subprocess (the limit is read at backend creation) ----
+SPLIT = r"""
+import sys
+import numpy as np, scellis_jupyter as sc
+wg = sc.device("wgpu")
+assert wg.impl.binding_limit == 4 * 2**20, wg.impl.binding_limit
+out = {}
+for name, a, b in CASES():
+    out[name] = (sc.tensor(a, device=wg) @ sc.tensor(b, device=wg)).numpy()
+out["dispatches"] = np.array(wg.impl.dispatches)
+np.savez(sys.argv[1], **out)
+"""
+
+CASES_SRC = r"""
+def CASES():
+    r = np.random.default_rng(3)
+    f = lambda *s: r.standard_normal(s).astype(np.float32)
+    yield "square", f(1536, 1536), f(1536, 1536)      # 9 MiB operands: M and K blocks
+    yield "wide", f(2, 1), f(1, 1_100_000)           # a 4.4 MiB row of B and C: N blocks
+    yield "batch", f(300, 64, 64), f(64, 64)          # 4.9 MiB of A: batch boxes, B broadcast
+    yield "tall", f(3000, 400), f(400, 50)           # 4.8 MiB of A: M blocks only
+"""
+
+
+def test_split_matches_unsplit_under_4mib_binding_limit(tmp_path):
+    script = tmp_path / "split.py"
+    script.write_text("import numpy as np\n" + CASES_SRC + SPLIT)
+    env = dict(os.environ, SCELLIS_MAX_BINDING_BYTES="4194304", SCELLIS_DEVICE="wgpu")
+    root = os.path.dirname(os.path.dirname(sc.__file__))   # the package under test, not another install
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, str(script), str(tmp_path / "split.npz")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    split = np.load(tmp_path / "split.npz")
+    assert int(split["dispatches"]) > 8            # really split
+    ns: dict = {"np": np}
+    exec(CASES_SRC, ns)
+    assert WG.impl.binding_limit >= 16 * 2**20     # the in-process device runs these unsplit
+    for name, a, b in ns["CASES"]():
+        got = split[name]
+        check(got, a, b)
+        whole = mm(a, b, WG)
+        check(got, a, b, against=whole)

@@ -1,0 +1,68 @@
+"""`scellis` CLI: device as JSON and readable, --version, ScellisError -> diagnostic on stderr + exit 2."""
+import json
+
+import scellis_jupyter as sc
+
+FIELDS = {"backend", "name", "adapter_type", "memory_bytes", "memory_source", "limits", "features", "choice"}
+
+
+def test_device_json_reference(run_python):
+    r = run_python(None, "device", "--json", module="scellis_jupyter.cli", SCELLIS_DEVICE="reference")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)                      # stdout is only the JSON; the banner goes to stderr
+    assert set(d) == FIELDS
+    assert (d["backend"], d["name"], d["adapter_type"]) == ("reference", "numpy", "reference")
+    assert d["memory_bytes"] > 0 and d["memory_source"] == "system-ram"
+    assert isinstance(d["limits"], dict) and d["features"] == []
+    assert "reference" in d["choice"]
+    assert "NOT a GPU" in r.stderr
+
+
+def test_device_readable(run_python):
+    r = run_python(None, "device", module="scellis_jupyter.cli", SCELLIS_DEVICE="reference",
+                   SCELLIS_DEVICE_MEMORY="1073741824")
+    assert r.returncode == 0, r.stderr
+    lines = dict(l.split(None, 1) for l in r.stdout.splitlines() if l and not l.startswith(" ") and " " in l)
+    assert lines["backend"] == "reference" and lines["memory_source"] == "declared"
+    assert lines["memory_bytes"].startswith("1073741824 (1.0 GiB)")
+    assert {"backend", "name", "adapter_type", "memory_bytes", "memory_source", "choice", "features"} <= set(lines)
+    assert "limits" in r.stdout
+
+
+def test_device_flag_overrides_env(run_python):
+    r = run_python(None, "device", "--json", "--device", "reference", module="scellis_jupyter.cli",
+                   SCELLIS_DEVICE="wgpux")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["backend"] == "reference"
+
+
+def test_unknown_device_exits_2_with_diagnostic(run_python):
+    r = run_python(None, "device", "--json", module="scellis_jupyter.cli", SCELLIS_DEVICE="wgpux")
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert "error[device]" in r.stderr and "'wgpux'" in r.stderr and "reference" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_declared_memory_exits_2(run_python):
+    r = run_python(None, "device", module="scellis_jupyter.cli", SCELLIS_DEVICE="reference",
+                   SCELLIS_DEVICE_MEMORY="lots")
+    assert r.returncode == 2 and "SCELLIS_DEVICE_MEMORY" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_version(run_python):
+    r = run_python(None, "--version", module="scellis_jupyter.cli")
+    assert r.returncode == 0 and r.stdout.strip() == f"scellis-jupyter {sc.__version__}"
+
+
+def test_no_command_is_a_usage_error(run_python):
+    r = run_python(None, module="scellis_jupyter.cli")
+    assert r.returncode == 2 and "usage: scellis" in r.stderr
+
+
+def test_in_process_main_returns_code(capsys, monkeypatch):
+    from scellis_jupyter import cli
+    monkeypatch.setenv("SCELLIS_DEVICE", "reference")
+    assert cli.main(["device", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["backend"] == "reference"
+    assert set(cli.COMMANDS) >= {"device"}

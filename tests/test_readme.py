@@ -1,0 +1,32 @@
+"""The README holds exactly two one-line set-up commands, and CI (.ci/run) runs the README's test command."""
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+SETUP = README.split("## Set-up", 1)[1].split("\n## ", 1)[0]
+
+
+def _blocks(text):
+    return re.findall(r"```bash\n(.*?)```", text, re.S)
+
+
+def test_exactly_two_single_line_commands():
+    blocks = _blocks(SETUP)
+    assert len(blocks) == 2
+    assert all(b.count("\n") == 1 and b.strip() for b in blocks)
+    quick, tests = (b.strip() for b in blocks)
+    assert "python -m scellis_jupyter.quickstart" in quick and quick.startswith("pip install")
+    assert "mesa-vulkan-drivers" in tests and "apt-get update" in tests and "sudo" in tests
+    assert "pip install -q -e '.[test]'" in tests and tests.endswith("python -m pytest -q")
+    assert ".ci/run" not in tests and "scripts/" not in tests          # CI calls the README, not the reverse
+
+
+def test_ci_runs_the_readme_test_command():
+    marked = README.split("<!-- test-command -->", 1)[1]
+    want = _blocks(marked)[0].strip()
+    got = subprocess.run(["bash", str(ROOT / ".ci/run"), "--print"], capture_output=True, text=True, check=True)
+    assert got.stdout.strip() == want
+    assert want == _blocks(SETUP)[1].strip()
+    assert "set -euo pipefail" in (ROOT / ".ci/run").read_text()
