@@ -22,7 +22,7 @@ import struct
 from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
 from . import launcher
-from .strided import contiguous_strides, footprint, window
+from .strided import box_chunks, contiguous_strides, footprint, window
 
 MAXR = 8
 NEG_INF = "bitcast<f32>(0xff800000u)"
@@ -55,30 +55,8 @@ def pack_words(words, n: int) -> bytes:
 
 
 def split_boxes(shape, operands, limit: int, align: int, order):
-    """Like strided.box_chunks, but halves dims in the priority given by `order(sizes) -> dim or None`."""
-    def fits(starts, sizes):
-        for base, st, isz in operands:
-            lo, hi = footprint(starts, sizes, st)
-            lo_b = ((base + lo) * isz) // align * align
-            if (base + hi + 1) * isz - lo_b > limit:
-                return False
-        return True
-
-    stack = [((0,) * len(shape), tuple(shape))]
-    while stack:
-        starts, sizes = stack.pop()
-        if fits(starts, sizes):
-            yield starts, sizes
-            continue
-        k = order(sizes)
-        if k is None:
-            raise KernelError("one element does not fit the binding limit", where="tensor splitting")
-        h = sizes[k] // 2
-        a = list(sizes); a[k] = h
-        b = list(sizes); b[k] = sizes[k] - h
-        sb = list(starts); sb[k] += h
-        stack.append((tuple(sb), tuple(b)))
-        stack.append((starts, tuple(a)))
+    """strided.box_chunks with a caller-given split priority `order(sizes) -> dim or None`."""
+    return box_chunks(shape, operands, limit, align, order)
 
 
 def kept_first(nkept: int):

@@ -49,10 +49,16 @@ def footprint(starts, sizes, strides) -> tuple[int, int]:
     return lo, hi
 
 
-def box_chunks(shape, operands, limit: int, align: int):
+def largest_dim(sizes):
+    """The default split rule: halve the largest dim (None when every dim is 1)."""
+    k = max(range(len(sizes)), key=lambda i: (sizes[i] > 1, sizes[i]))
+    return k if sizes[k] > 1 else None
+
+
+def box_chunks(shape, operands, limit: int, align: int, order=largest_dim):
     """Yield (starts, sizes) boxes covering `shape` so each operand's bytes fit in `limit`.
 
-    operands: list of (base_elem, strides, itemsize).
+    operands: list of (base_elem, strides, itemsize); `order(sizes)` picks the dim to halve next.
     """
     def fits(starts, sizes):
         for base, st, isz in operands:
@@ -68,8 +74,8 @@ def box_chunks(shape, operands, limit: int, align: int):
         if fits(starts, sizes):
             yield starts, sizes
             continue
-        k = max(range(len(sizes)), key=lambda i: (sizes[i] > 1, sizes[i]))
-        if sizes[k] <= 1:
+        k = order(sizes)
+        if k is None:
             raise KernelError("one element does not fit the binding limit", where="tensor splitting")
         h = sizes[k] // 2
         a = list(sizes); a[k] = h
