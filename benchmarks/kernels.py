@@ -1,6 +1,6 @@
 """Kernel benchmarks: scellis wgpu kernels next to PyTorch on the same machine; writes benchmarks/RESULTS.md.
 
-    python benchmarks/kernels.py                       # matmul f32/f16 at 1024..8192 on the best wgpu device
+    python benchmarks/kernels.py                       # every section on the best wgpu device
     python benchmarks/kernels.py --sizes 1024,2048 --dtypes f32
     python benchmarks/kernels.py --quick --no-write    # small sizes; runs on llvmpipe in well under a minute
 
@@ -9,9 +9,8 @@ warm-up, N executions are recorded into one pass and the clock stops when a sing
 returns (wall clock around queue completion). PyTorch runs on CUDA when available (TF32 off for the
 f32 reference: it is what an f32 matmul means) else on the CPU, timed the same way (synchronize).
 
-Sections are functions registered in SECTIONS: each takes (ctx, args) and returns rows (dicts) that
-`write_results` renders; attention fwd+bwd, softmax, layer_norm, elementwise and dispatch overhead
-slot in the same way (see `section`).
+Sections (SECTIONS): matmul, attention (fwd and fwd+bwd), softmax, layer_norm, elementwise, dispatch;
+each takes (ctx, args) and returns rows that `write_results` renders, one block per (section, device).
 """
 from __future__ import annotations
 
@@ -128,6 +127,33 @@ def torch_time(ctx: Ctx, fn, iters, warmup, budget_s):
 
 
 # ---- sections -----------------------------------------------------------------------------------------
+def row(op, dtype, shape, sec, work, unit, tsec=None, err=None, note="") -> dict:
+    """One table row; `work` is FLOPs (unit TFLOP/s), bytes (GB/s) or logical ops (us/op)."""
+    def rate(t):
+        if unit == "TFLOP/s":
+            return work / t / 1e12
+        if unit == "GB/s":
+            return work / t / 1e9
+        return t / work * 1e6          # us per op (dispatch benchmark): lower is better
+    r = {"op": op, "dtype": dtype, "shape": shape, "wgpu_ms": sec * 1e3, "wgpu_rate": rate(sec), "unit": unit,
+         "err": err, "note": note}
+    if tsec is not None:
+        r.update(torch_ms=tsec * 1e3, torch_rate=rate(tsec))
+    print(fmt_row(r), flush=True)
+    return r
+
+
+def _t(ctx, a, dtype=None):
+    torch = ctx.torch
+    x = torch.from_numpy(np.ascontiguousarray(a)).to(ctx.tdev)
+    return x.to(dtype) if dtype is not None else x
+
+
+def _relerr(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.abs(got - want).max() / (np.abs(want).max() + 1e-30)) if want.size else 0.0
+
+
 @section("matmul")
 def bench_matmul(ctx: Ctx, args) -> list[dict]:
     sc = ctx.sc
@@ -144,7 +170,6 @@ def bench_matmul(ctx: Ctx, args) -> list[dict]:
                 continue
             a = rng.standard_normal((n, n), dtype=np.float32)
             b = rng.standard_normal((n, n), dtype=np.float32)
-            flops = 2.0 * n ** 3
             ta, tb = sc.tensor(a, device=ctx.dev), sc.tensor(b, device=ctx.dev)
             if dtype == "f16":
                 ta, tb = ta.to("f16").realize(), tb.to("f16").realize()
@@ -154,45 +179,226 @@ def bench_matmul(ctx: Ctx, args) -> list[dict]:
             out = run.result()
             want = a.astype(np.float64)[:1] @ b.astype(np.float64) if dtype == "f32" else \
                 a.astype(np.float16).astype(np.float64)[:1] @ b.astype(np.float16).astype(np.float64)
-            err = float(np.abs(out[:1].astype(np.float64) - want).max() / (np.sqrt(n) + 1e-9))
+            err = _relerr(out[:1], want)
             sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
-            row = {"op": "matmul", "dtype": dtype, "shape": f"{n}x{n}x{n}", "wgpu_ms": sec * 1e3,
-                   "wgpu_tflops": flops / sec / 1e12, "err": err}
+            tsec = None
             if ctx.torch is not None and not (ctx.tdev == "cpu" and dtype == "f16" and n > 2048):
                 torch = ctx.torch
                 tdt = torch.float16 if dtype == "f16" else torch.float32
-                xa = torch.from_numpy(a).to(ctx.tdev, tdt)
-                xb = torch.from_numpy(b).to(ctx.tdev, tdt)
+                xa, xb = _t(ctx, a, tdt), _t(ctx, b, tdt)
                 tsec = torch_time(ctx, lambda: torch.matmul(xa, xb), args.iters, args.warmup, args.budget)
-                row.update(torch_ms=tsec * 1e3, torch_tflops=flops / tsec / 1e12)
-            rows.append(row)
-            print(fmt_row(row), flush=True)
+            rows.append(row("matmul", dtype, f"{n}x{n}x{n}", sec, 2.0 * n ** 3, "TFLOP/s", tsec, err))
+    return rows
+
+
+def _attn_shapes(args):
+    if args.quick:
+        return [(1, 2, 128, 32), (1, 2, 256, 64)]
+    return [(4, 16, 1024, 64), (2, 16, 4096, 64), (1, 8, 8192, 64)]
+
+
+@section("attention")
+def bench_attention(ctx: Ctx, args) -> list[dict]:
+    """Forward, and forward+backward (dq, dk, dv for an upstream gradient), f32, non-causal."""
+    from scellis_jupyter.graph import functional as F
+    from scellis_jupyter.graph.autodiff import grad
+    sc = ctx.sc
+    rows = []
+    rng = np.random.default_rng(1)
+    for (b, h, l, d) in _attn_shapes(args):
+        q, k, v, g = (rng.standard_normal((b, h, l, d), dtype=np.float32) for _ in range(4))
+        tq, tk, tv, tg = (sc.tensor(x, device=ctx.dev) for x in (q, k, v, g))
+        out = F.attention(tq.node, tk.node, tv.node)
+        shape = f"B{b} H{h} L{l} D{d}"
+        flops_f = 4.0 * b * h * l * l * d
+        run, sync = wgpu_program(ctx, [sc.Tensor(out, ctx.dev)])
+        run()
+        got = run.result()
+        tsec = terr = None
+        if ctx.torch is not None:
+            torch = ctx.torch
+            xq, xk, xv, xg = (_t(ctx, x) for x in (q, k, v, g))
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+            terr = _relerr(got[:, :, :64], sdpa(xq, xk, xv)[:, :, :64].cpu().numpy())
+            tsec = torch_time(ctx, lambda: sdpa(xq, xk, xv), args.iters, args.warmup, args.budget)
+        sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
+        rows.append(row("attention fwd", "f32", shape, sec, flops_f, "TFLOP/s", tsec, terr))
+        # forward + backward: the Program computes out and the three gradients
+        gq, gk, gv = grad([out], [tq.node, tk.node, tv.node], [tg.node])
+        run, sync = wgpu_program(ctx, [sc.Tensor(n, ctx.dev) for n in (gq, gk, gv, out)])
+        run()
+        got = run.result()       # dq
+        tsec = terr = None
+        if ctx.torch is not None:
+            torch = ctx.torch
+            xq, xk, xv = (_t(ctx, x).requires_grad_(True) for x in (q, k, v))
+            xg = _t(ctx, g)
+
+            def fb():
+                o = sdpa(xq, xk, xv)
+                return torch.autograd.grad(o, (xq, xk, xv), xg)
+            terr = _relerr(got[:, :, :64], fb()[0][:, :, :64].cpu().numpy())
+            sync_t = (lambda: torch.cuda.synchronize()) if ctx.tdev == "cuda" else (lambda: None)
+            tsec = time_loop(fb, sync_t, args.iters, args.warmup, args.budget)
+        sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
+        rows.append(row("attention fwd+bwd", "f32", shape, sec, 3.5 * flops_f, "TFLOP/s", tsec, terr,
+                        note="FLOPs counted 14*B*H*L^2*D (fwd 4, bwd 10)"))
+    return rows
+
+
+def _row_shapes(args):
+    return [(256, 512), (1024, 1024)] if args.quick else [(8192, 1024), (4096, 4096), (65536, 256)]
+
+
+@section("softmax")
+def bench_softmax(ctx: Ctx, args) -> list[dict]:
+    """Row softmax; GB/s counts one read and one write of the tensor."""
+    from scellis_jupyter.graph import functional as F
+    sc = ctx.sc
+    rows = []
+    rng = np.random.default_rng(2)
+    for (r, c) in _row_shapes(args):
+        x = rng.standard_normal((r, c), dtype=np.float32)
+        tx = sc.tensor(x, device=ctx.dev)
+        run, sync = wgpu_program(ctx, [sc.Tensor(F.softmax(tx.node, -1), ctx.dev)])
+        run()
+        got = run.result()
+        tsec = terr = None
+        if ctx.torch is not None:
+            xt = _t(ctx, x)
+            terr = _relerr(got, ctx.torch.softmax(xt, -1).cpu().numpy())
+            tsec = torch_time(ctx, lambda: ctx.torch.softmax(xt, -1), args.iters, args.warmup, args.budget)
+        sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
+        rows.append(row("softmax", "f32", f"{r}x{c}", sec, 2.0 * x.nbytes, "GB/s", tsec, terr))
+    return rows
+
+
+@section("layer_norm")
+def bench_layer_norm(ctx: Ctx, args) -> list[dict]:
+    """layer_norm over the last axis with weight and bias (a composite: mean, var, scale, shift)."""
+    from scellis_jupyter.graph import functional as F
+    sc = ctx.sc
+    rows = []
+    rng = np.random.default_rng(3)
+    for (r, c) in _row_shapes(args):
+        x = rng.standard_normal((r, c), dtype=np.float32)
+        w = rng.standard_normal(c, dtype=np.float32)
+        bb = rng.standard_normal(c, dtype=np.float32)
+        tx, tw, tb = (sc.tensor(a, device=ctx.dev) for a in (x, w, bb))
+        run, sync = wgpu_program(ctx, [sc.Tensor(F.layer_norm(tx.node, c, tw.node, tb.node), ctx.dev)])
+        run()
+        got = run.result()
+        tsec = terr = None
+        if ctx.torch is not None:
+            ln = ctx.torch.nn.functional.layer_norm
+            xt, wt, bt = _t(ctx, x), _t(ctx, w), _t(ctx, bb)
+            terr = _relerr(got, ln(xt, (c,), wt, bt).cpu().numpy())
+            tsec = torch_time(ctx, lambda: ln(xt, (c,), wt, bt), args.iters, args.warmup, args.budget)
+        sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
+        rows.append(row("layer_norm", "f32", f"{r}x{c}", sec, 2.0 * x.nbytes, "GB/s", tsec, terr))
+    return rows
+
+
+@section("elementwise")
+def bench_elementwise(ctx: Ctx, args) -> list[dict]:
+    """a + b, and the chain gelu(a * b + c); GB/s counts the logical inputs and the output once."""
+    from scellis_jupyter.graph import functional as F
+    sc = ctx.sc
+    rows = []
+    rng = np.random.default_rng(4)
+    for n in ([1 << 16, 1 << 20] if args.quick else [1 << 20, 1 << 24, 1 << 26]):
+        a, b, c = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))
+        ta, tb, tc = (sc.tensor(x, device=ctx.dev) for x in (a, b, c))
+        cases = [("add", lambda: F.add(ta.node, tb.node), 3 * a.nbytes,
+                  lambda xa, xb, xc: xa + xb),
+                 ("gelu(a*b+c)", lambda: F.gelu(F.add(F.mul(ta.node, tb.node), tc.node)), 4 * a.nbytes,
+                  lambda xa, xb, xc: ctx.torch.nn.functional.gelu(xa * xb + xc))]
+        for name, build, nbytes, tfn in cases:
+            run, sync = wgpu_program(ctx, [sc.Tensor(build(), ctx.dev)])
+            run()
+            got = run.result()
+            tsec = terr = None
+            if ctx.torch is not None:
+                xa, xb, xc = _t(ctx, a), _t(ctx, b), _t(ctx, c)
+                terr = _relerr(got, tfn(xa, xb, xc).cpu().numpy())
+                tsec = torch_time(ctx, lambda: tfn(xa, xb, xc), args.iters, args.warmup, args.budget)
+            sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
+            rows.append(row(name, "f32", f"{n}", sec, nbytes, "GB/s", tsec, terr))
+    return rows
+
+
+@section("dispatch")
+def bench_dispatch(ctx: Ctx, args) -> list[dict]:
+    """Per-dispatch cost of a replayed Program: N dependent row softmaxes of 256 floats (one dispatch each,
+    nothing to fuse), and N dependent `+ 1` ops (fused into a few dispatches): us per logical op."""
+    from scellis_jupyter.graph import functional as F
+    sc = ctx.sc
+    rows = []
+    n = 200 if args.quick else 2000
+    x = np.zeros((1, 256), np.float32)
+    tx = sc.tensor(x, device=ctx.dev)
+    for name, step, tstep in (("dispatch: softmax chain", lambda y: F.softmax(y, -1), lambda z: z.softmax(-1)),
+                              ("dispatch: fused +1 chain", lambda y: F.add(y, F.scalar(1.0)), lambda z: z + 1.0)):
+        y = tx.node
+        for _ in range(n):
+            y = step(y)
+        run, sync = wgpu_program(ctx, [sc.Tensor(y, ctx.dev)])
+        before = ctx.be.dispatches
+        run()
+        per_run = ctx.be.dispatches - before
+        got = run.result()
+        tsec = err = None
+        if ctx.torch is not None:
+            xt = _t(ctx, x)
+
+            def chain():
+                z = xt
+                for _ in range(n):
+                    z = tstep(z)
+                return z
+            err = _relerr(got, chain().cpu().numpy())
+            tsec = torch_time(ctx, chain, max(2, args.iters // 4), 1, args.budget)
+        sec = time_loop(run, sync, max(2, args.iters // 4), 1, args.budget)
+        rows.append(row(name, "f32", f"{n} ops, {per_run} dispatches", sec, n, "us/op", tsec, err,
+                        note="us/op: wall time of the replayed Program / logical ops; torch launches one kernel per op"))
     return rows
 
 
 # ---- output ------------------------------------------------------------------------------------------
+def _ratio(r) -> str:
+    if "torch_rate" not in r:
+        return "-"
+    if r["unit"] == "us/op":
+        return f"{r['torch_rate'] / r['wgpu_rate']:.3g}"
+    return f"{r['wgpu_rate'] / r['torch_rate']:.3g}"
+
+
 def fmt_row(r: dict) -> str:
-    t = (f"  torch {r['torch_tflops']:9.4g} TFLOP/s {r['torch_ms']:9.3f} ms  wgpu/torch {r['wgpu_tflops'] / r['torch_tflops']:.3g}"
-         if "torch_tflops" in r else "  torch -")
-    return (f"{r['op']:8s} {r['dtype']:4s} {r['shape']:>16s}  wgpu {r['wgpu_tflops']:9.4g} TFLOP/s "
-            f"{r['wgpu_ms']:9.3f} ms{t}")
+    t = (f"  torch {r['torch_rate']:9.4g} {r['unit']} {r['torch_ms']:9.3f} ms  wgpu/torch speed {_ratio(r)}"
+         if "torch_rate" in r else "  torch -")
+    e = f"  err {r['err']:.2g}" if r.get("err") is not None else ""
+    return (f"{r['op']:18s} {r['dtype']:4s} {r['shape']:>22s}  wgpu {r['wgpu_rate']:9.4g} {r['unit']} "
+            f"{r['wgpu_ms']:9.3f} ms{t}{e}")
 
 
 def render_block(ctx: Ctx, name: str, rows: list[dict], args) -> str:
     day = _dt.date.today().isoformat()
+    unit = rows[0]["unit"]
     lines = [f"<!-- BEGIN {name} @ {ctx.dev.name} -->",
              f"### {name} on {ctx.dev.name}", "",
              f"- date: {day}", f"- scellis: {ctx.wname}", f"- reference: {ctx.tname}",
              f"- timing: warm-up {args.warmup}, up to {args.iters} executions of a compiled Program per "
-             f"one readback (wall clock); TFLOP/s = 2*M*N*K / time", "",
-             "| op | dtype | M x N x K | scellis wgpu TFLOP/s | ms | torch TFLOP/s | ms | wgpu / torch |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+             f"one readback (wall clock); speed ratio > 1 means scellis is faster",
+             f"- err: max |scellis - reference| / max |reference| on a spot check", ""]
+    notes = sorted({r["note"] for r in rows if r.get("note")})
+    lines += [f"- {n}" for n in notes] + ([""] if notes else [])
+    lines += [f"| op | dtype | shape | scellis {unit} | ms | torch {unit} | ms | speed scellis/torch | err |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        if "torch_tflops" in r:
-            t = f"{r['torch_tflops']:.4g} | {r['torch_ms']:.3f} | {r['wgpu_tflops'] / r['torch_tflops']:.3g}"
-        else:
-            t = "- | - | -"
-        lines.append(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['wgpu_tflops']:.4g} | {r['wgpu_ms']:.3f} | {t} |")
+        t = f"{r['torch_rate']:.4g} | {r['torch_ms']:.3f}" if "torch_rate" in r else "- | -"
+        e = f"{r['err']:.2g}" if r.get("err") is not None else "-"
+        lines.append(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['wgpu_rate']:.4g} | {r['wgpu_ms']:.3f} | "
+                     f"{t} | {_ratio(r)} | {e} |")
     lines += ["", f"<!-- END {name} @ {ctx.dev.name} -->"]
     return "\n".join(lines)
 
@@ -212,7 +418,7 @@ def write_results(blocks: list[tuple[str, str]], path: Path = RESULTS) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default=None, help="wgpu adapter (name or part of it); default: the best")
-    ap.add_argument("--sections", default="matmul", help=f"comma list of {sorted(SECTIONS)}")
+    ap.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {sorted(SECTIONS)}")
     ap.add_argument("--sizes", default="1024,2048,4096,8192")
     ap.add_argument("--dtypes", default="f32,f16")
     ap.add_argument("--iters", type=int, default=20)

@@ -75,8 +75,8 @@ class ReferenceBackend:
         return np.array(self.read(s), copy=True)
 
     # ---- execution ----------------------------------------------------------------------------------
-    def begin(self, prog) -> None:
-        pass
+    def begin(self, prog, roots=None) -> bool:
+        return False
 
     def end(self, prog) -> None:
         pass
@@ -181,6 +181,19 @@ def _cast(v, x, prog):
 @k("fill")
 def _fill(v, prog):
     return np.full(v.shape, v.attrs["value"], dtype=np.uint32 if v.dtype == "bool" else _np(v.dtype))
+
+
+@k("fused")
+def _fused(v, *args, prog):
+    """Run a fused elementwise group op by op, rounding each result to its dtype as a store would."""
+    from types import SimpleNamespace
+    temps = []
+    for op, attrs, refs, shape, dtype in v.attrs["code"]:
+        xs = [args[j] if kind == "in" else temps[j] for kind, j in refs]
+        r = np.asarray(KERNELS[op](SimpleNamespace(op=op, attrs=dict(attrs), shape=shape, dtype=dtype), *xs,
+                                   prog=prog)).reshape(shape)
+        temps.append(r != 0 if dtype == "bool" else r.astype(_np(dtype), copy=False))
+    return temps[-1]
 
 
 @k("iota")

@@ -59,14 +59,19 @@ def execute(prog: Program, leaves: list[Storage], backend) -> list[Storage]:
         where[i] = s
         return s
 
-    backend.begin(prog)
+    roots = list(leaves) + [where[p] for p in prog.persistent] + \
+        [Storage(backend, arena, 0, (prog.arena.arena_bytes,), "u8", prog.arena.arena_bytes)]
     try:
-        for step in prog.steps:
-            v = vals[step]
-            backend.dispatch(v, [resolve(i) for i in v.inputs], resolve(step), prog)
+        if backend.begin(prog, roots) is not True:       # True: replayed whole from the backend's record
+            try:
+                for step in prog.steps:
+                    v = vals[step]
+                    backend.dispatch(v, [resolve(i) for i in v.inputs], resolve(step), prog)
+            finally:
+                backend.end(prog)
+        return [resolve(o) for o in prog.outputs]
     finally:
-        backend.end(prog)
-    return [resolve(o) for o in prog.outputs]
+        where.clear()   # `resolve` refers to itself: without this the cycle keeps every storage until gc
 
 
 def realize(nodes: list[Node], backend, tier: str | None = None) -> list[Storage]:

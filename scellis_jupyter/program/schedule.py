@@ -11,6 +11,7 @@ import blake3
 
 from .. import dtypes as dt
 from ..graph.node import Node, toposort
+from . import fusion
 from .liveness import ArenaPlan, align, plan_arena
 
 VIEW_OPS = ("reshape", "item")
@@ -88,11 +89,16 @@ def compile_program(outputs: list[Node], backend: str, tier: str) -> tuple[Progr
         values.append(v)
         h.update(repr((v.op, v.inputs, sorted(v.attrs.items()), v.shape, v.dtype, v.kind)).encode())
     out_idx = [index[o.id] for o in outputs]
-    h.update(repr(("out", out_idx, backend, tier)).encode())
+    fuse = fusion.enabled()
+    h.update(repr(("out", out_idx, backend, tier, fuse)).encode())
     key = h.hexdigest()
     cached = _CACHE.get(key)
     if cached is not None:
         return cached, leaves
+    leaf_idx = [index[l.id] for l in leaves]
+    if fuse:
+        values, out_idx, remap = fusion.fuse(values, out_idx)
+        leaf_idx = [remap[i] for i in leaf_idx]
 
     view_base: dict[int, tuple[int, int]] = {}
     for i, v in enumerate(values):
@@ -121,7 +127,7 @@ def compile_program(outputs: list[Node], backend: str, tier: str) -> tuple[Progr
             continue
         sizes[s] = values[s].nbytes
         lifetimes[s] = (pos[s], max(last_use.get(s, pos[s]), pos[s]))
-    prog = Program(values, [index[l.id] for l in leaves], out_idx, steps, plan_arena(sizes, lifetimes),
+    prog = Program(values, leaf_idx, out_idx, steps, plan_arena(sizes, lifetimes),
                    persistent, view_base, key, tier, backend)
     _CACHE[key] = prog
     return prog, leaves

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
+import sys
 import weakref
 from typing import Sequence
 
@@ -36,6 +37,9 @@ def env_binding_limit(granted: int) -> int:
     if n < 4096:
         raise DeviceError(f"SCELLIS_MAX_BINDING_BYTES={n} is below 4096 bytes", where="environment")
     return min(granted, n // 256 * 256)
+
+
+POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full)
 
 
 class WgpuBackend:
@@ -77,6 +81,10 @@ class WgpuBackend:
         self._pending: list = []
         self._cursor = 0
         self._prog_params: dict = {}
+        self._records: dict = {}        # program hash -> Record: its dispatches in terms of root slots
+        self._trace: list | None = None
+        self._roots: list = []
+        self._pool: list = []           # output buffers, reused once nothing but the pool refers to them
         self.dispatches = 0
         self._lost = None
         try:
@@ -114,8 +122,36 @@ class WgpuBackend:
         return self._arena
 
     def alloc_storage(self, shape, dtype, nbytes: int) -> Storage:
+        """A buffer for a program output: a pooled one of the same size that nothing refers to any more
+        (written only by kernels queued after every earlier use, so reuse is ordered), else a new one."""
         self._dtype_ok(dtype)
-        return Storage(self, self._buffer(nbytes), 0, tuple(shape), dtype, nbytes)
+        size = align(max(nbytes, 4), 16)
+        pool = self._pool
+        for i in range(len(pool)):
+            if pool[i].size == size and sys.getrefcount(pool[i]) <= 2:   # the pool's and the call's
+                b = pool.pop(i)
+                pool.append(b)
+                return Storage(self, b, 0, tuple(shape), dtype, nbytes)
+        b = self._buffer(nbytes)
+        if len(pool) >= POOL_MAX:
+            free = [i for i in range(len(pool)) if sys.getrefcount(pool[i]) <= 2]
+            for i in reversed(free[: max(1, len(free) // 2)]):
+                del pool[i]
+        if len(pool) < POOL_MAX:
+            pool.append(b)
+        return Storage(self, b, 0, tuple(shape), dtype, nbytes)
+
+    def from_numpy(self, arr: np.ndarray, dtype: str) -> Storage:
+        """Uploads always go to a fresh buffer: a queued write lands before the open pass's reads."""
+        self._dtype_ok(dtype)
+        data = _encode(np.ascontiguousarray(arr), dtype)
+        nbytes = dt.nbytes(arr.shape, dtype)
+        s = Storage(self, self._buffer(nbytes), 0, tuple(arr.shape), dtype, nbytes)
+        if data.nbytes:
+            pad = (-data.nbytes) % 4
+            raw = data.tobytes() + b"\0" * pad
+            self.queue.write_buffer(s.buffer, 0, raw)
+        return s
 
     def _dtype_ok(self, dtype) -> None:
         for d in (dtype if isinstance(dtype, tuple) else (dtype,)):
@@ -125,16 +161,6 @@ class WgpuBackend:
             if d == "f16" and not self.has_f16:
                 raise DTypeError("f16 needs the adapter feature 'shader-f16', which this adapter lacks",
                                  where=f"device {self.label}", hint="use f32 (precision='fp32')")
-
-    def from_numpy(self, arr: np.ndarray, dtype: str) -> Storage:
-        self._dtype_ok(dtype)
-        data = _encode(np.ascontiguousarray(arr), dtype)
-        s = self.alloc_storage(arr.shape, dtype, dt.nbytes(arr.shape, dtype))
-        if data.nbytes:
-            pad = (-data.nbytes) % 4
-            raw = data.tobytes() + b"\0" * pad
-            self.queue.write_buffer(s.buffer, 0, raw)
-        return s
 
     def to_numpy(self, s: Storage) -> np.ndarray:
         self.flush()
@@ -155,8 +181,22 @@ class WgpuBackend:
     # ---- recording ----------------------------------------------------------------------------------
     # A program's dispatch parameters depend only on its structure, so they are written once into one
     # uniform buffer per program; a rerun binds the same offsets (and the same cached bind groups).
-    def begin(self, prog) -> None:
+    def begin(self, prog, roots=None) -> bool:
+        """Start a program; returns True when it was replayed whole from its record (steps skipped).
+
+        roots: the storages every binding of the program lies in (leaves, outputs, the arena). A
+        program whose roots sit at the same offsets and sizes as when it was recorded, sharing buffers
+        the same way, binds the same windows: its dispatches replay without running the launchers."""
         self._check_lost()
+        self._roots = list(roots or [])
+        sig = _signature(self._roots)
+        rec = self._records.get(prog.hash)
+        if rec is not None and rec[0] == sig and not os.environ.get("SCELLIS_CHECK_INDICES"):
+            self._param_buf = self._prog_params[prog.hash][0]
+            self._replay(rec[1])
+            self._roots = []
+            return True
+        self._trace = [] if roots is not None else None
         cached = self._prog_params.get(prog.hash)
         if cached is None:
             self._mode, self._params, self._pending = "record", bytearray(), []
@@ -165,6 +205,7 @@ class WgpuBackend:
         self._cursor = 0
 
     def end(self, prog) -> None:
+        mode = self._mode
         if self._mode == "record":
             data = bytes(self._params) or bytes(PARAM_ALIGN)
             buf = self._buffer(len(data), USAGE_UNIFORM)
@@ -176,6 +217,59 @@ class WgpuBackend:
                 self._dispatch_now(p, pipeline, storages, param, wg)
             self._pending = []
         self._mode = None
+        if self._trace is not None and mode is not None:
+            rec = self._to_record(self._trace)
+            if rec is not None:
+                self._records[prog.hash] = (_signature(self._roots), rec)
+        self._trace = None
+        self._roots = []
+
+    def _to_record(self, trace):
+        """Dispatches as (pipeline, [(root slot or buffer, offset, size)], param, wg); None if a binding
+        lies in a buffer that is neither a root nor held by the backend (then the program is not replayed)."""
+        slot = {}
+        for i, r in enumerate(self._roots):
+            slot.setdefault(r.buffer.uid, i)
+        out = []
+        for pipeline, storages, param, wg in trace:
+            binds = []
+            for st in storages:
+                k = slot.get(st.buffer.uid)
+                if k is None:
+                    if st.buffer is not getattr(getattr(self, "_attention_scratch", None), "buffer", None):
+                        return None
+                    k = st.buffer
+                binds.append((k, st.offset, st.nbytes))
+            out.append((pipeline, tuple(binds), param, wg))
+        return out
+
+    def _replay(self, record) -> None:
+        p = self._open_pass()
+        roots = self._roots
+        pbuf = self._param_buf
+        for pipeline, binds, (off, plen), wg in record:
+            key = (id(pipeline), pbuf.uid, off,
+                   tuple(((roots[k].buffer if type(k) is int else k).uid, o, n) for k, o, n in binds))
+            bg = self._bind_groups.get(key)
+            if bg is None:
+                entries = [{"binding": 0, "resource": {"buffer": pbuf, "offset": off,
+                                                       "size": max(align(plen, 16), 16)}}]
+                for i, (k, o, n) in enumerate(binds):
+                    buf = roots[k].buffer if type(k) is int else k
+                    entries.append({"binding": i + 1, "resource": {"buffer": buf, "offset": o,
+                                                                   "size": align(max(n, 4), 4)}})
+                bg = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+                self._cache_bind_group(key, bg)
+            p.set_pipeline(pipeline)
+            p.set_bind_group(0, bg)
+            p.dispatch_workgroups(*wg)
+        self.dispatches += len(record)
+
+    def _cache_bind_group(self, key, bg) -> None:
+        if len(self._bind_groups) > 8192:   # eager outputs are new buffers: keep the cache bounded
+            for k in list(self._bind_groups)[:4096]:
+                del self._bind_groups[k]
+        self._bind_groups[key] = bg
 
     def _open_pass(self):
         if self._pass is None:
@@ -261,14 +355,19 @@ class WgpuBackend:
                 entries.append({"binding": i + 1, "resource": {"buffer": s.buffer, "offset": s.offset,
                                                                "size": align(max(s.nbytes, 4), 4)}})
             bg = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
-            if len(self._bind_groups) > 8192:   # eager outputs are new buffers: keep the cache bounded
-                for k in list(self._bind_groups)[:4096]:
-                    del self._bind_groups[k]
-            self._bind_groups[key] = bg
+            self._cache_bind_group(key, bg)
+        if self._trace is not None:
+            self._trace.append((pipeline, storages, param, wg))
         p.set_pipeline(pipeline)
         p.set_bind_group(0, bg)
         p.dispatch_workgroups(*wg)
         self.dispatches += 1
+
+
+def _signature(roots) -> tuple:
+    """What a recorded program's bindings depend on: each root's offset and size, and which roots share a buffer."""
+    first: dict = {}
+    return tuple((r.offset, r.nbytes, first.setdefault(r.buffer.uid, i)) for i, r in enumerate(roots))
 
 
 def _encode(arr: np.ndarray, dtype: str) -> np.ndarray:

@@ -76,4 +76,4 @@ def test_program_cache_and_one_pass():
     y1 = (x * 2.0 + 1.0).numpy()
     y2 = (x * 2.0 + 1.0).numpy()
     np.testing.assert_array_equal(y1, y2)  # debug tier: bit-identical rerun
-    assert WG.impl.dispatches - before >= 4
+    assert WG.impl.dispatches - before == 2   # fused: x * 2 + 1 is one dispatch per run

@@ -15,7 +15,7 @@ def launcher(*ops):
 from . import elementwise, basic  # noqa: E402,F401
 import importlib as _il  # noqa: E402
 
-for _m in ("reduce", "softmax", "matmul", "attention", "indexing", "conv", "random", "quant"):
+for _m in ("fused", "reduce", "softmax", "matmul", "attention", "indexing", "conv", "random", "quant"):
     try:
         _il.import_module(f"{__name__}.{_m}")
     except ModuleNotFoundError as _e:  # families land one by one; a missing one only lacks its ops

@@ -66,8 +66,15 @@ def store(d: str, expr: str) -> str:
     return f"{WGSL_TYPE[d]}({expr})"
 
 
-def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape, value_bits: int = 0):
-    """Dispatch BODY over `shape`; ins: list of (Storage, strides, base_elem); splits to fit bindings."""
+def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape, value_bits: int = 0,
+                template: str = "elementwise", also_dtypes=()):
+    """Dispatch BODY over `shape`; ins: list of (Storage, strides, base_elem); splits to fit bindings.
+
+    `elementwise.wgsl` has 4 operand slots (out + 3 inputs), `fused.wgsl` 8 (out + 7 inputs).
+    """
+    slots = 8 if template == "fused" else 4
+    if len(ins) + 1 > slots:
+        raise KernelError(f"{len(ins)} inputs exceed the {slots - 1} of template {template}", where=f"op '{name}'")
     dtypes = [out.dtype] + [s.dtype for s, _, _ in ins]
     for d in dtypes:
         if d == "i8":
@@ -85,9 +92,9 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
     isz = [dt.ITEMSIZE[d] for d in dtypes]
     decl = [f"@group(0) @binding({i + 1}) var<storage, read_write> {'out' if i == 0 else f'x{i - 1}'}: "
             f"array<{WGSL_TYPE[d]}>;" for i, d in enumerate(dtypes)]
-    src = render("elementwise", ENABLE=enable_f16(*dtypes), BINDINGS="\n".join(decl), HELPERS=HELPERS,
+    src = render(template, ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS="\n".join(decl), HELPERS=HELPERS,
                  BODY=body)
-    key = f"elementwise:{body}:{','.join(dtypes)}"
+    key = f"{template}:{body}:{','.join(dtypes)}"
     ops = [(b, st, i) for b, st, i in zip(bases, cstrides, isz)]
     for starts, sizes in box_chunks(cshape, ops, be.binding_limit, be.offset_align):
         wins, offs = [], []
@@ -99,13 +106,13 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
             offs.append(off)
         r = len(sizes)
         shp = list(sizes) + [1] * (MAX_RANK - r)
-        base4 = offs + [0] * (4 - len(offs))
-        st4 = []
-        for k in range(4):
+        base = offs + [0] * (slots - len(offs))
+        st_all = []
+        for k in range(slots):
             st = list(cstrides[k]) if k < len(cstrides) else []
-            st4 += st + [0] * (MAX_RANK - len(st))
-        params = struct.pack(f"<4I{MAX_RANK}I4I{4 * MAX_RANK}I", math.prod(sizes), r, value_bits, 0,
-                             *shp, *base4, *st4)
+            st_all += st + [0] * (MAX_RANK - len(st))
+        params = struct.pack(f"<4I{MAX_RANK}I{slots}I{slots * MAX_RANK}I", math.prod(sizes), r, value_bits, 0,
+                             *shp, *base, *st_all)
         be.launch(key, src, wins, params, (math.prod(sizes) + 255) // 256)
 
 

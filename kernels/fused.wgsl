@@ -1,0 +1,36 @@
+// A fused elementwise group: out[o0] = the group's instruction list over up to 7 strided inputs.
+// Generated per group at compile time (BODY holds one `let` per instruction, each rounded to its
+// dtype as a store would round it), so a chain of elementwise ops costs one dispatch and no
+// intermediate buffers. Operand indexing is the strided scheme of elementwise.wgsl, with 8 slots.
+{{ENABLE}}
+struct Params {
+  n: u32, rank: u32, value: u32, _pad: u32,
+  shape: array<vec4<u32>, 2>,
+  base: array<vec4<u32>, 2>,              // base element offsets of out, x0..x6
+  st: array<array<vec4<u32>, 2>, 8>,      // strides (elements) of out, x0..x6
+}
+@group(0) @binding(0) var<uniform> p: Params;
+{{BINDINGS}}
+
+{{HELPERS}}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+  let i = gid.x + gid.y * nwg.x * 256u;
+  if (i >= p.n) { return; }
+  var rem = i;
+  var lo = p.base[0];
+  var hi = p.base[1];
+  for (var d = i32(p.rank) - 1; d >= 0; d = d - 1) {
+    let du = u32(d);
+    let s = p.shape[du / 4u][du % 4u];
+    let c = rem % s;
+    rem = rem / s;
+    let q = du / 4u;
+    let r = du % 4u;
+    lo = lo + c * vec4<u32>(p.st[0][q][r], p.st[1][q][r], p.st[2][q][r], p.st[3][q][r]);
+    hi = hi + c * vec4<u32>(p.st[4][q][r], p.st[5][q][r], p.st[6][q][r], p.st[7][q][r]);
+  }
+  let o = array<u32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+  {{BODY}}
+}

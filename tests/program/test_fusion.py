@@ -1,0 +1,109 @@
+"""Elementwise fusion: one step per chain, same values as op-by-op on both backends, bounded groups."""
+import os
+
+import numpy as np
+import pytest
+
+import scellis_jupyter as sc
+from scellis_jupyter import ops
+from scellis_jupyter.graph import functional as F
+from scellis_jupyter.program import fusion
+from scellis_jupyter.program.schedule import compile_program
+
+REF = sc.device("reference")
+try:
+    WG = sc.device("wgpu")
+except sc.ScellisError:  # pragma: no cover
+    WG = None
+R = np.random.default_rng(7)
+
+CHAINS = {
+    "arith": lambda a, b, c: (a * b + c) / (abs(c) + 1.0) - a,
+    "unary": lambda a, b, c: ops.gelu(a * b) + ops.tanh(c) * ops.sigmoid(a) - ops.exp(-abs(b)),
+    "bcast": lambda a, b, c: (a + b[0]) * c[:, :1] + 2.0,
+    "where-compare": lambda a, b, c: ops.where(a > b, a * c, b - c) + (a <= c).to("f32"),
+    "f16-round": lambda a, b, c: ((a * 3.0).to("f16") * b.to("f16")).to("f32") + c,
+    "int-cast": lambda a, b, c: (a * 4.0).to("i32").to("f32") + b,
+    "wide": lambda a, b, c: sum((a * (i + 1.0) + b * c) for i in range(6)) + a * b * c,
+}
+
+
+def _steps(node):
+    prog, _ = compile_program([node], "reference", "debug")
+    return [prog.values[s].op for s in prog.steps], prog
+
+
+def _run(fn, dev, fuse: bool, arrays, monkeypatch):
+    monkeypatch.setenv("SCELLIS_FUSION", "1" if fuse else "0")
+    ts = [sc.tensor(x, device=dev) for x in arrays]
+    return fn(*ts).numpy()
+
+
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_fused_equals_unfused_bitwise_on_reference(name, monkeypatch):
+    arrays = [R.standard_normal((9, 17)).astype(np.float32) for _ in range(3)]
+    got = _run(CHAINS[name], REF, True, arrays, monkeypatch)
+    want = _run(CHAINS[name], REF, False, arrays, monkeypatch)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_fused_on_wgpu_matches_reference(name, monkeypatch):
+    arrays = [R.standard_normal((9, 17)).astype(np.float32) for _ in range(3)]
+    before = WG.impl.dispatches
+    got = _run(CHAINS[name], WG, True, arrays, monkeypatch)
+    fused_dispatches = WG.impl.dispatches - before
+    unfused = _run(CHAINS[name], WG, False, arrays, monkeypatch)
+    want = _run(CHAINS[name], REF, False, arrays, monkeypatch)
+    # f32 transcendental ULPs on the GPU vs numpy; a contracted a*b+c (FMA) is within this too
+    np.testing.assert_allclose(got, want, rtol=3e-6, atol=3e-6)
+    np.testing.assert_allclose(got, unfused, rtol=3e-6, atol=3e-6)
+    assert 1 <= fused_dispatches <= 3, fused_dispatches
+
+
+def test_a_chain_is_one_step_and_inputs_are_external():
+    a = sc.tensor(np.ones((4, 5), np.float32), device=REF)
+    b = sc.tensor(np.ones(5, np.float32), device=REF)
+    ops_, prog = _steps(F.exp(F.add(F.mul(a.node, 2.0), b.node)))
+    assert ops_ == ["fused"]
+    (v,) = [prog.values[s] for s in prog.steps]
+    assert [c[0] for c in v.attrs["code"]] == ["fill", "mul", "add", "exp"]
+    assert len(v.inputs) == 2 and prog.arena.arena_bytes == 0   # no intermediates left in the arena
+
+
+def test_shared_producers_outputs_and_non_elementwise_users_stay_materialized():
+    a = sc.tensor(np.ones((4, 4), np.float32), device=REF)
+    h = F.exp(a.node)                         # used by matmul and by an elementwise op
+    y = F.add(F.matmul(h, h), F.mul(h, 3.0))
+    ops_, prog = _steps(y)
+    assert ops_.count("exp") == 1 and "matmul" in ops_
+    assert ops_[-1] == "fused"                # mul(h, 3) fused into the final add
+    # an output is never absorbed into its consumer
+    z = F.neg(a.node)
+    prog2, _ = compile_program([z, F.exp(z)], "reference", "debug")
+    assert [prog2.values[s].op for s in prog2.steps] == ["neg", "exp"]
+
+
+def test_groups_respect_the_binding_budget():
+    xs = [sc.tensor(np.full(8, float(i), np.float32), device=REF) for i in range(12)]
+    y = xs[0].node
+    for x in xs[1:]:
+        y = F.add(y, x.node)
+    ops_, prog = _steps(y)
+    assert all(len(prog.values[s].inputs) <= fusion.MAX_INPUTS for s in prog.steps)
+    assert len(prog.steps) >= 2
+    np.testing.assert_array_equal(sc.Tensor(y, REF).numpy(), np.full(8, float(sum(range(12))), np.float32))
+
+
+def test_fill_used_by_matmul_is_kept():
+    a = sc.tensor(np.ones((3, 3), np.float32), device=REF)
+    one = F.full((3, 3), 1.0)
+    y = F.add(F.matmul(a.node, one), F.mul(one, 2.0))
+    np.testing.assert_array_equal(sc.Tensor(y, REF).numpy(), np.full((3, 3), 5.0, np.float32))
+
+
+def test_switch_off(monkeypatch):
+    monkeypatch.setenv("SCELLIS_FUSION", "0")
+    a = sc.tensor(np.ones((4, 5), np.float32), device=REF)
+    assert _steps(F.exp(F.mul(a.node, 2.0)))[0] == ["fill", "mul", "exp"]
