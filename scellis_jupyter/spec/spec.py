@@ -1,0 +1,516 @@
+"""`Spec`: one TOML text describing data, model, recipe and plan, validated with line:col diagnostics.
+
+Why TOML and one object: a `%%scellis` cell, a file and the Python API all produce the same Spec, whose
+hash (of the parsed content, so comments and layout do not count) names the experiment in run records.
+Every problem is reported where the user typed it; `Spec.check` lists them all, `from_text` raises the first.
+"""
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import functools
+import json
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import blake3
+
+from ..errors import Diagnostic, did_you_mean
+from .datasets import DatasetInfo, dataset_info
+from .layers import LAYERS, check_attrs
+from .locate import Locator, format_path
+from .model import ModelGraph, ModelSpec, NodeSpec, build_graph
+from .schema import (CHECKPOINTING, DATA_KEYS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, MAX_COUNT, MAX_SIZE,
+                     MODEL_KEYS, NAME_RE, OPTIMIZER_KEYS, PEFT_KEYS, PLAN_KEYS, PRECISIONS, RECIPE_KEYS,
+                     SCHEDULER_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, parse_bytes, show)
+
+DEFAULT_SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
+SYNTHETIC_ONLY = ("n_rows", "n_features", "n_classes", "noise")
+_TOML_POS = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    data: dict
+    model: ModelSpec
+    recipe: dict
+    plan: dict
+    text: str = field(repr=False)
+    source: str = "<spec>"
+    hash: str = ""
+    base_dir: str | None = field(default=None, repr=False, compare=False)
+    _locator: Locator | None = field(default=None, repr=False, compare=False)
+
+    # ---- construction ---------------------------------------------------------------------------------
+    @classmethod
+    def from_text(cls, text: str, source: str = "<spec>", base_dir: str | os.PathLike | None = None) -> "Spec":
+        """Parse and validate; raises SpecError (where = 'source:line:col') for the first problem found."""
+        diags, spec = _analyze(text, source, base_dir)
+        if diags:
+            raise SpecError.from_diagnostics(diags)
+        return spec
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Spec":
+        """A spec file; dataset paths in it are relative to the file's folder."""
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise SpecError(f"spec file {str(p)!r} does not exist", where=str(p), kind="missing-file") from None
+        except OSError as e:
+            raise SpecError(f"spec file {str(p)!r} cannot be read: {e.strerror or e}", where=str(p),
+                            kind="unreadable-file") from None
+        return cls.from_text(text, source=str(p), base_dir=p.parent)
+
+    @staticmethod
+    def check(text: str, source: str = "<spec>", base_dir: str | os.PathLike | None = None) -> list[Diagnostic]:
+        """Every problem in `text` (empty when it is a valid spec); never raises for a bad spec."""
+        return _analyze(text, source, base_dir)[0]
+
+    # ---- queries --------------------------------------------------------------------------------------
+    def locate(self, path: Iterable, value: bool = False) -> str:
+        """'source:line:col' of a key path such as ('recipe', 'optimizer', 'lr') (nearest ancestor if absent)."""
+        loc = self._locator or Locator(self.text)
+        line, col = loc.locate(tuple(path), value)
+        return f"{self.source}:{line}:{col}"
+
+    @functools.cached_property
+    def dataset(self) -> DatasetInfo | None:
+        """Metadata of [data] dataset (None without a [data] section)."""
+        if "dataset" not in self.data:
+            return None
+        return dataset_info(self.data["dataset"], self.data, where=self.locate(("data", "dataset"), True),
+                            base_dir=self.base_dir)
+
+    @property
+    def input(self) -> dict | None:
+        """{'shape': per-example shape, 'dtype': ...}: declared in [model] or [data], else the dataset's."""
+        return _input_of(self.model, self.data, self.dataset)
+
+    @functools.cached_property
+    def graph(self) -> ModelGraph:
+        """The model graph on this spec's input (names resolved, shapes inferred, parameters declared)."""
+        inp = self.input
+        if inp is None:
+            raise SpecError("the model's input shape is unknown", where=self.locate(("model",)),
+                            hint='declare [model] input = { shape = [...], dtype = "f32" }')
+        return build_graph(self.model, inp["shape"], inp["dtype"])
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "data": copy.deepcopy(self.data), "model": self.model.to_dict(),
+                "recipe": copy.deepcopy(self.recipe), "plan": dict(self.plan), "hash": self.hash,
+                "source": self.source}
+
+    def __repr__(self) -> str:
+        return f"Spec({self.name!r}, {len(self.model.nodes)} nodes, hash={self.hash[:12]})"
+
+
+def canonical_json(obj: Any) -> str:
+    """Sorted keys, no whitespace, dates as ISO text: equal content, equal bytes."""
+    def default(v):
+        if isinstance(v, (_dt.date, _dt.time, _dt.datetime)):
+            return v.isoformat()
+        raise TypeError(type(v).__name__)
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=default)
+
+
+def spec_hash(parsed: dict) -> str:
+    return blake3.blake3(canonical_json(parsed).encode("utf-8")).hexdigest()
+
+
+# ---- analysis ---------------------------------------------------------------------------------------------
+def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec | None]:
+    if not isinstance(text, str):
+        return [Diagnostic("spec", f"spec text must be a string, got {type(text).__name__}", source)], None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        return [_syntax_diag(e, text, source)], None
+    ck = Checker(Locator(text), source)
+    ck.known_keys(raw, (), TOP_KEYS, "the top level")
+    name = ck.string(raw, "name", (), None)
+    ck.string(raw, "description", (), None)
+    data = _check_data(ck, raw.get("data"))
+    model = _check_model(ck, raw)
+    info = None
+    if data is not None and "dataset" in data and not ck.diags:
+        try:
+            info = dataset_info(data["dataset"], data, where=ck.where(("data", "dataset"), True),
+                                base_dir=base_dir)
+        except SpecError as e:
+            ck.diags.append(e.diagnostic)
+    recipe = _check_recipe(ck, raw.get("recipe"), info)
+    plan = _check_plan(ck, raw.get("plan"))
+    if ck.diags:
+        return sorted(ck.diags, key=_text_order), None
+    inp = _input_of(model, data or {}, info)
+    if inp is None:
+        ck.error(("model",), "the model's input shape is unknown", value=False, kind="missing",
+                 hint='add [data] dataset = "..." or [model] input = { shape = [...], dtype = "f32" }')
+        return ck.diags, None
+    try:
+        graph = build_graph(model, inp["shape"], inp["dtype"])
+    except SpecError as e:
+        return [e.diagnostic], None
+    if name is None:
+        name = Path(source).stem if source and not source.startswith("<") else "spec"
+    spec = Spec(name, data or {}, model, recipe, plan, text, source, spec_hash(raw),
+                str(base_dir) if base_dir is not None else None, ck.locator)
+    spec.__dict__["dataset"] = info          # cached_property values, already computed
+    spec.__dict__["graph"] = graph
+    return [], spec
+
+
+def _text_order(d: Diagnostic) -> tuple[int, int]:
+    """Diagnostics in the order their positions appear in the text."""
+    parts = d.where.rsplit(":", 2)
+    try:
+        return int(parts[-2]), int(parts[-1])
+    except (IndexError, ValueError):
+        return 1 << 30, 0
+
+
+def _syntax_diag(e: tomllib.TOMLDecodeError, text: str, source: str) -> Diagnostic:
+    msg = str(e)
+    m = _TOML_POS.search(msg)
+    if m:
+        line, col = int(m.group(1)), int(m.group(2))
+        msg = msg[:m.start()].rstrip()
+    else:  # "(at end of document)"
+        lines = text.split("\n")
+        line, col = len(lines), len(lines[-1]) + 1
+        msg = re.sub(r"\s*\(at end of document\)", "", msg) + " at the end of the text"
+    return Diagnostic("spec", f"TOML syntax error: {msg}", f"{source}:{line}:{col}",
+                      "check quotes, brackets and '=' on that line", {"kind": "syntax"})
+
+
+def _input_of(model: ModelSpec, data: dict, info: DatasetInfo | None) -> dict | None:
+    if model.input is not None:
+        return model.input
+    if data.get("input") is not None:
+        return data["input"]
+    if info is not None and info.feature_shape is not None:
+        return {"shape": tuple(info.feature_shape), "dtype": info.feature_dtype or "f32"}
+    return None
+
+
+def _check_input(ck: Checker, v: Any, path: tuple) -> dict | None:
+    t = ck.table(v, path, ' like { shape = [128], dtype = "i32" }')
+    if t is None:
+        return None
+    ck.known_keys(t, path, INPUT_KEYS)
+    if not ck.required(t, "shape", path):
+        return None
+    shape = t["shape"]
+    p = path + ("shape",)
+    if not isinstance(shape, list) or not shape:
+        ck.error(p, f"{format_path(p)} must be a non-empty array of sizes, got {show(shape)} ({kind_of(shape)})",
+                 kind="type", expected="array of int", got=shape)
+        return None
+    for j, s in enumerate(shape):
+        if isinstance(s, bool) or not isinstance(s, int) or not 1 <= s <= MAX_SIZE:
+            ck.error(p + (j,), f"{format_path(p + (j,))} must be an integer between 1 and {MAX_SIZE}, got {show(s)}",
+                     kind="range" if isinstance(s, int) else "type", got=s)
+            return None
+    dtype = ck.choice(t, "dtype", path, INPUT_DTYPES, "f32", "input dtype")
+    return {"shape": tuple(shape), "dtype": dtype}
+
+
+def _check_data(ck: Checker, v: Any) -> dict | None:
+    if v is None:
+        return None
+    path = ("data",)
+    t = ck.table(v, path)
+    if t is None:
+        return None
+    ck.known_keys(t, path, DATA_KEYS)
+    out = dict(t)
+    ds = ck.string(t, "dataset", path)
+    if ds is None and "input" not in t:
+        ck.required(t, "dataset", path)
+    if ds is not None and not ds.startswith("synthetic_"):
+        for k in SYNTHETIC_ONLY:
+            if k in t:
+                ck.error(path + (k,), f"{k!r} applies to synthetic datasets only, not {ds!r}", value=False,
+                         kind="unknown-key", hint=f"remove {k}, or use dataset = \"synthetic_classification\"")
+    if "split" in t:
+        out["split"] = _check_split(ck, t["split"], path + ("split",))
+    else:
+        out["split"] = dict(DEFAULT_SPLIT)
+    ck.integer(t, "seq_len", path, 1, 2 ** 20)
+    if ds == "pydoc_topics":
+        out.setdefault("seq_len", 128)
+    ck.integer(t, "n_rows", path, 1, MAX_COUNT)
+    ck.integer(t, "n_features", path, 1, MAX_SIZE)
+    ck.integer(t, "n_classes", path, 2, MAX_SIZE)
+    ck.number(t, "noise", path, 0.0, 1e6)
+    ck.string(t, "target", path)
+    ck.boolean(t, "shuffle", path)
+    if "input" in t:
+        out["input"] = _check_input(ck, t["input"], path + ("input",))
+    return out
+
+
+def _check_split(ck: Checker, v: Any, path: tuple) -> dict | None:
+    t = ck.table(v, path, " like { train = 0.8, val = 0.1, test = 0.1 }")
+    if t is None:
+        return None
+    bad = len(ck.diags)
+    ck.known_keys(t, path, SPLIT_KEYS, "the split")
+    fr = {k: ck.number(t, k, path, 0.0, 1.0, lo_open=True) for k in SPLIT_KEYS if k in t}
+    if "train" not in t:
+        ck.required(t, "train", path)
+    if len(ck.diags) > bad:
+        return None
+    total = math.fsum(fr.values())
+    if abs(total - 1.0) > 1e-6:
+        parts = " + ".join(f"{x:g}" for x in fr.values())
+        ck.error(path, f"split fractions must sum to 1, got {parts} = {total:g}", kind="range",
+                 hint="adjust them so train + val + test = 1", got=total)
+        return None
+    return {k: fr[k] for k in SPLIT_KEYS if k in fr}
+
+
+def _check_model(ck: Checker, raw: dict) -> ModelSpec:
+    path = ("model",)
+    if "model" not in raw:
+        ck.required(raw, "model", ())
+        return ModelSpec((), source=ck.source)
+    t = ck.table(raw["model"], path)
+    if t is None:
+        return ModelSpec((), source=ck.source)
+    ck.known_keys(t, path, MODEL_KEYS)
+    nodes: list[NodeSpec] = []
+    if ck.required(t, "nodes", path):
+        arr = t["nodes"]
+        npath = path + ("nodes",)
+        if not isinstance(arr, list) or not arr:
+            ck.error(npath, f"model.nodes must be a non-empty array of tables like {{ op = \"linear\", out = 10 }},"
+                     f" got {show(arr)}", kind="type")
+        else:
+            for i, node in enumerate(arr):
+                ns = _check_node(ck, node, npath + (i,), i)
+                if ns is not None:
+                    nodes.append(ns)
+    output = ck.string(t, "output", path)
+    inp = _check_input(ck, t["input"], path + ("input",)) if "input" in t else None
+    out_pos = ck.locator.locate(path + ("output",), True) if "output" in t else None
+    return ModelSpec(tuple(nodes), output, inp, ck.source, out_pos)
+
+
+def _check_node(ck: Checker, node: Any, path: tuple, i: int) -> NodeSpec | None:
+    t = ck.table(node, path, ' like { op = "linear", out = 10 }')
+    if t is None:
+        return None
+    if "op" not in t:
+        ck.error(path, f"{format_path(path)} needs 'op'", f"ops: {', '.join(LAYERS)}", value=False, kind="missing")
+        return None
+    op = ck.string(t, "op", path)
+    if op is None:
+        return None
+    if op not in LAYERS:
+        ck.error(path + ("op",), f"unknown op {op!r}", did_you_mean(op, LAYERS) or f"ops: {', '.join(LAYERS)}",
+                 kind="unknown-op", got=op)
+        return None
+    bad = len(ck.diags)
+    name = ck.string(t, "name", path)
+    if name is not None and not NAME_RE.match(name):
+        ck.error(path + ("name",), f"node name {name!r} must start with a letter or '_' and use letters, digits, "
+                 "'_' or '-'", kind="invalid", got=name)
+    ins = None
+    if "in" in t:
+        v = t["in"]
+        if isinstance(v, str):
+            ins = (v,)
+        elif isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+            ins = tuple(v)
+        else:
+            ck.error(path + ("in",), f"{format_path(path + ('in',))} must be a node name or an array of names, "
+                     f"got {show(v)} ({kind_of(v)})", kind="type", got=v)
+    attrs = check_attrs(LAYERS[op], t, path, ck)
+    if len(ck.diags) > bad:
+        return None
+    loc = ck.locator
+    pos = {"op": loc.locate(path + ("op",), True)}
+    if "name" in t:
+        pos["name"] = loc.locate(path + ("name",), True)
+    if ins is not None:
+        pos["in"] = loc.locate(path + ("in",), True)
+        for j in range(len(ins)):
+            pos[("in", j)] = loc.locate(path + ("in", j), True) if isinstance(t["in"], list) else pos["in"]
+    for k in attrs:
+        if k in t:
+            pos[k] = loc.locate(path + (k,), True)
+    line, col = loc.locate(path)
+    return NodeSpec(i, op, attrs, name, ins, line, col, pos)
+
+
+def _check_recipe(ck: Checker, v: Any, info: DatasetInfo | None) -> dict:
+    path = ("recipe",)
+    t = {} if v is None else ck.table(v, path)
+    if t is None:
+        t = {}
+    ck.known_keys(t, path, RECIPE_KEYS)
+    task = info.task if info is not None else None
+    r: dict[str, Any] = {}
+    r["loss"] = ck.choice(t, "loss", path, KNOWN["loss"], "mse" if task == "regression" else "cross_entropy", "loss")
+    r["optimizer"] = _named_table(ck, t, "optimizer", path, "adamw", _check_optimizer)
+    r["scheduler"] = _named_table(ck, t, "scheduler", path, "constant", _check_scheduler)
+    r["epochs"] = ck.integer(t, "epochs", path, 1, 10 ** 6, 1)
+    r["steps"] = ck.integer(t, "steps", path, 1, MAX_COUNT, None)
+    r["batch_size"] = ck.integer(t, "batch_size", path, 1, 2 ** 20, 32)
+    r["grad_accum_steps"] = ck.integer(t, "grad_accum_steps", path, 1, 65536, 1)
+    r["eval_every"] = ck.integer(t, "eval_every", path, 1, MAX_COUNT, None)
+    r["precision"] = ck.choice(t, "precision", path, PRECISIONS, "fp32", "precision")
+    r["clip_grad_norm"] = ck.number(t, "clip_grad_norm", path, 0.0, 1e6, None, lo_open=True)
+    r["clip_grad_value"] = ck.number(t, "clip_grad_value", path, 0.0, 1e6, None, lo_open=True)
+    r["metrics"] = _check_metrics(ck, t, path)
+    r["determinism"] = ck.choice(t, "determinism", path, TIERS, None, "determinism tier")
+    r["seed"] = ck.integer(t, "seed", path, 0, 2 ** 63 - 1, 0)
+    r["checkpointing"] = ck.choice(t, "checkpointing", path, CHECKPOINTING, "none", "checkpointing mode")
+    r["peft"] = _check_peft(ck, t["peft"], path + ("peft",)) if "peft" in t else None
+    return r
+
+
+def _named_table(ck: Checker, t: dict, key: str, path: tuple, default: str, check) -> dict | None:
+    """optimizer / scheduler: a name, or a table with `name` and hyperparameters; always a dict out."""
+    p = path + (key,)
+    if key not in t:
+        return check(ck, {"name": default}, p, implicit=True)
+    v = t[key]
+    if isinstance(v, str):
+        if ck.name_in(v, p, KNOWN[key], key) is None:
+            return None
+        return check(ck, {"name": v}, p, implicit=True)
+    tab = ck.table(v, p, f' or a {key} name like "{default}"')
+    if tab is None:
+        return None
+    return check(ck, tab, p)
+
+
+def _check_optimizer(ck: Checker, t: dict, p: tuple, implicit: bool = False) -> dict:
+    ck.known_keys(t, p, OPTIMIZER_KEYS, "the optimizer")
+    if not implicit:
+        if not ck.required(t, "name", p):
+            return {}
+        if ck.choice(t, "name", p, KNOWN["optimizer"], None, "optimizer") is None:
+            return {}
+    out = dict(t)
+    out["lr"] = ck.number(t, "lr", p, 0.0, 100.0, 1e-3, lo_open=True)
+    ck.number(t, "weight_decay", p, 0.0, 10.0)
+    ck.number(t, "beta1", p, 0.0, 1.0, hi_open=True)
+    ck.number(t, "beta2", p, 0.0, 1.0, hi_open=True)
+    ck.number(t, "momentum", p, 0.0, 1.0)
+    ck.number(t, "dampening", p, 0.0, 1.0)
+    ck.number(t, "eps", p, 0.0, 1.0, lo_open=True, hi_open=True)
+    ck.boolean(t, "nesterov", p)
+    ck.boolean(t, "amsgrad", p)
+    if "betas" in t:
+        b = t["betas"]
+        ok = isinstance(b, list) and len(b) == 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x < 1.0 for x in b)
+        if not ok:
+            ck.error(p + ("betas",), f"{format_path(p + ('betas',))} must be two numbers in [0, 1), got {show(b)}",
+                     kind="range", got=b)
+        else:
+            out["betas"] = [float(x) for x in b]
+    return out
+
+
+def _check_scheduler(ck: Checker, t: dict, p: tuple, implicit: bool = False) -> dict:
+    ck.known_keys(t, p, SCHEDULER_KEYS, "the scheduler")
+    if not implicit:
+        if not ck.required(t, "name", p):
+            return {}
+        if ck.choice(t, "name", p, KNOWN["scheduler"], None, "scheduler") is None:
+            return {}
+    for k in ("warmup_steps", "patience"):
+        ck.integer(t, k, p, 0, MAX_COUNT)
+    for k in ("total_steps", "step_size", "restart_every"):
+        ck.integer(t, k, p, 1, MAX_COUNT)
+    ck.integer(t, "cycles", p, 1, 10 ** 6)
+    ck.number(t, "min_lr", p, 0.0, 100.0)
+    for k in ("max_lr", "base_lr", "power"):
+        ck.number(t, k, p, 0.0, 100.0, lo_open=True)
+    ck.number(t, "gamma", p, 0.0, 10.0, lo_open=True)
+    for k in ("factor", "pct_start"):
+        ck.number(t, k, p, 0.0, 1.0, lo_open=True, hi_open=True)
+    if "milestones" in t:
+        m = t["milestones"]
+        ok = isinstance(m, list) and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in m) \
+            and m == sorted(set(m))
+        if not ok:
+            ck.error(p + ("milestones",), f"{format_path(p + ('milestones',))} must be increasing positive step "
+                     f"numbers, got {show(m)}", kind="type", got=m)
+    return dict(t)
+
+
+def _check_metrics(ck: Checker, t: dict, path: tuple) -> list:
+    if "metrics" not in t:
+        return []
+    v = t["metrics"]
+    p = path + ("metrics",)
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+        ck.error(p, f"recipe.metrics must be an array of metric names, got {show(v)} ({kind_of(v)})", kind="type",
+                 got=v)
+        return []
+    out = []
+    for j, m in enumerate(items):
+        got = ck.name_in(m, p + (j,) if isinstance(v, list) else p, KNOWN["metric"], "metric")
+        if got is not None:
+            out.append(got)
+    return out
+
+
+def _check_peft(ck: Checker, v: Any, p: tuple) -> dict | None:
+    t = ck.table(v, p, ' like { method = "lora", rank = 8 }')
+    if t is None:
+        return None
+    ck.known_keys(t, p, PEFT_KEYS, "peft")
+    if not ck.required(t, "method", p):
+        return None
+    method = ck.choice(t, "method", p, KNOWN["peft"], None, "peft method")
+    out = {"method": method,
+           "rank": ck.integer(t, "rank", p, 1, 4096, 8),
+           "alpha": ck.number(t, "alpha", p, 0.0, 1e6, 16.0, lo_open=True),
+           "dropout": ck.number(t, "dropout", p, 0.0, 1.0, 0.0, hi_open=True)}
+    targets = t.get("targets", ["linear"])
+    if not isinstance(targets, list) or not targets or not all(isinstance(x, str) and x for x in targets):
+        ck.error(p + ("targets",), f"{format_path(p + ('targets',))} must be a non-empty array of op or parameter "
+                 f"names, got {show(targets)}", kind="type", got=targets)
+    out["targets"] = list(targets) if isinstance(targets, list) else targets
+    if "bits" in t:
+        b = t["bits"]
+        if b not in (4, 8) or isinstance(b, bool):
+            ck.error(p + ("bits",), f"{format_path(p + ('bits',))} must be 4 or 8, got {show(b)}", kind="range", got=b)
+        out["bits"] = b
+    if "num_virtual_tokens" in t:
+        out["num_virtual_tokens"] = ck.integer(t, "num_virtual_tokens", p, 1, 4096)
+    return out
+
+
+def _check_plan(ck: Checker, v: Any) -> dict:
+    if v is None:
+        return {}
+    path = ("plan",)
+    t = ck.table(v, path)
+    if t is None:
+        return {}
+    ck.known_keys(t, path, PLAN_KEYS)
+    out: dict[str, Any] = {}
+    if "memory" in t:
+        n = parse_bytes(t["memory"])
+        if n is None:
+            ck.error(path + ("memory",), f"plan.memory must be a size like \"8GiB\" or \"512MiB\", got "
+                     f"{show(t['memory'])}", kind="type", got=t["memory"])
+        out["memory"] = n
+    out["device"] = ck.choice(t, "device", path, DEVICES, "auto", "plan device")
+    return out
