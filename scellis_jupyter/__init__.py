@@ -1,6 +1,6 @@
 """Scellis for Jupyter: plan, train, checkpoint and reproduce models on any GPU through WebGPU.
 
-Public surface: `sc.device`, `sc.tensor`, `sc.ops`, `sc.rng`, determinism tiers, `sc.Spec`.
+Public surface: `sc.device`, `sc.tensor`, `sc.ops`, `sc.rng`, determinism tiers, `sc.Spec`, `sc.plan`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from .backends.device import Device, device, devices
 from .determinism import TIERS, set_tier, tier
 from .errors import Diagnostic, ScellisError
 from .graph.tensor import Tensor, tensor
+from .plan import Plan, plan
 from .spec import Spec, SpecError
 
 __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set_tier", "tier", "TIERS",
-           "ScellisError", "Diagnostic", "Spec", "SpecError", "__version__"]
+           "ScellisError", "Diagnostic", "Spec", "SpecError", "plan", "Plan", "__version__"]

@@ -17,7 +17,7 @@ from typing import Callable
 from . import __version__
 from .errors import ScellisError
 
-EXIT_OK, EXIT_ERROR = 0, 2
+EXIT_OK, EXIT_ERROR, EXIT_REFUSED = 0, 2, 3
 
 
 # ---- scellis device -----------------------------------------------------------------------------------
@@ -50,10 +50,54 @@ def cmd_device(args) -> int:
     return EXIT_OK
 
 
+# ---- scellis plan -------------------------------------------------------------------------------------
+def _size(text: str) -> int:
+    from .spec.schema import parse_bytes
+    n = parse_bytes(text)
+    if n is None or n <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive size (bytes, or e.g. 8GiB, 512MB)")
+    return n
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return n
+
+
+def _args_plan(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="spec file (TOML)")
+    p.add_argument("--device", default=None, help="wgpu, reference, or part of an adapter name")
+    p.add_argument("--memory", type=_size, default=None, help="declared capacity (bytes, or e.g. 8GiB)")
+    p.add_argument("--batch-size", type=_positive, default=None)
+    p.add_argument("--json", action="store_true", help="print the Plan's fields as one JSON object")
+
+
+def cmd_plan(args) -> int:
+    """Plan a spec's training step: green / yellow / red with the peak, its breakdown and fixes."""
+    from .plan import plan
+    from .spec import Spec
+    spec = Spec.from_file(args.spec)
+    p = plan(spec, device=args.device, memory=args.memory, batch_size=args.batch_size)
+    if args.json:
+        print(json.dumps(p.to_json(), indent=2, default=str))
+    else:
+        print(p.table())
+    if p.verdict == "red":
+        print(p.refusal().diagnostic.format(), file=sys.stderr)
+        return EXIT_REFUSED
+    return EXIT_OK
+
+
 # ---- registry ---------------------------------------------------------------------------------------
 # name -> (declare arguments, run); the run function's docstring is the subcommand's help line.
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "device": (_args_device, cmd_device),
+    "plan": (_args_plan, cmd_plan),
 }
 
 

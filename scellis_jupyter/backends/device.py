@@ -48,6 +48,14 @@ class Device:
                 self._impl = WgpuBackend(self._adapter, self.name)
         return self._impl
 
+    def fresh_impl(self):
+        """A new backend object on this device, sharing nothing (for isolated memory measurements)."""
+        if self.backend == "reference":
+            from .reference import ReferenceBackend
+            return ReferenceBackend()
+        from .wgpu.runtime import WgpuBackend
+        return WgpuBackend(self._adapter, self.name)
+
     def to_json(self) -> dict:
         return {"backend": self.backend, "name": self.name, "adapter_type": self.adapter_type,
                 "memory_bytes": self.memory_bytes, "memory_source": self.memory_source,

@@ -40,6 +40,8 @@ def execute(prog: Program, leaves: list[Storage], backend) -> list[Storage]:
             raise DeviceError(f"a tensor lives on {s.backend.name} but the program runs on {backend.name}",
                               where=f"program {prog.hash[:12]}", hint="move it with .to(device) first")
         where[li] = s
+    for b, li in prog.meta.get("donated", {}).items():     # outputs written over their leaf's storage
+        where[b] = where[li]
     arena = backend.arena(prog.arena.arena_bytes)
     for p in prog.persistent:
         v = vals[p]

@@ -31,6 +31,11 @@ def ones(shape, dtype: str = "f32") -> Node:
     return full(shape, 1.0 if dt.is_float(dt.canon(dtype)) else 1, dtype)
 
 
+def placeholder(shape, dtype: str = "f32", name: str = "") -> Node:
+    """A leaf bound at execution time (see opset 'placeholder')."""
+    return make("placeholder", [], shape=tuple(int(x) for x in shape), dtype=dt.canon(dtype), name=name)
+
+
 def arange(n: int, dtype: str = "i32") -> Node:
     return make("iota", [], n=int(n), dtype=dt.canon(dtype))
 

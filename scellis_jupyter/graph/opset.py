@@ -124,6 +124,16 @@ def _inf_fill(inputs, attrs):
     return shape, dt.canon(attrs["dtype"])
 
 
+@register("placeholder")
+def _inf_placeholder(inputs, attrs):
+    """A leaf whose data is bound at execution (training-step inputs, parameters, optimizer state):
+    programs and plans are built before any tensor exists."""
+    shape = tuple(int(s) for s in attrs["shape"])
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"negative size in shape {shape}", where=f"placeholder {attrs.get('name', '')!r}")
+    return shape, dt.canon(attrs["dtype"])
+
+
 @register("iota")
 def _inf_iota(inputs, attrs):
     return (int(attrs["n"]),), dt.canon(attrs.get("dtype", "i32"))

@@ -20,16 +20,15 @@ def enabled() -> bool:
     return os.environ.get("SCELLIS_FUSION", "1") not in ("0", "off", "false")
 
 
-def fusible(v) -> bool:
+def fusible(v, values) -> bool:
+    """Elementwise, single-output, and no i8 operand (i8 has only dedicated cast kernels)."""
     if v.kind != "compute" or isinstance(v.dtype, tuple):
         return False
     if v.op == "fill":
         return True
-    if v.op not in ELEMENTWISE:
+    if v.op not in ELEMENTWISE or v.dtype == "i8":
         return False
-    if v.op == "cast" and "i8" in (v.dtype, v.attrs.get("dtype")):
-        return False
-    return True
+    return not any(values[i].dtype == "i8" for i in v.inputs)
 
 
 def fuse(values: list, outputs: list[int]) -> tuple[list, list[int], dict[int, int]]:
@@ -48,7 +47,7 @@ def fuse(values: list, outputs: list[int]) -> tuple[list, list[int], dict[int, i
 
     for root in range(n - 1, -1, -1):
         v = values[root]
-        if root in absorbed or not fusible(v) or v.op == "fill":
+        if root in absorbed or not fusible(v, values) or v.op == "fill":
             continue
         members = {root}
         # grow the group: producers whose users all lie inside it (fills always)
@@ -58,7 +57,7 @@ def fuse(values: list, outputs: list[int]) -> tuple[list, list[int], dict[int, i
             if p in members:
                 continue
             pv = values[p]
-            if not fusible(pv) or p in is_out:
+            if not fusible(pv, values) or p in is_out:
                 continue
             if pv.op != "fill" and not users[p] <= members:
                 continue

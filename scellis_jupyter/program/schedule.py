@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 import blake3
 
 from .. import dtypes as dt
+from ..errors import GraphError
 from ..graph.node import Node, toposort
+from ..graph.opset import ELEMENTWISE
 from . import fusion
 from .liveness import ArenaPlan, align, plan_arena
 
@@ -67,16 +69,29 @@ def multi_offset(shape, dtype, index: int) -> int:
 _CACHE: dict[tuple, Program] = {}
 
 
-def compile_program(outputs: list[Node], backend: str, tier: str) -> tuple[Program, list[Node]]:
-    """Schedule `outputs`; returns the (cached) Program and the leaf nodes to bind, in leaf order."""
+def is_leaf(n: Node) -> bool:
+    return n.realized or n.op == "placeholder"
+
+
+def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[int, Node] | None = None,
+                    return_index: bool = False):
+    """Schedule `outputs`; returns the (cached) Program and the leaf nodes to bind, in leaf order.
+
+    donate: output position -> leaf node whose storage that output overwrites (an optimizer writing
+    new weights into the old ones). Honoured when safe: the producing step is elementwise, reads the
+    leaf only at its own index, and can run after every other reader of the leaf; otherwise the
+    output gets its own allocation (Program.donated says which were honoured).
+    return_index: also return {node id: value index} for this graph (the planner's role lookup).
+    """
     order = toposort(outputs, cut_realized=True)
     index: dict[int, int] = {}
     values: list[Value] = []
     leaves: list[Node] = []
     h = blake3.blake3()
     for n in order:
-        ins = tuple(index[i.id] for i in n.inputs) if not n.realized else ()
-        if n.realized:
+        leaf = is_leaf(n)
+        ins = tuple(index[i.id] for i in n.inputs) if not leaf else ()
+        if leaf:
             kind = "leaf"
             leaves.append(n)
         elif n.op in VIEW_OPS:
@@ -90,12 +105,17 @@ def compile_program(outputs: list[Node], backend: str, tier: str) -> tuple[Progr
         h.update(repr((v.op, v.inputs, sorted(v.attrs.items()), v.shape, v.dtype, v.kind)).encode())
     out_idx = [index[o.id] for o in outputs]
     fuse = fusion.enabled()
-    h.update(repr(("out", out_idx, backend, tier, fuse)).encode())
+    want_donate = sorted((int(k), index[l.id]) for k, l in (donate or {}).items())
+    for k, li in want_donate:
+        if values[li].kind != "leaf":
+            raise GraphError(f"output {k} can only be donated into a leaf", where="compile_program")
+    h.update(repr(("out", out_idx, backend, tier, fuse, want_donate)).encode())
     key = h.hexdigest()
     cached = _CACHE.get(key)
     if cached is not None:
-        return cached, leaves
+        return (cached, leaves, _node_index(index, cached)) if return_index else (cached, leaves)
     leaf_idx = [index[l.id] for l in leaves]
+    remap = {i: i for i in range(len(values))}
     if fuse:
         values, out_idx, remap = fusion.fuse(values, out_idx)
         leaf_idx = [remap[i] for i in leaf_idx]
@@ -113,8 +133,14 @@ def compile_program(outputs: list[Node], backend: str, tier: str) -> tuple[Progr
         return i
 
     steps = [i for i, v in enumerate(values) if v.kind == "compute"]
+    donated = _donations(values, steps, out_idx, [(k, remap[li]) for k, li in want_donate], base)
+    if donated:
+        steps = _donors_last(values, steps, set(donated))
+        for b, li in list(donated.items()):
+            if not _reads_done(values, steps, b, li, base):
+                del donated[b]
     pos = {v: t for t, v in enumerate(steps)}
-    persistent = sorted({base(o) for o in out_idx if values[base(o)].kind == "compute"})
+    persistent = sorted({base(o) for o in out_idx if values[base(o)].kind == "compute"} - set(donated))
     last_use: dict[int, int] = {}
     for t, s in enumerate(steps):
         for i in values[s].inputs:
@@ -127,10 +153,65 @@ def compile_program(outputs: list[Node], backend: str, tier: str) -> tuple[Progr
             continue
         sizes[s] = values[s].nbytes
         lifetimes[s] = (pos[s], max(last_use.get(s, pos[s]), pos[s]))
+    for s_ in steps:                 # a donated output's storage is its leaf's: not in the arena
+        if s_ in donated:
+            sizes.pop(s_, None)
+            lifetimes.pop(s_, None)
     prog = Program(values, leaf_idx, out_idx, steps, plan_arena(sizes, lifetimes),
-                   persistent, view_base, key, tier, backend)
+                   persistent, view_base, key, tier, backend,
+                   meta={"remap": remap, "donated": donated})
     _CACHE[key] = prog
-    return prog, leaves
+    return (prog, leaves, _node_index(index, prog)) if return_index else (prog, leaves)
+
+
+def _node_index(index: dict[int, int], prog: Program) -> dict[int, int]:
+    remap = prog.meta["remap"]
+    return {nid: remap[i] for nid, i in index.items() if i in remap}
+
+
+ELEMENTWISE_STEPS = ELEMENTWISE + ("fused", "fill")
+
+
+def _donations(values, steps, out_idx, wanted, base) -> dict[int, int]:
+    """Donated step -> leaf value, for the requests that can be honoured structurally."""
+    consumers: dict[int, int] = {}
+    for s in steps:
+        for i in values[s].inputs:
+            consumers[base(i)] = consumers.get(base(i), 0) + 1
+    out: dict[int, int] = {}
+    for k, li in wanted:
+        b = out_idx[k]
+        v = values[b]
+        if v.kind != "compute" or b in out or li in out.values():
+            continue
+        if v.op not in ELEMENTWISE_STEPS:
+            continue
+        lv = values[li]
+        if (lv.shape, lv.dtype) != (v.shape, v.dtype) or out_idx.count(b) > 1:
+            continue
+        # the step may read the leaf only elementwise (same shape, hence the same index)
+        if any(base(i) == li and tuple(values[i].shape) != tuple(v.shape) for i in v.inputs):
+            continue
+        out[b] = li
+    return out
+
+
+def _donors_last(values, steps, donors: set[int]) -> list[int]:
+    """Steps reordered so donated producers (and what depends on them) run after everything else."""
+    late: set[int] = set()
+    for s in steps:
+        if s in donors or any(i in late for i in values[s].inputs):
+            late.add(s)
+    return [s for s in steps if s not in late] + [s for s in steps if s in late]
+
+
+def _reads_done(values, steps, b, li, base) -> bool:
+    """Whether every step other than `b` that reads leaf `li` runs before `b`."""
+    t_b = steps.index(b)
+    for t, s in enumerate(steps):
+        if s != b and t > t_b and any(base(i) == li for i in values[s].inputs):
+            return False
+    return True
 
 
 def clear_cache() -> None:

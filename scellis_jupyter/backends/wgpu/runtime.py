@@ -271,6 +271,51 @@ class WgpuBackend:
                 del self._bind_groups[k]
         self._bind_groups[key] = bg
 
+    def dry_param_bytes(self, prog, roots) -> int:
+        """The uniform parameter block `prog` will need, by running its launchers without a GPU call.
+
+        Why: the planner predicts every byte the executor allocates; this block depends on how each
+        launcher splits its tensors, so it is computed by the launchers themselves."""
+        from ...executor.executor import Storage as S
+        cached = self._prog_params.get(prog.hash)
+        if cached is not None:
+            return cached[0].size
+        fake: dict = {}
+
+        def stand_in(st):
+            b = fake.setdefault(id(st.buffer), _FakeBuffer(st.buffer))
+            return S(self, b, st.offset, st.shape, st.dtype, st.nbytes)
+        where = {li: stand_in(r) for li, r in zip(prog.leaves, roots)}
+        arena = _FakeBuffer(None)
+        for p_ in prog.persistent:
+            v = prog.values[p_]
+            where[p_] = S(self, _FakeBuffer(None), 0, v.shape, v.dtype, v.nbytes)
+        for b_, li in prog.meta.get("donated", {}).items():
+            where[b_] = where[li]
+
+        def resolve(i):
+            if i in where:
+                return where[i]
+            v = prog.values[i]
+            if v.kind == "view":
+                src, off = prog.view_base[i]
+                base = resolve(src)
+                st = base.sub(off, v.shape, v.dtype, v.nbytes)
+            else:
+                st = S(self, arena, prog.arena.offsets[i], v.shape, v.dtype, v.nbytes)
+            where[i] = st
+            return st
+        saved = (self._mode, self._params)
+        self._mode, self._params = "dry", bytearray()
+        try:
+            for step in prog.steps:
+                v = prog.values[step]
+                self.dispatch(v, [resolve(i) for i in v.inputs], resolve(step), prog)
+            n = len(self._params) or PARAM_ALIGN
+        finally:
+            self._mode, self._params = saved
+        return align(max(n, 4), 16)
+
     def _open_pass(self):
         if self._pass is None:
             self._encoder = self.device.create_command_encoder()
@@ -329,9 +374,12 @@ class WgpuBackend:
             wg = tuple(int(g) for g in groups)
             if min(wg) <= 0:
                 return
-        pipeline = self.pipeline(key, source)
+        pipeline = self.pipeline(key, source) if self._mode != "dry" else None
         chunk = bytes(params) + bytes((-len(params)) % PARAM_ALIGN) if params else bytes(PARAM_ALIGN)
         param = (self._cursor if self._mode == "replay" else len(self._params), max(len(params), 16))
+        if self._mode == "dry":
+            self._params += chunk
+            return
         if self._mode == "record":
             self._params += chunk
             self._pending.append((pipeline, list(storages), param, wg))
@@ -362,6 +410,16 @@ class WgpuBackend:
         p.set_bind_group(0, bg)
         p.dispatch_workgroups(*wg)
         self.dispatches += 1
+
+
+class _FakeBuffer:
+    """Stands in for a GPU buffer while launchers run dry (planning): only identity and size matter."""
+    _next = [0]
+
+    def __init__(self, like):
+        _FakeBuffer._next[0] += 1
+        self.uid = -_FakeBuffer._next[0]
+        self.size = getattr(like, "size", 0)
 
 
 def _signature(roots) -> tuple:

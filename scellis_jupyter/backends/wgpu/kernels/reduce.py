@@ -59,13 +59,17 @@ def split_boxes(shape, operands, limit: int, align: int, order):
     return box_chunks(shape, operands, limit, align, order)
 
 
-def kept_first(nkept: int):
+def kept_first(nkept: int, x_strides=None):
+    """Split priority: the dim spanning most of the input's bytes first (halving it shrinks the bound
+    window the most), kept dims before reduced ones on ties, so an output row is reduced in one
+    dispatch unless its own span is what overflows the binding."""
     def order(sizes):
-        for group in (range(nkept), range(nkept, len(sizes))):
-            cand = [i for i in group if sizes[i] > 1]
-            if cand:
-                return max(cand, key=lambda i: sizes[i])
-        return None
+        cand = [i for i in range(len(sizes)) if sizes[i] > 1]
+        if not cand:
+            return None
+        if x_strides is None:
+            return max(cand, key=lambda i: (i < nkept, sizes[i]))
+        return max(cand, key=lambda i: ((sizes[i] - 1) * x_strides[i], i < nkept, sizes[i]))
     return order
 
 
@@ -140,7 +144,7 @@ def _reduce(be, v, ins, out):
     if not shape:
         shape, x_st, o_st, nk = [1], [1], [1], 1
     ops = [(0, o_st, isz_o), (0, x_st, isz_x)]
-    for starts, sizes in split_boxes(shape, ops, be.binding_limit, be.offset_align, kept_first(nk)):
+    for starts, sizes in split_boxes(shape, ops, be.binding_limit, be.offset_align, kept_first(nk, x_st)):
         wins, offs = [], []
         for s, (b, st, i) in zip((out, x), ops):
             lo, hi = footprint(starts, sizes, st)

@@ -1,0 +1,168 @@
+"""sc.plan: the peak is the step Program's allocation plan (measured == predicted), verdicts, fixes, CLI."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import scellis_jupyter as sc
+from scellis_jupyter.plan import measure_step
+from scellis_jupyter.plan.plan import GREEN_HEADROOM
+
+try:
+    WG = sc.device("wgpu")
+except sc.ScellisError:  # pragma: no cover
+    WG = None
+
+MLP = """
+name = "digits-mlp"
+[data]
+dataset = "digits"
+[model]
+nodes = [
+  { op = "linear", out = 128 },
+  { op = "relu" },
+  { op = "dropout", p = 0.1 },
+  { name = "logits", op = "linear", out = 10 },
+]
+[recipe]
+loss = "cross_entropy"
+optimizer = { name = "adamw", lr = 3e-3, weight_decay = 0.01 }
+batch_size = 64
+clip_grad_norm = 1.0
+determinism = "debug"
+"""
+
+CNN = """
+name = "digits-cnn"
+[data]
+dataset = "digits"
+input = { shape = [1, 8, 8], dtype = "f32" }
+[model]
+nodes = [
+  { op = "conv2d", out = 8, kernel = 3, padding = 1 },
+  { op = "relu" },
+  { op = "max_pool2d", kernel = 2 },
+  { op = "flatten" },
+  { op = "linear", out = 10 },
+]
+[recipe]
+optimizer = { name = "sgd", lr = 0.1, momentum = 0.9 }
+batch_size = 16
+determinism = "debug"
+"""
+
+TRANSFORMER = """
+name = "char-transformer"
+[data]
+dataset = "pydoc_topics"
+seq_len = 32
+[model]
+nodes = [
+  { op = "embedding", vocab = 96, dim = 32 },
+  { op = "positional_embedding", max_len = 32 },
+  { op = "transformer_block", heads = 4, causal = true },
+  { op = "layer_norm" },
+  { op = "linear", out = 96 },
+]
+[recipe]
+optimizer = { name = "adam", lr = 1e-3 }
+batch_size = 4
+determinism = "debug"
+"""
+
+SPECS = {"mlp": MLP, "cnn": CNN, "transformer": TRANSFORMER}
+
+
+def _spec(text):
+    return sc.Spec.from_text(text)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_measured_peak_equals_predicted_on_reference(name):
+    p = sc.plan(_spec(SPECS[name]), device="reference")
+    m = measure_step(p)
+    assert abs(m["measured_peak_bytes"] - p.peak_bytes) <= 0.05 * p.peak_bytes, m
+    assert np.isfinite(m["loss"]) and m["loss"] > 0
+    assert sum(p.breakdown.values()) == p.peak_bytes
+
+
+@pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_measured_peak_equals_predicted_on_wgpu(name):
+    p = sc.plan(_spec(SPECS[name]), device=WG)
+    m = measure_step(p, WG)
+    assert abs(m["measured_peak_bytes"] - p.peak_bytes) <= 0.05 * p.peak_bytes, m
+    assert p.extras["uniform_params"] > 0
+    ref = measure_step(sc.plan(_spec(SPECS[name]), device="reference"))
+    assert m["loss"] == pytest.approx(ref["loss"], rel=1e-4)      # same step, same synthetic data
+
+
+def test_breakdown_counts_parameters_and_declared_optimizer_state():
+    p = sc.plan(_spec(MLP), device="reference")
+    n = 64 * 128 + 128 + 128 * 10 + 10
+    assert p.breakdown["parameters"] == 4 * n
+    assert p.breakdown["optimizer_state"] == 2 * 4 * n      # AdamW: m and v, f32 each
+    assert p.breakdown["data"] == 64 * 64 * 4 + 64 * 4      # x (f32) and integer labels
+    assert p.breakdown["activations"] > 0
+
+
+def test_peak_grows_with_batch_and_verdicts_follow_capacity():
+    s = _spec(MLP)
+    small, big = sc.plan(s, device="reference", batch_size=8), sc.plan(s, device="reference", batch_size=512)
+    assert big.peak_bytes > small.peak_bytes
+    roomy = sc.plan(s, device="reference", memory=10 * big.peak_bytes)
+    assert roomy.verdict == "yellow" and any("reference device" in w for w in roomy.warnings)
+    tight = sc.plan(s, device="reference", memory=int(big.peak_bytes * 1.1), batch_size=512)
+    assert tight.verdict == "yellow" and tight.warnings[0].startswith("little headroom")
+    red = sc.plan(s, device="reference", memory=big.peak_bytes - 1, batch_size=512)
+    assert red.verdict == "red" and not red.fits
+    assert red.capacity_source == "declared"
+
+
+def test_batch_fix_is_a_replanned_peak_and_the_largest_that_fits_with_headroom():
+    s = _spec(MLP)
+    cap = sc.plan(s, device="reference", batch_size=256).peak_bytes     # batch 256 is red here
+    red = sc.plan(s, device="reference", memory=cap - 1, batch_size=256)
+    assert red.verdict == "red"
+    (fix,) = [f for f in red.fixes if f.kind == "batch_size"]
+    b = fix.settings["batch_size"]
+    assert 1 <= b < 256
+    at_b = sc.plan(s, device="reference", memory=cap - 1, batch_size=b)
+    assert at_b.peak_bytes == fix.peak_bytes <= GREEN_HEADROOM * (cap - 1)
+    above = sc.plan(s, device="reference", memory=cap - 1, batch_size=b + 1)
+    assert above.peak_bytes > GREEN_HEADROOM * (cap - 1)
+
+
+def test_capacity_honesty_when_nothing_fits():
+    s = _spec(MLP)
+    one = sc.plan(s, device="reference", batch_size=1)
+    p = sc.plan(s, device="reference", memory=one.peak_bytes // 2)
+    assert p.verdict == "red"
+    assert [f.kind for f in p.fixes] == ["batch_size"] and p.fixes[0].settings["batch_size"] is None
+    text = p.fixes[0].description
+    assert "no batch size fits" in text and "not one device's memory" in text
+    err = p.refusal()
+    assert err.diagnostic.code == "plan-red" and "refused before any compute" in str(err)
+
+
+def test_plan_cli(tmp_path, run_python):
+    f = tmp_path / "mlp.toml"
+    f.write_text(MLP)
+    r = run_python(None, "plan", str(f), "--device", "reference", module="scellis_jupyter.cli")
+    assert r.returncode == 0, r.stderr
+    assert "verdict   YELLOW" in r.stdout and "optimizer_state" in r.stdout
+    r = run_python(None, "plan", str(f), "--device", "reference", "--json", "--batch-size", "32",
+                   module="scellis_jupyter.cli")
+    d = json.loads(r.stdout)
+    assert d["batch_size"] == 32 and d["verdict"] == "yellow" and set(d["breakdown"]) >= {"parameters", "activations"}
+    assert d["peak_bytes"] == sum(d["breakdown"].values())
+    r = run_python(None, "plan", str(f), "--device", "reference", "--memory", "100KB", module="scellis_jupyter.cli")
+    assert r.returncode == 3 and "error[plan-red]" in r.stderr and "verdict   RED" in r.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text(MLP.replace('op = "relu"', 'op = "rleu"'))
+    r = run_python(None, "plan", str(bad), "--device", "reference", module="scellis_jupyter.cli")
+    assert r.returncode == 2 and f"{bad}:8:10:" in r.stderr and "did you mean 'relu'" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run_python(None, "plan", str(tmp_path / "missing.toml"), module="scellis_jupyter.cli")
+    assert r.returncode == 2 and "missing.toml" in r.stderr and "Traceback" not in r.stderr
