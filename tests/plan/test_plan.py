@@ -166,3 +166,18 @@ def test_plan_cli(tmp_path, run_python):
     assert "Traceback" not in r.stderr
     r = run_python(None, "plan", str(tmp_path / "missing.toml"), module="scellis_jupyter.cli")
     assert r.returncode == 2 and "missing.toml" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_optimizer_state_comes_from_the_entrys_declaration_int8adam_counts_bytes():
+    from scellis_jupyter import catalog
+    adamw = sc.plan(_spec(MLP), device="reference")
+    i8 = sc.plan(_spec(MLP.replace('name = "adamw", lr = 3e-3, weight_decay = 0.01', 'name = "int8adam", lr = 3e-3')),
+                 device="reference")
+    opt = catalog.make("optimizer", "int8adam")
+    shapes = [(128, 64), (128,), (10, 128), (10,)]
+    declared = sum(d.nbytes for s in shapes for d in opt.state(s, "f32"))
+    assert i8.breakdown["optimizer_state"] == declared
+    assert declared < 0.5 * adamw.breakdown["optimizer_state"]
+    assert i8.breakdown["parameters"] == adamw.breakdown["parameters"]
+    m = measure_step(i8)
+    assert m["measured_peak_bytes"] == i8.peak_bytes
