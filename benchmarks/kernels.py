@@ -246,6 +246,19 @@ def bench_attention(ctx: Ctx, args) -> list[dict]:
     return rows
 
 
+def side_by_side(ctx: Ctx, args, node, torch_fn):
+    """(scellis s, torch s or None, err or None) for the Program computing `node` and `torch_fn()` on torch's
+    device; err compares scellis' result with torch's."""
+    run, sync = wgpu_program(ctx, [ctx.sc.Tensor(node, ctx.dev)])
+    run()
+    got = run.result()
+    tsec = err = None
+    if ctx.torch is not None:
+        err = _relerr(got, torch_fn().cpu().numpy())
+        tsec = torch_time(ctx, torch_fn, args.iters, args.warmup, args.budget)
+    return time_loop(run, sync, args.iters, args.warmup, args.budget), tsec, err
+
+
 def _row_shapes(args):
     return [(256, 512), (1024, 1024)] if args.quick else [(8192, 1024), (4096, 4096), (65536, 256)]
 
@@ -260,15 +273,8 @@ def bench_softmax(ctx: Ctx, args) -> list[dict]:
     for (r, c) in _row_shapes(args):
         x = rng.standard_normal((r, c), dtype=np.float32)
         tx = sc.tensor(x, device=ctx.dev)
-        run, sync = wgpu_program(ctx, [sc.Tensor(F.softmax(tx.node, -1), ctx.dev)])
-        run()
-        got = run.result()
-        tsec = terr = None
-        if ctx.torch is not None:
-            xt = _t(ctx, x)
-            terr = _relerr(got, ctx.torch.softmax(xt, -1).cpu().numpy())
-            tsec = torch_time(ctx, lambda: ctx.torch.softmax(xt, -1), args.iters, args.warmup, args.budget)
-        sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
+        xt = _t(ctx, x) if ctx.torch is not None else None
+        sec, tsec, terr = side_by_side(ctx, args, F.softmax(tx.node, -1), lambda: ctx.torch.softmax(xt, -1))
         rows.append(row("softmax", "f32", f"{r}x{c}", sec, 2.0 * x.nbytes, "GB/s", tsec, terr))
     return rows
 
@@ -285,16 +291,9 @@ def bench_layer_norm(ctx: Ctx, args) -> list[dict]:
         w = rng.standard_normal(c, dtype=np.float32)
         bb = rng.standard_normal(c, dtype=np.float32)
         tx, tw, tb = (sc.tensor(a, device=ctx.dev) for a in (x, w, bb))
-        run, sync = wgpu_program(ctx, [sc.Tensor(F.layer_norm(tx.node, c, tw.node, tb.node), ctx.dev)])
-        run()
-        got = run.result()
-        tsec = terr = None
-        if ctx.torch is not None:
-            ln = ctx.torch.nn.functional.layer_norm
-            xt, wt, bt = _t(ctx, x), _t(ctx, w), _t(ctx, bb)
-            terr = _relerr(got, ln(xt, (c,), wt, bt).cpu().numpy())
-            tsec = torch_time(ctx, lambda: ln(xt, (c,), wt, bt), args.iters, args.warmup, args.budget)
-        sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
+        xt, wt, bt = (_t(ctx, a) for a in (x, w, bb)) if ctx.torch is not None else (None,) * 3
+        sec, tsec, terr = side_by_side(ctx, args, F.layer_norm(tx.node, c, tw.node, tb.node),
+                                       lambda: ctx.torch.nn.functional.layer_norm(xt, (c,), wt, bt))
         rows.append(row("layer_norm", "f32", f"{r}x{c}", sec, 2.0 * x.nbytes, "GB/s", tsec, terr))
     return rows
 
@@ -313,16 +312,9 @@ def bench_elementwise(ctx: Ctx, args) -> list[dict]:
                   lambda xa, xb, xc: xa + xb),
                  ("gelu(a*b+c)", lambda: F.gelu(F.add(F.mul(ta.node, tb.node), tc.node)), 4 * a.nbytes,
                   lambda xa, xb, xc: ctx.torch.nn.functional.gelu(xa * xb + xc))]
+        xs = [_t(ctx, x) for x in (a, b, c)] if ctx.torch is not None else [None] * 3
         for name, build, nbytes, tfn in cases:
-            run, sync = wgpu_program(ctx, [sc.Tensor(build(), ctx.dev)])
-            run()
-            got = run.result()
-            tsec = terr = None
-            if ctx.torch is not None:
-                xa, xb, xc = _t(ctx, a), _t(ctx, b), _t(ctx, c)
-                terr = _relerr(got, tfn(xa, xb, xc).cpu().numpy())
-                tsec = torch_time(ctx, lambda: tfn(xa, xb, xc), args.iters, args.warmup, args.budget)
-            sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
+            sec, tsec, terr = side_by_side(ctx, args, build(), lambda: tfn(*xs))
             rows.append(row(name, "f32", f"{n}", sec, nbytes, "GB/s", tsec, terr))
     return rows
 

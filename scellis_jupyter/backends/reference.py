@@ -38,6 +38,15 @@ class ReferenceBackend:
         self.allocated += n
         self.peak = max(self.peak, self.allocated)
 
+    @staticmethod
+    def alloc_bytes(nbytes: int) -> int:
+        """Bytes one allocation for `nbytes` takes (the planner counts with the same rule)."""
+        return max(nbytes, 1)
+
+    @staticmethod
+    def arena_bytes(nbytes: int) -> int:
+        return nbytes
+
     def arena(self, nbytes: int):
         if self._arena.nbytes < nbytes:
             self._track(nbytes - self._arena.nbytes)
@@ -45,7 +54,7 @@ class ReferenceBackend:
         return self._arena
 
     def alloc_storage(self, shape, dtype, nbytes: int) -> Storage:
-        buf = np.zeros(max(nbytes, 1), np.uint8)
+        buf = np.zeros(self.alloc_bytes(nbytes), np.uint8)
         self._track(buf.nbytes)
         return Storage(self, buf, 0, tuple(shape), dtype, nbytes)
 

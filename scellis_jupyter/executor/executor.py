@@ -31,49 +31,55 @@ class Storage:
         return self.backend.to_numpy(self)
 
 
+def bind(prog: Program, leaves: list, persistent: list, backend, arena):
+    """Where every value of `prog` lives: the given leaf and persistent storages, donated outputs in
+    their leaf's storage, views on their base, everything else at its planned arena offset.
+
+    Returns (resolve, where): `resolve(i)` fills `where` on demand. Shared by execution and by a
+    backend's dry run (planning), so both place values the same way.
+    """
+    vals = prog.values
+    where: dict[int, Storage] = dict(zip(prog.leaves, leaves))
+    where.update(zip(prog.persistent, persistent))
+    for b, li in prog.meta.get("donated", {}).items():     # outputs written over their leaf's storage
+        where[b] = where[li]
+
+    def resolve(i: int) -> Storage:
+        chain = []
+        while i not in where and vals[i].kind == "view":
+            chain.append(i)
+            i = prog.view_base[i][0]
+        s = where.get(i)
+        if s is None:
+            v = vals[i]
+            s = where[i] = Storage(backend, arena, prog.arena.offsets[i], v.shape, v.dtype, v.nbytes)
+        for j in reversed(chain):        # iterative: a self-referring closure would keep `where` alive
+            v = vals[j]
+            s = where[j] = s.sub(prog.view_base[j][1], v.shape, v.dtype, v.nbytes)
+        return s
+    return resolve, where
+
+
 def execute(prog: Program, leaves: list[Storage], backend) -> list[Storage]:
     """Dispatch every step of `prog` on `backend`; returns the storages of its outputs."""
-    vals = prog.values
-    where: dict[int, Storage] = {}
-    for li, s in zip(prog.leaves, leaves):
+    for s in leaves:
         if s.backend is not backend:
             raise DeviceError(f"a tensor lives on {s.backend.name} but the program runs on {backend.name}",
                               where=f"program {prog.hash[:12]}", hint="move it with .to(device) first")
-        where[li] = s
-    for b, li in prog.meta.get("donated", {}).items():     # outputs written over their leaf's storage
-        where[b] = where[li]
     arena = backend.arena(prog.arena.arena_bytes)
-    for p in prog.persistent:
-        v = vals[p]
-        where[p] = backend.alloc_storage(v.shape, v.dtype, v.nbytes)
-
-    def resolve(i: int) -> Storage:
-        s = where.get(i)
-        if s is not None:
-            return s
-        v = vals[i]
-        if v.kind == "view":
-            src, off = prog.view_base[i]
-            base = resolve(src)
-            s = base.sub(off, v.shape, v.dtype, v.nbytes)
-        else:
-            s = Storage(backend, arena, prog.arena.offsets[i], v.shape, v.dtype, v.nbytes)
-        where[i] = s
-        return s
-
-    roots = list(leaves) + [where[p] for p in prog.persistent] + \
+    persistent = [backend.alloc_storage(prog.values[p].shape, prog.values[p].dtype, prog.values[p].nbytes)
+                  for p in prog.persistent]
+    resolve, _ = bind(prog, leaves, persistent, backend, arena)
+    roots = list(leaves) + persistent + \
         [Storage(backend, arena, 0, (prog.arena.arena_bytes,), "u8", prog.arena.arena_bytes)]
-    try:
-        if backend.begin(prog, roots) is not True:       # True: replayed whole from the backend's record
-            try:
-                for step in prog.steps:
-                    v = vals[step]
-                    backend.dispatch(v, [resolve(i) for i in v.inputs], resolve(step), prog)
-            finally:
-                backend.end(prog)
-        return [resolve(o) for o in prog.outputs]
-    finally:
-        where.clear()   # `resolve` refers to itself: without this the cycle keeps every storage until gc
+    if backend.begin(prog, roots) is not True:       # True: replayed whole from the backend's record
+        try:
+            for step in prog.steps:
+                v = prog.values[step]
+                backend.dispatch(v, [resolve(i) for i in v.inputs], resolve(step), prog)
+        finally:
+            backend.end(prog)
+    return [resolve(o) for o in prog.outputs]
 
 
 def realize(nodes: list[Node], backend, tier: str | None = None) -> list[Storage]:

@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 
 from .. import determinism
 from ..errors import ScellisError
-from ..program.liveness import align
 
 GREEN_HEADROOM = 0.80         # green: the peak uses at most 80% of capacity
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "master_weights", "data")
@@ -87,11 +86,6 @@ class Plan:
                          hint=hint, code="plan-red", peak_bytes=self.peak_bytes, capacity_bytes=self.capacity_bytes)
 
 
-def _alloc(backend: str, nbytes: int) -> int:
-    """Bytes a backend really allocates for a tensor of nbytes (wgpu rounds buffers to 16)."""
-    return align(max(nbytes, 4), 16) if backend == "wgpu" else max(nbytes, 1)
-
-
 def _spec_of(spec):
     from ..spec import Spec
     if isinstance(spec, Spec):
@@ -103,23 +97,19 @@ def _spec_of(spec):
     raise PlanError(f"sc.plan needs a Spec, spec text or a spec file path, got {type(spec).__name__}")
 
 
-def step_peak(step, backend_name: str, impl=None) -> tuple[int, dict, dict]:
-    """(peak bytes, breakdown, extras) of one training step Program on a backend."""
+def step_peak(step, impl) -> tuple[int, dict, dict]:
+    """(peak bytes, breakdown, extras) of one training step Program on a backend (sizes by its own rules)."""
     from ..dtypes import nbytes as nb
     prog = step.program
     bd = {k: 0 for k in CATEGORIES}
     for leaf in step.leaves:
-        size = _alloc(backend_name, nb(leaf.node.shape, leaf.node.dtype))
+        size = impl.alloc_bytes(nb(leaf.node.shape, leaf.node.dtype))
         role = {"parameter": "parameters", "optimizer_state": "optimizer_state", "data": "data"}.get(leaf.role, "workspace")
         bd[role] += size
-    # the arena at its worst step, split by what lives there
+    # the arena at its worst step (from the liveness plan), split by what lives there
     arena = prog.arena
-    arena_bytes = _alloc(backend_name, max(arena.arena_bytes, 256)) if backend_name == "wgpu" else arena.arena_bytes
-    worst, worst_live = None, -1
-    for t in {s for s, _ in arena.lifetimes.values()} | {e for _, e in arena.lifetimes.values()}:
-        live = sum(arena.sizes[v] for v, (s, e) in arena.lifetimes.items() if s <= t <= e)
-        if live > worst_live:
-            worst, worst_live = t, live
+    arena_bytes = impl.arena_bytes(arena.arena_bytes)
+    worst = arena.live_peak_step
     by_role = {"activations": 0, "gradients": 0, "workspace": 0}
     if worst is not None:
         for v, (s, e) in arena.lifetimes.items():
@@ -131,8 +121,8 @@ def step_peak(step, backend_name: str, impl=None) -> tuple[int, dict, dict]:
     extras = {}
     for p in prog.persistent:
         v = prog.values[p]
-        bd["workspace"] += _alloc(backend_name, v.nbytes)
-    if backend_name == "wgpu" and impl is not None:
+        bd["workspace"] += impl.alloc_bytes(v.nbytes)
+    if hasattr(impl, "dry_param_bytes"):
         roots = [_StandIn(l.node) for l in step.leaves]
         ub = impl.dry_param_bytes(prog, roots)
         extras["uniform_params"] = ub
@@ -168,11 +158,11 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
         capacity, source = int(dev.memory_bytes), dev.memory_source
     bs = int(batch_size if batch_size is not None else spec.recipe.get("batch_size", 32))
     t, _ = determinism.resolve(tier or spec.recipe.get("determinism"))
-    impl = dev.impl if dev.backend == "wgpu" else None
+    impl = dev.impl
 
     def at(b: int):
         st = build_train_step(spec, b, dev.backend, t)
-        peak, bd, ex = step_peak(st, dev.backend, impl)
+        peak, bd, ex = step_peak(st, impl)
         return st, peak, bd, ex
 
     st, peak, bd, ex = at(bs)
@@ -189,6 +179,7 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
         if big:
             warnings.append(f"{len(big)} tensors exceed the {limit}-byte storage binding limit and are split "
                             f"(largest {max(v.nbytes for v in big)} bytes)")
+    device_warned = bool(warnings)
     mem_verdict = verdict = _verdict(peak, capacity)
     if verdict == "green" and warnings:
         verdict = "yellow"
@@ -197,7 +188,7 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
                spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st)
     if fixes and mem_verdict != "green":
-        out.fixes = _fixes(out, at, capacity, bs, peak)
+        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green")
     return out
 
 
@@ -207,10 +198,10 @@ def _verdict(peak: int, capacity: int) -> str:
     return "green" if peak <= GREEN_HEADROOM * capacity else "yellow"
 
 
-def _fixes(p: Plan, at, capacity: int, bs: int, peak: int) -> list[Fix]:
+def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str) -> list[Fix]:
+    """overall: the verdict a fix that fits with headroom gets (yellow when the device itself warns)."""
     fixes: list[Fix] = []
     fixed = 2 * p.breakdown["parameters"] + p.breakdown["optimizer_state"]     # weights, their gradients, state
-    overall = "yellow" if p.warnings and not p.warnings[0].startswith("little headroom") else "green"
     lo_peak = at(1)[1]
     if _verdict(lo_peak, capacity) == "red":
         fixes.append(Fix("batch_size", f"no batch size fits: even batch 1 needs {lo_peak} bytes; parameters, their "

@@ -21,6 +21,7 @@ class ArenaPlan:
     lifetimes: dict[int, tuple[int, int]] = field(default_factory=dict)
     arena_bytes: int = 0
     live_peak_bytes: int = 0   # the sum of live sizes at the worst step (a lower bound on arena_bytes)
+    live_peak_step: int | None = None
 
 
 def plan_arena(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]]) -> ArenaPlan:
@@ -40,8 +41,8 @@ def plan_arena(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]]) -> 
         plan.offsets[v] = off
         plan.sizes[v] = size
         plan.arena_bytes = max(plan.arena_bytes, off + size)
-    steps = {t for s, e in lifetimes.values() for t in (s, e)}
-    for t in steps:
+    for t in sorted({t for s, e in lifetimes.values() for t in (s, e)}):
         live = sum(plan.sizes[v] for v, (s, e) in lifetimes.items() if s <= t <= e)
-        plan.live_peak_bytes = max(plan.live_peak_bytes, live)
+        if live > plan.live_peak_bytes:
+            plan.live_peak_bytes, plan.live_peak_step = live, t
     return plan

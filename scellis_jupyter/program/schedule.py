@@ -149,14 +149,10 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
                 last_use[b] = max(last_use.get(b, -1), t)
     sizes, lifetimes = {}, {}
     for s in steps:
-        if s in persistent:
+        if s in persistent or s in donated:      # own storage, or its leaf's: not in the arena
             continue
         sizes[s] = values[s].nbytes
         lifetimes[s] = (pos[s], max(last_use.get(s, pos[s]), pos[s]))
-    for s_ in steps:                 # a donated output's storage is its leaf's: not in the arena
-        if s_ in donated:
-            sizes.pop(s_, None)
-            lifetimes.pop(s_, None)
     prog = Program(values, leaf_idx, out_idx, steps, plan_arena(sizes, lifetimes),
                    persistent, view_base, key, tier, backend,
                    meta={"remap": remap, "donated": donated})

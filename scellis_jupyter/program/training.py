@@ -81,14 +81,9 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     step = F.placeholder((), "f32", "step")
     params = {p.name: F.placeholder(p.shape, "f32", p.name) for p in graph.params}
     names = list(params)
-    gen_streams: dict = {}
-
-    def gen_factory(name):
-        from ..rng.generator import Generator
-        g = gen_streams.get("g") or gen_streams.setdefault("g", Generator(int(spec.recipe.get("seed") or 0)))
-        return g.stream(name)
-
-    pred = graph.forward(x, params, training=training, gen_factory=gen_factory)
+    from ..rng.generator import Generator
+    gen = Generator(int(spec.recipe.get("seed") or 0))
+    pred = graph.forward(x, params, training=training, gen_factory=gen.stream)
     loss = loss_node(spec.recipe.get("loss", "cross_entropy"), pred, y)
     forward_ids = {n.id for n in toposort([loss], cut_realized=False)}
     grads = grad([loss], [params[n] for n in names])
@@ -105,7 +100,6 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         grad_ids |= {g.id for g in grads}
     outs, out_names, donate = [loss], ["loss"], {}
     leaves_meta = {x.id: ("x", "data"), y.id: ("y", "data"), lr.id: ("lr", "scalar"), step.id: ("step", "scalar")}
-    state_nodes = []
     for n, g in zip(names, grads):
         p = params[n]
         leaves_meta[p.id] = (n, "parameter")
@@ -122,7 +116,6 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             donate[len(outs)] = s
             outs.append(new_st[k])
             out_names.append(f"state:{n}.{k}")
-        state_nodes.append(st)
     prog, leaf_nodes, index = compile_program(outs, backend, tier, donate=donate, return_index=True)
     leaves = []
     for ln in leaf_nodes:

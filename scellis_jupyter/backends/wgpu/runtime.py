@@ -85,6 +85,8 @@ class WgpuBackend:
         self._trace: list | None = None
         self._roots: list = []
         self._pool: list = []           # output buffers, reused once nothing but the pool refers to them
+        self._scratch: dict = {}        # uid -> buffer the backend keeps for launchers (replayable bindings)
+        self._scratch_by_name: dict = {}
         self.dispatches = 0
         self._lost = None
         try:
@@ -97,8 +99,17 @@ class WgpuBackend:
         self.allocated += n
         self.peak = max(self.peak, self.allocated)
 
+    @staticmethod
+    def alloc_bytes(nbytes: int) -> int:
+        """Bytes one buffer for `nbytes` takes (the planner counts with the same rule)."""
+        return align(max(nbytes, 4), 16)
+
+    @classmethod
+    def arena_bytes(cls, nbytes: int) -> int:
+        return cls.alloc_bytes(max(nbytes, 256))
+
     def _buffer(self, nbytes: int, usage=USAGE_STORAGE):
-        nbytes = align(max(nbytes, 4), 16)
+        nbytes = self.alloc_bytes(nbytes)
         if nbytes > self.max_buffer:
             raise DeviceError(f"a buffer of {nbytes} bytes exceeds the adapter's max buffer size "
                               f"{self.max_buffer}", where=f"device {self.label}",
@@ -117,15 +128,27 @@ class WgpuBackend:
             self.flush()
             if self._arena is not None:
                 self._bind_groups.clear()
-            self._arena = self._buffer(max(nbytes, 256))
+            self._arena = self._buffer(self.arena_bytes(nbytes))
             self._arena_size = self._arena.size
         return self._arena
+
+    def scratch(self, name: str, nbytes: int):
+        """A buffer of at least `nbytes` that the backend keeps for a launcher's internal use (grown when
+        too small); recorded programs may bind it, since it outlives them."""
+        b = self._scratch_by_name.get(name)
+        if b is None or b.size < nbytes:
+            if b is not None:
+                self._scratch.pop(b.uid, None)
+            b = self._buffer(nbytes)
+            self._scratch_by_name[name] = b
+            self._scratch[b.uid] = b
+        return b
 
     def alloc_storage(self, shape, dtype, nbytes: int) -> Storage:
         """A buffer for a program output: a pooled one of the same size that nothing refers to any more
         (written only by kernels queued after every earlier use, so reuse is ordered), else a new one."""
         self._dtype_ok(dtype)
-        size = align(max(nbytes, 4), 16)
+        size = self.alloc_bytes(nbytes)
         pool = self._pool
         for i in range(len(pool)):
             if pool[i].size == size and sys.getrefcount(pool[i]) <= 2:   # the pool's and the call's
@@ -236,7 +259,7 @@ class WgpuBackend:
             for st in storages:
                 k = slot.get(st.buffer.uid)
                 if k is None:
-                    if st.buffer is not getattr(getattr(self, "_attention_scratch", None), "buffer", None):
+                    if self._scratch.get(st.buffer.uid) is not st.buffer:
                         return None
                     k = st.buffer
                 binds.append((k, st.offset, st.nbytes))
@@ -248,35 +271,34 @@ class WgpuBackend:
         roots = self._roots
         pbuf = self._param_buf
         for pipeline, binds, (off, plen), wg in record:
-            key = (id(pipeline), pbuf.uid, off,
-                   tuple(((roots[k].buffer if type(k) is int else k).uid, o, n) for k, o, n in binds))
-            bg = self._bind_groups.get(key)
-            if bg is None:
-                entries = [{"binding": 0, "resource": {"buffer": pbuf, "offset": off,
-                                                       "size": max(align(plen, 16), 16)}}]
-                for i, (k, o, n) in enumerate(binds):
-                    buf = roots[k].buffer if type(k) is int else k
-                    entries.append({"binding": i + 1, "resource": {"buffer": buf, "offset": o,
-                                                                   "size": align(max(n, 4), 4)}})
-                bg = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
-                self._cache_bind_group(key, bg)
+            bg = self._bind_group(pipeline, pbuf, off, plen,
+                                  [(roots[k].buffer if type(k) is int else k, o, n) for k, o, n in binds])
             p.set_pipeline(pipeline)
             p.set_bind_group(0, bg)
             p.dispatch_workgroups(*wg)
         self.dispatches += len(record)
 
-    def _cache_bind_group(self, key, bg) -> None:
-        if len(self._bind_groups) > 8192:   # eager outputs are new buffers: keep the cache bounded
-            for k in list(self._bind_groups)[:4096]:
-                del self._bind_groups[k]
-        self._bind_groups[key] = bg
+    def _bind_group(self, pipeline, pbuf, off: int, plen: int, binds):
+        """The (cached) bind group: the uniform window at `off`, then (buffer, offset, nbytes) storages."""
+        key = (id(pipeline), pbuf.uid, off, tuple((b.uid, o, n) for b, o, n in binds))
+        bg = self._bind_groups.get(key)
+        if bg is None:
+            entries = [{"binding": 0, "resource": {"buffer": pbuf, "offset": off, "size": max(align(plen, 16), 16)}}]
+            for i, (b, o, n) in enumerate(binds):
+                entries.append({"binding": i + 1, "resource": {"buffer": b, "offset": o, "size": align(max(n, 4), 4)}})
+            bg = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+            if len(self._bind_groups) > 8192:   # eager outputs are new buffers: keep the cache bounded
+                for k in list(self._bind_groups)[:4096]:
+                    del self._bind_groups[k]
+            self._bind_groups[key] = bg
+        return bg
 
     def dry_param_bytes(self, prog, roots) -> int:
         """The uniform parameter block `prog` will need, by running its launchers without a GPU call.
 
         Why: the planner predicts every byte the executor allocates; this block depends on how each
         launcher splits its tensors, so it is computed by the launchers themselves."""
-        from ...executor.executor import Storage as S
+        from ...executor.executor import bind
         cached = self._prog_params.get(prog.hash)
         if cached is not None:
             return cached[0].size
@@ -284,27 +306,10 @@ class WgpuBackend:
 
         def stand_in(st):
             b = fake.setdefault(id(st.buffer), _FakeBuffer(st.buffer))
-            return S(self, b, st.offset, st.shape, st.dtype, st.nbytes)
-        where = {li: stand_in(r) for li, r in zip(prog.leaves, roots)}
-        arena = _FakeBuffer(None)
-        for p_ in prog.persistent:
-            v = prog.values[p_]
-            where[p_] = S(self, _FakeBuffer(None), 0, v.shape, v.dtype, v.nbytes)
-        for b_, li in prog.meta.get("donated", {}).items():
-            where[b_] = where[li]
-
-        def resolve(i):
-            if i in where:
-                return where[i]
-            v = prog.values[i]
-            if v.kind == "view":
-                src, off = prog.view_base[i]
-                base = resolve(src)
-                st = base.sub(off, v.shape, v.dtype, v.nbytes)
-            else:
-                st = S(self, arena, prog.arena.offsets[i], v.shape, v.dtype, v.nbytes)
-            where[i] = st
-            return st
+            return Storage(self, b, st.offset, st.shape, st.dtype, st.nbytes)
+        persistent = [Storage(self, _FakeBuffer(None), 0, prog.values[p].shape, prog.values[p].dtype,
+                              prog.values[p].nbytes) for p in prog.persistent]
+        resolve, _ = bind(prog, [stand_in(r) for r in roots], persistent, self, _FakeBuffer(None))
         saved = (self._mode, self._params)
         self._mode, self._params = "dry", bytearray()
         try:
@@ -394,16 +399,7 @@ class WgpuBackend:
 
     def _dispatch_now(self, p, pipeline, storages, param, wg) -> None:
         off, plen = param
-        key = (id(pipeline), self._param_buf.uid, off, tuple((s.buffer.uid, s.offset, s.nbytes) for s in storages))
-        bg = self._bind_groups.get(key)
-        if bg is None:
-            entries = [{"binding": 0, "resource": {"buffer": self._param_buf, "offset": off,
-                                                   "size": max(align(plen, 16), 16)}}]
-            for i, s in enumerate(storages):
-                entries.append({"binding": i + 1, "resource": {"buffer": s.buffer, "offset": s.offset,
-                                                               "size": align(max(s.nbytes, 4), 4)}})
-            bg = self.device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
-            self._cache_bind_group(key, bg)
+        bg = self._bind_group(pipeline, self._param_buf, off, plen, [(s.buffer, s.offset, s.nbytes) for s in storages])
         if self._trace is not None:
             self._trace.append((pipeline, storages, param, wg))
         p.set_pipeline(pipeline)

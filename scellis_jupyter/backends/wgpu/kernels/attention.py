@@ -198,11 +198,7 @@ def _stats_storage(be, dq: Storage, n: int) -> Storage:
     need = n * 8
     if dq.nbytes >= need:
         return dq.sub(0, (n, 2), "f32", need)
-    s = getattr(be, "_attention_scratch", None)
-    if s is None or s.nbytes < need:
-        s = Storage(be, be._buffer(need), 0, (n, 2), "f32", need)
-        be._attention_scratch = s
-    return Storage(be, s.buffer, 0, (n, 2), "f32", need)
+    return Storage(be, be.scratch("attention-stats", need), 0, (n, 2), "f32", need)
 
 
 @launcher("attention_bwd")
