@@ -162,37 +162,24 @@ class _Plan:
         return bad
 
 
+# which dims to halve, in order, when an operand's chunk overflows the binding: C is (M, N), A (M, K), B (K, N)
+HALVE_ORDER = {"c": ("m", "n"), "a": ("m", "k"), "b": ("k", "n")}
+
+
 def _matrix_blocks(plan: _Plan):
     """Block sizes (mb, nb, kb) so one batch element's chunk fits: split M first, then K, then N."""
-    m, n, k = plan.m, plan.n, plan.k
-    mb, nb, kb = m, n, k
+    size = {"m": plan.m, "n": plan.n, "k": plan.k}
     zero = (0,) * len(plan.bshape)
     one = (1,) * len(plan.bshape)
     while True:
-        bad = plan.fails(zero, one, 0, mb, 0, nb, 0, kb)
+        bad = plan.fails(zero, one, 0, size["m"], 0, size["n"], 0, size["k"])
         if not bad:
-            return mb, nb, kb
-        if "c" in bad:
-            if mb > 1:
-                mb = _halve(mb, 128)
-            elif nb > 1:
-                nb = _halve(nb, 128)
-            else:
-                raise KernelError("one element does not fit the binding limit", where="op 'matmul'")
-        elif "a" in bad:
-            if mb > 1:
-                mb = _halve(mb, 128)
-            elif kb > 1:
-                kb = _halve(kb, 128)
-            else:
-                raise KernelError("one element does not fit the binding limit", where="op 'matmul'")
-        else:  # b
-            if kb > 1:
-                kb = _halve(kb, 128)
-            elif nb > 1:
-                nb = _halve(nb, 128)
-            else:
-                raise KernelError("one element does not fit the binding limit", where="op 'matmul'")
+            return size["m"], size["n"], size["k"]
+        operand = "c" if "c" in bad else "a" if "a" in bad else "b"
+        dim = next((d for d in HALVE_ORDER[operand] if size[d] > 1), None)
+        if dim is None:
+            raise KernelError("one element does not fit the binding limit", where="op 'matmul'")
+        size[dim] = _halve(size[dim], 128)
 
 
 def _batch_boxes(plan: _Plan, mb, nb, kb):
