@@ -22,7 +22,7 @@ def freeze(v: Any) -> Any:
 
 class Node:
     __slots__ = ("id", "op", "inputs", "attrs", "shape", "dtype", "storage", "requires_grad", "grad",
-                 "name", "tier", "__weakref__")
+                 "name", "tier", "after", "__weakref__")
 
     def __init__(self, op: str, inputs: tuple, attrs: dict, shape, dtype, *, storage=None,
                  requires_grad: bool = False, name: str | None = None):
@@ -37,6 +37,7 @@ class Node:
         self.grad = None            # Node of the accumulated gradient (leaves that require grad)
         self.name = name
         self.tier = None            # determinism tier of the program that realized it
+        self.after = ()             # control inputs: scheduled before this node, no data flows (recompute)
 
     @property
     def multi(self) -> bool:
@@ -76,6 +77,9 @@ def toposort(outputs: list[Node], cut_realized: bool = True) -> list[Node]:
         stack.append((n, True))
         if not (cut_realized and n.realized):
             for i in reversed(n.inputs):
+                if i.id not in seen:
+                    stack.append((i, False))
+            for i in n.after:               # visited first: everything they need is scheduled earlier
                 if i.id not in seen:
                     stack.append((i, False))
     return order

@@ -21,12 +21,14 @@ def measure_step(plan, device=None) -> dict:
     for leaf in step.leaves:
         n = leaf.node
         shape, dtype = tuple(n.shape), n.dtype
-        if leaf.role == "parameter":
+        if leaf.role in ("parameter", "master_weights"):
             a = (rng.standard_normal(shape) * 0.05).astype(np.float32)
         elif leaf.name == "lr":
             a = np.asarray(1e-3, np.float32)
         elif leaf.name == "step":
             a = np.asarray(1.0, np.float32)
+        elif leaf.name == "loss_scale":
+            a = np.asarray(1024.0, np.float32)
         elif dtype == "i32":
             hi = int(step.info.get("classes") or 2)
             a = rng.integers(0, hi, size=shape).astype(np.int32)
@@ -34,7 +36,7 @@ def measure_step(plan, device=None) -> dict:
             a = np.zeros(shape, np.int8 if dtype == "i8" else np.float32)
         else:
             a = rng.standard_normal(shape).astype(np.float32)
-        storages.append(be.from_numpy(a, dtype))
+        storages.append(be.from_numpy(a.astype(np.float16) if dtype == "f16" else a, dtype))
     outs = execute(step.program, storages, be)
     loss = float(be.to_numpy(outs[0]))
     return {"measured_peak_bytes": int(be.peak), "predicted_peak_bytes": int(plan.peak_bytes), "loss": loss,

@@ -49,6 +49,7 @@ class Plan:
     dispatches: int
     extras: dict = field(default_factory=dict)   # named bytes inside the breakdown (uniform block, staging)
     step: object = field(default=None, repr=False, compare=False)
+    options: dict = field(default_factory=dict)  # the step options planned (checkpointing, precision, ...)
 
     @property
     def fits(self) -> bool:
@@ -104,7 +105,8 @@ def step_peak(step, impl) -> tuple[int, dict, dict]:
     bd = {k: 0 for k in CATEGORIES}
     for leaf in step.leaves:
         size = impl.alloc_bytes(nb(leaf.node.shape, leaf.node.dtype))
-        role = {"parameter": "parameters", "optimizer_state": "optimizer_state", "data": "data"}.get(leaf.role, "workspace")
+        role = {"parameter": "parameters", "optimizer_state": "optimizer_state", "data": "data",
+                "master_weights": "master_weights"}.get(leaf.role, "workspace")
         bd[role] += size
     # the arena at its worst step (from the liveness plan), split by what lives there
     arena = prog.arena
@@ -143,11 +145,15 @@ class _StandIn:
 
 
 def plan(spec, device=None, memory: int | None = None, batch_size: int | None = None, tier: str | None = None,
-         fixes: bool = True) -> Plan:
-    """Plan one training step of `spec` on `device`: verdict, peak, breakdown and fixes, before any compute."""
+         fixes: bool = True, options=None) -> Plan:
+    """Plan one training step of `spec` on `device`: verdict, peak, breakdown and fixes, before any compute.
+
+    options: a `StepOptions` (checkpointing, precision, shard, relay); default from the spec's recipe.
+    """
     from ..backends.device import device as pick, Device
-    from ..program.training import build_train_step
+    from ..program.training import StepOptions, build_train_step
     spec = _spec_of(spec)
+    opts = options if options is not None else StepOptions.from_recipe(spec.recipe)
     dev = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
     mem = memory if memory is not None else (spec.plan or {}).get("memory")
     if mem is not None:
@@ -160,8 +166,21 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     t, _ = determinism.resolve(tier or spec.recipe.get("determinism"))
     impl = dev.impl
 
-    def at(b: int):
-        st = build_train_step(spec, b, dev.backend, t)
+    if opts.precision == "mixed-f16" and not _has_f16(dev):
+        raise PlanError(f"precision 'mixed-f16' needs f16 compute, which {dev.name} lacks (no 'shader-f16')",
+                        where="recipe.precision", hint="use precision = \"fp32\" on this device")
+
+    def at(b: int, o=None):
+        o = o or opts
+        if o.relay[1] > 1:                  # every stage is its own device: the worst one decides
+            worst = None
+            for k in range(o.relay[1]):
+                st = build_train_step(spec, b, dev.backend, t, options=_replace(o, relay=(k, o.relay[1])))
+                peak, bd, ex = step_peak(st, impl)
+                if worst is None or peak > worst[1]:
+                    worst = (st, peak, bd, ex)
+            return worst
+        st = build_train_step(spec, b, dev.backend, t, options=o)
         peak, bd, ex = step_peak(st, impl)
         return st, peak, bd, ex
 
@@ -186,10 +205,19 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     elif verdict == "yellow":
         warnings.insert(0, f"little headroom: the peak is {100 * peak / capacity:.0f}% of capacity")
     out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
-               spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st)
+               spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe())
     if fixes and mem_verdict != "green":
-        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green")
+        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green", opts, dev)
     return out
+
+
+def _has_f16(dev) -> bool:
+    return dev.backend == "reference" or bool(getattr(dev.impl, "has_f16", False))
+
+
+def _replace(o, **kw):
+    from dataclasses import replace
+    return replace(o, **kw)
 
 
 def _verdict(peak: int, capacity: int) -> str:
@@ -198,25 +226,98 @@ def _verdict(peak: int, capacity: int) -> str:
     return "green" if peak <= GREEN_HEADROOM * capacity else "yellow"
 
 
-def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str) -> list[Fix]:
-    """overall: the verdict a fix that fits with headroom gets (yellow when the device itself warns)."""
+def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, dev) -> list[Fix]:
+    """Each fix is a re-plan of the changed step; only fixes that lower the peak are offered.
+
+    overall: the verdict a fix that fits with headroom gets (yellow when the device itself warns).
+    """
+    from ..program.cost import program_flops
     fixes: list[Fix] = []
-    fixed = 2 * p.breakdown["parameters"] + p.breakdown["optimizer_state"]     # weights, their gradients, state
+    fixed = 2 * p.breakdown["parameters"] + p.breakdown["optimizer_state"] + p.breakdown["master_weights"]
     lo_peak = at(1)[1]
+
+    def verdict_of(pk: int) -> str:
+        v = _verdict(pk, capacity)
+        return overall if v == "green" else v
+
     if _verdict(lo_peak, capacity) == "red":
         fixes.append(Fix("batch_size", f"no batch size fits: even batch 1 needs {lo_peak} bytes; parameters, their "
                                        f"gradients and optimizer state alone take about {fixed} of the {capacity} "
                                        "available. Pooling devices for data parallelism multiplies throughput but "
                                        "not one device's memory", lo_peak, "red", {"batch_size": None}))
-        return fixes
-    if _verdict(lo_peak, capacity) == "green":
+    elif _verdict(lo_peak, capacity) == "green":
         good, good_peak = _largest_green(at, capacity, bs, peak, lo_peak)
         fixes.append(Fix("batch_size", f"batch size {good} (the largest with {100 - int(100 * GREEN_HEADROOM)}% "
                                        "headroom)", good_peak, overall, {"batch_size": good}))
     else:
         fixes.append(Fix("batch_size", "batch size 1 still leaves little headroom", lo_peak, _verdict(lo_peak, capacity),
                          {"batch_size": 1}))
-    return fixes
+    base_flops = program_flops(p.step.program)
+    if opts.checkpointing == "none" and opts.relay[1] == 1:
+        best = None
+        n_nodes = len(p.step.info.get("stage_nodes", [])) or 1
+        for seg in sorted({1, 2, None}, key=lambda v: (v is None, v or 0)):
+            if seg is not None and seg >= n_nodes:
+                continue
+            st, pk, _, _ = at(bs, _replace(opts, checkpointing="activations", segment=seg))
+            if best is None or pk < best[1]:
+                best = (st, pk, seg)
+        if best is not None and best[1] < peak:
+            st, pk, seg = best
+            extra = program_flops(st.program) / max(base_flops, 1) - 1
+            rec = st.info.get("recompute", {})
+            fixes.append(Fix("checkpointing", f"activation checkpointing (recompute {rec.get('segments')} segments "
+                                              f"in the backward: +{100 * extra:.0f}% compute, "
+                                              f"+{len(st.program.steps) - len(p.step.program.steps)} kernels)",
+                             pk, verdict_of(pk), {"checkpointing": "activations", "segment": seg,
+                                                  "extra_compute": round(extra, 4)}))
+    if opts.precision == "fp32" and _has_f16(dev):
+        st, pk, _, _ = at(bs, _replace(opts, precision="mixed-f16"))
+        if pk < peak:
+            fixes.append(Fix("precision", "precision mixed-f16 (f16 weights and compute, f32 master weights and "
+                                          "optimizer state, dynamic loss scaling)", pk, verdict_of(pk),
+                             {"precision": "mixed-f16"}))
+    prev = peak
+    for world in (2, 4, 8):
+        if opts.shard[1] != 1:
+            break
+        pk = _sharded_peak(at, bs, opts, world, p.step)
+        if pk >= prev:
+            break
+        prev = pk
+        fixes.append(Fix("shard_optimizer_state", f"shard optimizer state over {world} devices (each keeps and "
+                                                  f"updates 1/{world} of it; gradients reduce-scattered, weights "
+                                                  "all-gathered)", pk, verdict_of(pk), {"shard": world}))
+        if _verdict(pk, capacity) == "green":
+            break
+    n_stages = len(p.step.info.get("stage_nodes", []))
+    prev = peak
+    for stages in (2, 4, 8):
+        if opts.relay[1] != 1 or stages > n_stages:
+            break
+        try:
+            st, pk, _, _ = at(bs, _replace(opts, relay=(0, stages)))
+        except ScellisError:
+            break
+        if pk >= prev:
+            break
+        prev = pk
+        fixes.append(Fix("layer_relay", f"layer relay over {stages} devices (each holds a contiguous run of layers "
+                                        "and passes activations on)", pk, verdict_of(pk), {"relay": stages}))
+        if _verdict(pk, capacity) == "green":
+            break
+    # only what helps: a fix that still does not fit is not offered (the batch-size line explains)
+    return [f for f in fixes if f.kind == "batch_size" or f.verdict != "red"]
+
+
+def _sharded_peak(at, bs: int, opts, world: int, step) -> int:
+    """The peak of the rank holding the largest share of parameters (the one that decides)."""
+    from .. import dtypes as dt
+    from ..program import partition
+    sizes = {l.name: dt.nbytes(l.node.shape, "f32") for l in step.leaves if l.role == "parameter"}
+    owner = partition.shard_owner(sizes, world)
+    rank = partition.heaviest_rank(owner, sizes, world)
+    return at(bs, _replace(opts, shard=(rank, world)))[1]
 
 
 def _largest_green(at, capacity: int, bs: int, peak: int, peak1: int) -> tuple[int, int]:

@@ -2,28 +2,68 @@
 
 Why one Program: DESIGN's pipeline plans and runs exactly this schedule, so the memory plan is the
 liveness of the very kernels a step dispatches. Every input is a placeholder (parameters, optimizer
-state, the batch, the scheduled LR and the step count), so the Program compiles once per
-(spec, batch size, device) and a step only binds data; new weights and state are written over the
-old ones (donated outputs), as an in-place optimizer would.
+state, the batch, the scheduled LR, the step count, the loss scale), so the Program compiles once per
+(spec, batch size, device, options) and a step only binds data; new weights and state are written over
+the old ones (donated outputs), as an in-place optimizer would.
+
+`StepOptions` holds what the planner's fixes change: activation checkpointing (segments recomputed in
+the backward), precision (mixed-f16: f16 weights and compute, f32 master weights, a loss scale, and a
+skipped update when a gradient is not finite), sharded optimizer state (this rank's share only) and
+layer relay (this stage's layers only).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import dtypes as dt
-from ..errors import ScellisError
+from ..errors import ScellisError, did_you_mean
 from ..graph import functional as F
 from ..graph.autodiff import grad
 from ..graph.node import Node, toposort
+from . import partition
+from .recompute import checkpointed_grads
 from .schedule import Program, compile_program
 
-LOSSES = ("cross_entropy", "mse")   # the catalog's loss entries replace this table (issue: training stack)
+LOSSES = ("cross_entropy", "mse")   # lowered here until every catalog loss entry is wired in
+PRECISIONS = ("fp32", "mixed-f16")
+CHECKPOINTING = ("none", "activations")
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    checkpointing: str = "none"
+    segment: int | None = None     # nodes per recomputed segment (None: about sqrt of the node count)
+    precision: str = "fp32"
+    shard: tuple = (0, 1)          # (rank, world): optimizer state and update of this rank's parameters
+    relay: tuple = (0, 1)          # (stage, stages): this stage's layers only
+
+    def __post_init__(self):
+        if self.checkpointing not in CHECKPOINTING:
+            raise ScellisError(f"checkpointing {self.checkpointing!r} is not one of {CHECKPOINTING}",
+                               code="plan", where="recipe.checkpointing",
+                               hint=did_you_mean(self.checkpointing, CHECKPOINTING))
+        if self.precision not in PRECISIONS:
+            raise ScellisError(f"precision {self.precision!r} has no training-step lowering",
+                               code="plan", where="recipe.precision",
+                               hint=did_you_mean(self.precision, PRECISIONS) or f"use one of {PRECISIONS}")
+        for name, (r, w) in (("shard", self.shard), ("relay", self.relay)):
+            if not (0 <= r < w):
+                raise ScellisError(f"{name}={(r, w)} needs 0 <= index < count", code="plan", where=name)
+
+    @classmethod
+    def from_recipe(cls, recipe: dict) -> "StepOptions":
+        prec = recipe.get("precision") or "fp32"
+        return cls(checkpointing=recipe.get("checkpointing") or "none", precision=prec)
+
+    def describe(self) -> dict:
+        return {"checkpointing": self.checkpointing, "segment": self.segment, "precision": self.precision, "shard": list(self.shard),
+                "relay": list(self.relay)}
 
 
 @dataclass
 class Leaf:
     name: str
-    role: str           # "parameter" | "optimizer_state" | "data" | "scalar"
+    role: str           # "parameter" | "master_weights" | "optimizer_state" | "data" | "scalar"
     node: Node
 
 
@@ -31,10 +71,11 @@ class Leaf:
 class TrainStep:
     program: Program
     leaves: list[Leaf]                      # in the Program's leaf order
-    outputs: list[str]                      # "loss", then "param:<name>" / "state:<name>.<slot>"
+    outputs: list[str]                      # "loss" (or "act_out"), "grad_in", "finite", "param:<n>", ...
     roles: dict[int, str]                   # value index -> "activations" | "gradients" | "workspace"
     batch_size: int
     param_names: list[str]
+    options: StepOptions = field(default_factory=StepOptions)
     info: dict = field(default_factory=dict)
 
     def leaf_bytes(self, role: str) -> int:
@@ -50,6 +91,8 @@ def _target(spec, graph, batch: int) -> Node:
 
 
 def loss_node(name: str, pred: Node, y: Node) -> Node:
+    if pred.dtype == "f16":
+        pred = F.cast(pred, "f32")           # losses reduce in f32
     if name == "cross_entropy":
         lp = F.log_softmax(pred, -1)
         picked = F.gather(lp, len(pred.shape) - 1, F.reshape(y, tuple(y.shape) + (1,)))
@@ -57,61 +100,176 @@ def loss_node(name: str, pred: Node, y: Node) -> Node:
     if name == "mse":
         d = F.sub(pred, F.reshape(y, pred.shape) if y.shape != pred.shape else y)
         return F.mean(F.mul(d, d))
-    from ..errors import did_you_mean
     raise ScellisError(f"loss {name!r} has no training-step lowering yet", code="catalog",
                        hint=did_you_mean(name, LOSSES) or f"available: {', '.join(LOSSES)}")
 
 
 def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=None,
-                     training: bool = True) -> TrainStep:
+                     training: bool = True, options: StepOptions | None = None) -> TrainStep:
     """Build (and compile) the step Program of `spec` for `batch_size` on `backend`."""
     graph = spec.graph
     inp = spec.input
     b = int(batch_size)
     if b < 1:
         raise ScellisError(f"batch size must be at least 1, got {batch_size}", code="plan", where="batch_size")
+    opts = options or StepOptions.from_recipe(spec.recipe)
     opt_cfg = dict(spec.recipe.get("optimizer") or {"name": "adamw"})
     if optimizer is None:
         from ..catalog import make
         optimizer = make("optimizer", opt_cfg.pop("name"), **opt_cfg)
     opt = optimizer
-    x = F.placeholder((b,) + tuple(inp["shape"]), inp["dtype"], "x")
-    y = _target(spec, graph, b)
+    mixed = opts.precision == "mixed-f16"
+    wdt = "f16" if mixed else "f32"
+    stage, stages = opts.relay
+    stage_nodes = partition.relay_stages(graph, stages)[stage] if stages > 1 else graph.needed
+    first, last = stage == 0, stage == stages - 1
+    key = {i: graph.spec.nodes[i].key for i in graph.order}
+    stage_params = [p for i in stage_nodes for p in graph.node_params[key[i]]]
+    leaves_meta: dict[int, tuple[str, str]] = {}
+
+    # ---- inputs ---------------------------------------------------------------------------------
+    if first:
+        x = F.placeholder((b,) + tuple(inp["shape"]), inp["dtype"], "x")
+        leaves_meta[x.id] = ("x", "data")
+        x_in = F.cast(x, "f16") if mixed and x.dtype == "f32" else x
+    else:
+        j = graph.needed.index(stage_nodes[0]) - 1
+        prev = graph.needed[j]
+        x = F.placeholder((b,) + tuple(graph.shapes[key[prev]]), wdt, "act_in")
+        leaves_meta[x.id] = ("act_in", "data")
+        x_in = x
+    y = None
+    if last:
+        y = _target(spec, graph, b)
+        leaves_meta[y.id] = ("y", "data")
     lr = F.placeholder((), "f32", "lr")
     step = F.placeholder((), "f32", "step")
-    params = {p.name: F.placeholder(p.shape, "f32", p.name) for p in graph.params}
+    leaves_meta[lr.id], leaves_meta[step.id] = ("lr", "scalar"), ("step", "scalar")
+    scale = None
+    if mixed:
+        scale = F.placeholder((), "f32", "loss_scale")
+        leaves_meta[scale.id] = ("loss_scale", "scalar")
+    params = {p.name: F.placeholder(p.shape, wdt, p.name) for p in stage_params}
     names = list(params)
+    for n, p in params.items():
+        leaves_meta[p.id] = (n, "parameter")
+
     from ..rng.generator import Generator
     gen = Generator(int(spec.recipe.get("seed") or 0))
-    pred = graph.forward(x, params, training=training, gen_factory=gen.stream)
-    loss = loss_node(spec.recipe.get("loss", "cross_entropy"), pred, y)
-    forward_ids = {n.id for n in toposort([loss], cut_realized=False)}
-    grads = grad([loss], [params[n] for n in names])
-    grads = [g if g is not None else F.zeros(params[n].shape) for g, n in zip(grads, names)]
+    loss_name = spec.recipe.get("loss", "cross_entropy")
+
+    def loss_of(pred):
+        loss = loss_node(loss_name, pred, y)
+        return F.mul(loss, scale) if mixed else loss
+
+    # ---- forward and backward -------------------------------------------------------------------
+    info: dict = {}
+    grad_in = act_out = None
+    if stages == 1 and opts.checkpointing == "activations":
+        scaled, pred, pg, rinfo = checkpointed_grads(graph, x_in, params, names, loss_of, gen, training,
+                                                       opts.segment)
+        forward_ids = {n.id for n in toposort([pred], cut_realized=False)} | {scaled.id} | rinfo.pop("replay_ids")
+        info["recompute"] = rinfo
+        grads = [pg.get(n) for n in names]
+    else:
+        vals = {-1: x_in} if first else {graph.needed[graph.needed.index(stage_nodes[0]) - 1]: x_in}
+        for i in stage_nodes:
+            vals[i] = graph.node_forward(i, [vals[d] for d in graph.deps[i]], params, training, gen.stream)
+        out = vals[stage_nodes[-1]]
+        wrt = [params[n] for n in names] + ([] if first else [x])
+        if last:
+            scaled = loss_of(out)
+            gs = grad([scaled], wrt)
+        else:
+            act_out = out
+            g_out = F.placeholder(out.shape, out.dtype, "grad_out")
+            leaves_meta[g_out.id] = ("grad_out", "data")
+            gs = grad([out], wrt, grad_outputs=[g_out])
+            scaled = None
+        forward_ids = {n.id for n in toposort([out], cut_realized=False)}
+        if scaled is not None:
+            forward_ids.add(scaled.id)
+        grads = gs[:len(names)]
+        if not first:
+            grad_in = gs[-1] if gs[-1] is not None else F.zeros(x.shape, x.dtype)
+    grads = [g if g is not None else F.zeros(params[n].shape, wdt) for g, n in zip(grads, names)]
+
+    # ---- gradients in f32: unscale, finiteness, clipping ----------------------------------------
+    finite = None
+    if mixed:
+        inv = F.reciprocal(scale)
+        grads = [F.mul(F.cast(g, "f32"), inv) for g in grads]
+        total = None
+        for g in reversed(grads):           # last layer first: see the update loop below
+            s = F.sum_(g)
+            total = s if total is None else F.add(total, s)
+        finite = F.eq(F.sub(total, total), 0.0) if total is not None else None
     grad_ids = {g.id for g in grads}
     clip = spec.recipe.get("clip_grad_norm")
-    if clip:
+    if clip and grads:
         total = None
-        for g in grads:
+        for g in reversed(grads):
             s = F.sum_(F.mul(g, g))
             total = s if total is None else F.add(total, s)
-        scale = F.minimum(F.div(float(clip), F.add(F.sqrt(total), 1e-6)), F.scalar(1.0))
-        grads = [F.mul(g, scale) for g in grads]
+        cs = F.minimum(F.div(float(clip), F.add(F.sqrt(total), 1e-6)), F.scalar(1.0))
+        grads = [F.mul(g, cs) for g in grads]
         grad_ids |= {g.id for g in grads}
-    outs, out_names, donate = [loss], ["loss"], {}
-    leaves_meta = {x.id: ("x", "data"), y.id: ("y", "data"), lr.id: ("lr", "scalar"), step.id: ("step", "scalar")}
-    for n, g in zip(names, grads):
-        p = params[n]
-        leaves_meta[p.id] = (n, "parameter")
+    cv = spec.recipe.get("clip_grad_value")
+    if cv:
+        grads = [F.clamp(g, -float(cv), float(cv)) for g in grads]
+        grad_ids |= {g.id for g in grads}
+
+    # ---- outputs: loss / relay tensors, then the updates this rank owns -------------------------
+    outs, out_names, donate = [], [], {}
+    if scaled is not None:
+        outs.append(F.mul(scaled, F.reciprocal(scale)) if mixed else scaled)
+        out_names.append("loss")
+    else:
+        outs.append(act_out)
+        out_names.append("act_out")
+    if grad_in is not None:
+        outs.append(grad_in)
+        out_names.append("grad_in")
+    if finite is not None:
+        outs.append(finite)
+        out_names.append("finite")
+    rank, world = opts.shard
+    sizes = {n: dt.nbytes(params[n].shape, "f32") for n in names}
+    owner = partition.shard_owner(sizes, world) if world > 1 else {n: 0 for n in names}
+    owned = [n for n in names if owner[n] == rank]
+    gmap = dict(zip(names, grads))
+    # last layer first: the scheduler then takes each layer's weight gradients as soon as the backward
+    # reaches that layer (as eager frameworks do), so its activations die there instead of at the end
+    for n in reversed(names):
+        if n not in owned:                  # another rank's: its gradient is sent (reduce-scatter)
+            outs.append(gmap[n])
+            out_names.append(f"grad:{n}")
+            continue
+        p, g = params[n], gmap[n]
+        if mixed:
+            master = F.placeholder(p.shape, "f32", f"{n}.master")
+            leaves_meta[master.id] = (f"{n}.master", "master_weights")
+        else:
+            master = p
         st = {}
         for d in opt.state(tuple(p.shape), "f32"):
             s = F.placeholder(d.shape, d.dtype, f"{n}.{d.name}")
             st[d.name] = s
             leaves_meta[s.id] = (f"{n}.{d.name}", "optimizer_state")
-        new_p, new_st = opt.update(p, g, st, step, lr)
-        donate[len(outs)] = p
-        outs.append(new_p)
-        out_names.append(f"param:{n}")
+        new_m, new_st = opt.update(master, g, st, step, lr)
+        if mixed:
+            new_m = F.where(finite, new_m, master)
+            new_st = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
+            donate[len(outs)] = master
+            outs.append(new_m)
+            out_names.append(f"master:{n}")
+            donate[len(outs)] = p
+            outs.append(F.cast(new_m, "f16"))
+            out_names.append(f"param:{n}")
+        else:
+            donate[len(outs)] = p
+            outs.append(new_m)
+            out_names.append(f"param:{n}")
         for k, s in st.items():
             donate[len(outs)] = s
             outs.append(new_st[k])
@@ -130,6 +288,27 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             roles[vi] = role
     for vi in prog.steps:
         roles.setdefault(vi, "workspace")
-    return TrainStep(prog, leaves, out_names, roles, b, names,
-                     info={"optimizer": type(opt).__name__, "loss": spec.recipe.get("loss", "cross_entropy"),
-                           "classes": int(graph.output_shape[-1]) if y.dtype == "i32" else None})
+    info.update({"optimizer": type(opt).__name__, "loss": loss_name, "owned": owned,
+                 "stage_nodes": [key[i] for i in stage_nodes],
+                 "classes": int(graph.output_shape[-1]) if y is not None and y.dtype == "i32" else None})
+    return TrainStep(prog, leaves, out_names, roles, b, names, opts, info)
+
+
+def with_options(options: StepOptions | None, **changes) -> StepOptions:
+    return replace(options or StepOptions(), **changes)
+
+
+def run_numpy(step: TrainStep, feeds: dict, impl) -> dict:
+    """Execute one step on numpy inputs named like its leaves; returns every output by name as numpy.
+
+    For tests, benchmarks and notebook pokes; a training loop keeps its storages on the device instead.
+    """
+    import numpy as np
+    from ..executor.executor import execute
+    missing = [l.name for l in step.leaves if l.name not in feeds]
+    if missing:
+        raise ScellisError(f"step inputs missing: {', '.join(missing[:6])}", code="graph", where="run_numpy")
+    stor = [impl.from_numpy(np.asarray(feeds[l.name]).astype(dt.to_numpy(l.node.dtype)).reshape(l.node.shape),
+                            l.node.dtype) for l in step.leaves]
+    outs = execute(step.program, stor, impl)
+    return {n: np.array(impl.to_numpy(o)) for n, o in zip(step.outputs, outs)}

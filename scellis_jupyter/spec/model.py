@@ -167,14 +167,24 @@ class ModelGraph:
         needed = self._needed()
         vals: dict[int, Node] = {_INPUT: x}
         for i in self.order:
-            if i not in needed:
-                continue
-            n = self.spec.nodes[i]
-            prefix = n.key + "."
-            local = {p.name[len(prefix):]: params[p.name] for p in self.node_params[n.key]}
-            ctx = LayerCtx(training=training, node=n.key, gen_factory=gen_factory)
-            vals[i] = LAYERS[n.op].forward([vals[d] for d in self.deps[i]], local, n.attrs, ctx)
+            if i in needed:
+                vals[i] = self.node_forward(i, [vals[d] for d in self.deps[i]], params, training, gen_factory)
         return vals[self.output]
+
+    def node_forward(self, i: int, inputs: list[Node], params: dict[str, Node], training: bool = False,
+                     gen_factory: Callable[[str], Any] | None = None) -> Node:
+        """One node's output from its input nodes (the training step replays nodes to recompute them)."""
+        n = self.spec.nodes[i]
+        prefix = n.key + "."
+        local = {p.name[len(prefix):]: params[p.name] for p in self.node_params[n.key]}
+        ctx = LayerCtx(training=training, node=n.key, gen_factory=gen_factory)
+        return LAYERS[n.op].forward(inputs, local, n.attrs, ctx)
+
+    @property
+    def needed(self) -> list[int]:
+        """The nodes the output depends on, in topological order."""
+        need = self._needed()
+        return [i for i in self.order if i in need]
 
     def _needed(self) -> set[int]:
         seen: set[int] = set()

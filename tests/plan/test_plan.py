@@ -181,3 +181,19 @@ def test_optimizer_state_comes_from_the_entrys_declaration_int8adam_counts_bytes
     assert i8.breakdown["parameters"] == adamw.breakdown["parameters"]
     m = measure_step(i8)
     assert m["measured_peak_bytes"] == i8.peak_bytes
+
+
+@pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+@pytest.mark.parametrize("options", [{"checkpointing": "activations", "segment": 1}, {"precision": "mixed-f16"}],
+                         ids=["checkpointing", "mixed-f16"])
+def test_fix_options_measured_equals_predicted_on_wgpu(options):
+    from scellis_jupyter.program.training import StepOptions
+    if options.get("precision") == "mixed-f16" and not WG.impl.has_f16:
+        pytest.skip("adapter lacks shader-f16")
+    opts = StepOptions(**options)
+    p = sc.plan(_spec(TRANSFORMER), device=WG, options=opts)
+    m = measure_step(p, WG)
+    assert m["measured_peak_bytes"] == p.peak_bytes, m
+    ref = measure_step(sc.plan(_spec(TRANSFORMER), device="reference", options=opts))
+    tol = 1e-4 if "checkpointing" in options else 1e-2
+    assert m["loss"] == pytest.approx(ref["loss"], rel=tol)
