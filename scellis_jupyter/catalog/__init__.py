@@ -24,4 +24,8 @@ __all__ = ["KINDS", "FOLDERS", "CHECKS", "CatalogError", "Entry", "Param", "Stat
            "get", "list", "list_entries", "make", "make_entry", "load_builtin", "load_folder", "load_file",
            "load_source", "builtin_folder", "check_entry", "checker", "initial_state", "state_bytes",
            "apply_update", "optimizer", "loss", "scheduler", "peft", "metric", "initializer", "regularizer",
-           "aggregation", "partitioner", "reducer"]
+           "aggregation", "partitioner", "reducer", "Schedule"]
+
+# each kind's conformance checks register themselves with `checker` on import
+from . import schedulers  # noqa: E402,F401
+from .schedulers import Schedule  # noqa: E402
