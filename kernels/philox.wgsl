@@ -1,11 +1,13 @@
 // Philox-4x32-10, bit-exact with scellis_jupyter/rng/philox.py: word w of a stream comes from counter
 // block w / 4 = (lo32, hi32, 0, 0), lane w % 4. One thread per counter block writes up to 4 words,
 // bounds-checked at both ends (the stream offset need not be a multiple of 4). Block numbers are
-// 64-bit: (lo, hi) with carry.
+// 64-bit: (lo, hi) with carry. With BASE_ADD filled in, a (lo, hi) word offset read from `base` (the stream's
+// position at the start of this step, a step input) is added first, so one compiled step draws fresh
+// words every step.
 struct Params { n: u32, blk_lo: u32, blk_hi: u32, k0: u32, k1: u32, skip: u32, out_base: u32, uniform: u32 }
 // n words to write; first block (blk_lo, blk_hi); skip = offset % 4 (words of the first block not written)
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+{{BASE_DECL}}
 
 fn mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
   let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
@@ -19,10 +21,14 @@ fn mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
   let t = gid.x + gid.y * nwg.x * 64u;
-  let nblocks = (p.skip + p.n + 3u) / 4u;
+  var blk_lo = p.blk_lo;
+  var blk_hi = p.blk_hi;
+  var skip = p.skip;
+{{BASE_ADD}}
+  let nblocks = (skip + p.n + 3u) / 4u;
   if (t >= nblocks) { return; }
-  let lo = p.blk_lo + t;
-  let hi = p.blk_hi + select(0u, 1u, lo < t);
+  let lo = blk_lo + t;
+  let hi = blk_hi + select(0u, 1u, lo < t);
   var c = vec4<u32>(lo, hi, 0u, 0u);
   var k = vec2<u32>(p.k0, p.k1);
   for (var r = 0u; r < 10u; r = r + 1u) {
@@ -33,10 +39,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   }
   for (var lane = 0u; lane < 4u; lane = lane + 1u) {
     let w = t * 4u + lane;             // word index relative to the first block
-    if (w < p.skip || w - p.skip >= p.n) { continue; }
+    if (w < skip || w - skip >= p.n) { continue; }
     let word = c[lane];
     var val = word;
     if (p.uniform == 1u) { val = bitcast<u32>(f32(word >> 8u) * (1.0 / 16777216.0)); }
-    out[p.out_base + w - p.skip] = val;
+    out[p.out_base + w - skip] = val;
   }
 }

@@ -211,18 +211,28 @@ def _iota(v, prog):
     return np.arange(v.attrs["n"]).astype(_np(v.dtype))
 
 
+def _philox_offset(v, base) -> int:
+    """attrs offset, plus the step's stream position when the op has a base input (u32 [lo, hi])."""
+    off = int(v.attrs["offset"])
+    if base is not None:
+        b = np.asarray(base).astype(np.uint64).reshape(-1)
+        off += int(b[0]) + (int(b[1]) << 32)
+    return off
+
+
 @k("philox_bits")
-def _bits(v, prog):
+def _bits(v, *base, prog):
     from ..rng.philox import stream_bits
     n = int(np.prod(v.shape, dtype=np.int64))
-    return stream_bits(v.attrs["key"], v.attrs["offset"], n).reshape(v.shape)
+    return stream_bits(v.attrs["key"], _philox_offset(v, base[0] if base else None), n).reshape(v.shape)
 
 
 @k("philox_uniform")
-def _uniform(v, prog):
+def _uniform(v, *base, prog):
     from ..rng.philox import bits_to_uniform, stream_bits
     n = int(np.prod(v.shape, dtype=np.int64))
-    return bits_to_uniform(stream_bits(v.attrs["key"], v.attrs["offset"], n)).reshape(v.shape)
+    off = _philox_offset(v, base[0] if base else None)
+    return bits_to_uniform(stream_bits(v.attrs["key"], off, n)).reshape(v.shape)
 
 
 def _acc(x):

@@ -29,6 +29,8 @@ def measure_step(plan, device=None) -> dict:
             a = np.asarray(1.0, np.float32)
         elif leaf.name == "loss_scale":
             a = np.asarray(1024.0, np.float32)
+        elif leaf.name.startswith("rng:"):
+            a = np.zeros(2, np.uint32)
         elif dtype == "i32":
             hi = int(step.info.get("classes") or 2)
             a = rng.integers(0, hi, size=shape).astype(np.int32)

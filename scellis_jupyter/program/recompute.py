@@ -41,7 +41,7 @@ def _new_nodes(outs: list[Node], watermark: int) -> list[Node]:
 
 
 def checkpointed_grads(graph, x: Node, params: dict[str, Node], wrt: list[str], loss_of, gen: Generator,
-                       training: bool, seg_size: int | None = None) -> tuple[Node, Node, dict[str, Node], dict]:
+                       training: bool, seg_size: int | None = None, hooks: dict | None = None) -> tuple[Node, Node, dict[str, Node], dict]:
     """(loss, prediction, {param name: gradient}, info) with every segment recomputed in the backward.
 
     loss_of(pred) builds the loss; info counts the replayed nodes (the extra compute the plan shows).
@@ -52,7 +52,7 @@ def checkpointed_grads(graph, x: Node, params: dict[str, Node], wrt: list[str], 
     positions: dict[int, dict] = {}
     for i in order:
         positions[i] = dict(gen.positions)
-        vals[i] = graph.node_forward(i, [vals[d] for d in deps[i]], params, training, gen.stream)
+        vals[i] = graph.node_forward(i, [vals[d] for d in deps[i]], params, training, gen.stream, hooks)
     pred = vals[graph.output]
     loss = loss_of(pred)
     gout: dict[int, Node] = {graph.output: grad([loss], [pred])[0]}
@@ -77,17 +77,18 @@ def checkpointed_grads(graph, x: Node, params: dict[str, Node], wrt: list[str], 
                 if d not in inside and d not in ext:
                     ext.append(d)
         watermark = next(_ids)
-        replay = Generator(gen.seed, positions=positions[seg[0]])
+        replay = gen.replay(positions[seg[0]]) if hasattr(gen, "replay") else Generator(gen.seed, positions[seg[0]])
         cv = {d: vals[d] for d in ext}
         for i in seg:
-            cv[i] = graph.node_forward(i, [cv[d] for d in deps[i]], params, training, replay.stream)
+            cv[i] = graph.node_forward(i, [cv[d] for d in deps[i]], params, training, replay.stream, hooks)
         new = _new_nodes([cv[o] for o in outs], watermark)
         replayed += len(new)
         replay_ids |= {n.id for n in new}
         gates = tuple(gout[o] for o in outs)
         for n in new:
             n.after = gates
-        names = [p.name for i in seg for p in graph.node_params[keys[i]] if p.name in want]
+        names = [n for n in want if any(n.startswith(keys[i] + ".") for i in seg)]
+        names.sort()
         grad_ext = [d for d in ext if d != INPUT and vals[d].dtype in ("f32", "f16", "f64")]
         wrt_nodes = [vals[d] for d in grad_ext] + [params[n] for n in names]
         gs = grad([cv[o] for o in outs], wrt_nodes, grad_outputs=[gout[o] for o in outs])

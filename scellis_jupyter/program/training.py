@@ -13,6 +13,7 @@ layer relay (this stage's layers only).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from .. import dtypes as dt
@@ -36,6 +37,7 @@ class StepOptions:
     precision: str = "fp32"
     shard: tuple = (0, 1)          # (rank, world): optimizer state and update of this rank's parameters
     relay: tuple = (0, 1)          # (stage, stages): this stage's layers only
+    peft: tuple | None = None      # sorted (key, value) items of a [recipe.peft] table: method, rank, ...
 
     def __post_init__(self):
         if self.checkpointing not in CHECKPOINTING:
@@ -53,11 +55,26 @@ class StepOptions:
     @classmethod
     def from_recipe(cls, recipe: dict) -> "StepOptions":
         prec = recipe.get("precision") or "fp32"
-        return cls(checkpointing=recipe.get("checkpointing") or "none", precision=prec)
+        peft = recipe.get("peft")
+        return cls(checkpointing=recipe.get("checkpointing") or "none", precision=prec,
+                   peft=tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in peft.items()))
+                   if peft else None)
+
+    def adaptation(self, graph):
+        """The PEFT entry's Adaptation of `graph`, or None without adapters."""
+        if not self.peft:
+            return None
+        from ..catalog import make
+        cfg = dict(self.peft)
+        method = cfg.pop("method", None) or cfg.pop("name", None)
+        if method is None:
+            raise ScellisError("[recipe.peft] needs a method", code="spec", where="recipe.peft",
+                               hint='e.g. peft = { method = "lora", rank = 8 }')
+        return make("peft", method, **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}).apply(graph)
 
     def describe(self) -> dict:
-        return {"checkpointing": self.checkpointing, "segment": self.segment, "precision": self.precision, "shard": list(self.shard),
-                "relay": list(self.relay)}
+        return {"checkpointing": self.checkpointing, "segment": self.segment, "precision": self.precision,
+                "shard": list(self.shard), "relay": list(self.relay), "peft": dict(self.peft) if self.peft else None}
 
 
 @dataclass
@@ -149,13 +166,40 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     if mixed:
         scale = F.placeholder((), "f32", "loss_scale")
         leaves_meta[scale.id] = ("loss_scale", "scalar")
-    params = {p.name: F.placeholder(p.shape, wdt, p.name) for p in stage_params}
-    names = list(params)
-    for n, p in params.items():
-        leaves_meta[p.id] = (n, "parameter")
+    adapt = opts.adaptation(graph)
+    hooks = adapt.node_hooks if adapt else None
+    if adapt is not None:
+        in_stage = {i for i in stage_nodes}
+        stage_keys = {key[i] + "." for i in in_stage}
+        stage_params = stage_params + [p for p in adapt.new_params if any(p.name.startswith(k) for k in stage_keys)]
+    params: dict[str, Node] = {}
+    base_of: dict[str, Node] = {}
+    for p in stage_params:
+        stored = adapt.stored.get(p.name) if adapt else None
+        if stored is not None:           # a frozen weight kept in another format (QLoRA: NF4 codes)
+            parts = {}
+            for suffix, shape, dtype in stored.leaves:
+                leaf = F.placeholder(tuple(shape), dtype, f"{p.name}.{suffix}")
+                leaves_meta[leaf.id] = (f"{p.name}.{suffix}", "parameter")
+                parts[suffix] = leaf
+            params[p.name] = stored.decode(parts)
+        else:
+            params[p.name] = F.placeholder(p.shape, wdt, p.name)
+            leaves_meta[params[p.name].id] = (p.name, "parameter")
+        base_of[p.name] = params[p.name]
+    if adapt is not None:
+        trainable = set(adapt.trainable) | {p.name for p in adapt.new_params}
+        names = [n for n in params if n in trainable and n not in adapt.stored]
+        for n, fn in adapt.transforms.items():
+            if n in params:
+                params[n] = fn(base_of[n], base_of)
+        info_peft = dict(adapt.info)
+    else:
+        names = list(params)
+        info_peft = None
 
-    from ..rng.generator import Generator
-    gen = Generator(int(spec.recipe.get("seed") or 0))
+    from ..rng.generator import StepGenerator
+    gen = StepGenerator(int(spec.recipe.get("seed") or 0))
     loss_name = spec.recipe.get("loss", "cross_entropy")
 
     def loss_of(pred):
@@ -167,16 +211,16 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     grad_in = act_out = None
     if stages == 1 and opts.checkpointing == "activations":
         scaled, pred, pg, rinfo = checkpointed_grads(graph, x_in, params, names, loss_of, gen, training,
-                                                       opts.segment)
+                                                       opts.segment, hooks)
         forward_ids = {n.id for n in toposort([pred], cut_realized=False)} | {scaled.id} | rinfo.pop("replay_ids")
         info["recompute"] = rinfo
         grads = [pg.get(n) for n in names]
     else:
         vals = {-1: x_in} if first else {graph.needed[graph.needed.index(stage_nodes[0]) - 1]: x_in}
         for i in stage_nodes:
-            vals[i] = graph.node_forward(i, [vals[d] for d in graph.deps[i]], params, training, gen.stream)
+            vals[i] = graph.node_forward(i, [vals[d] for d in graph.deps[i]], params, training, gen.stream, hooks)
         out = vals[stage_nodes[-1]]
-        wrt = [params[n] for n in names] + ([] if first else [x])
+        wrt = [base_of[n] for n in names] + ([] if first else [x])
         if last:
             scaled = loss_of(out)
             gs = grad([scaled], wrt)
@@ -192,7 +236,7 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         grads = gs[:len(names)]
         if not first:
             grad_in = gs[-1] if gs[-1] is not None else F.zeros(x.shape, x.dtype)
-    grads = [g if g is not None else F.zeros(params[n].shape, wdt) for g, n in zip(grads, names)]
+    grads = [g if g is not None else F.zeros(base_of[n].shape, wdt) for g, n in zip(grads, names)]
 
     # ---- gradients in f32: unscale, finiteness, clipping ----------------------------------------
     finite = None
@@ -234,7 +278,7 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         outs.append(finite)
         out_names.append("finite")
     rank, world = opts.shard
-    sizes = {n: dt.nbytes(params[n].shape, "f32") for n in names}
+    sizes = {n: dt.nbytes(base_of[n].shape, "f32") for n in names}
     owner = partition.shard_owner(sizes, world) if world > 1 else {n: 0 for n in names}
     owned = [n for n in names if owner[n] == rank]
     gmap = dict(zip(names, grads))
@@ -245,7 +289,7 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             outs.append(gmap[n])
             out_names.append(f"grad:{n}")
             continue
-        p, g = params[n], gmap[n]
+        p, g = base_of[n], gmap[n]
         if mixed:
             master = F.placeholder(p.shape, "f32", f"{n}.master")
             leaves_meta[master.id] = (f"{n}.master", "master_weights")
@@ -274,6 +318,9 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             donate[len(outs)] = s
             outs.append(new_st[k])
             out_names.append(f"state:{n}.{k}")
+    for name, base in gen.bases.items():
+        leaves_meta[base.id] = (f"rng:{name}", "scalar")
+    info["rng_advance"] = dict(gen.positions)       # words each stream moves per step
     prog, leaf_nodes, index = compile_program(outs, backend, tier, donate=donate, return_index=True)
     leaves = []
     for ln in leaf_nodes:
@@ -288,6 +335,13 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             roles[vi] = role
     for vi in prog.steps:
         roles.setdefault(vi, "workspace")
+    if info_peft is not None:
+        total = sum(math.prod(p.shape) for p in stage_params)
+        tr = sum(math.prod(base_of[n].shape) for n in names)
+        info_peft.setdefault("trainable_params", tr)
+        info_peft.setdefault("total_params", total)
+        info_peft.setdefault("factor", tr / max(total, 1))
+        info["peft"] = info_peft
     info.update({"optimizer": type(opt).__name__, "loss": loss_name, "owned": owned,
                  "stage_nodes": [key[i] for i in stage_nodes],
                  "classes": int(graph.output_shape[-1]) if y is not None and y.dtype == "i32" else None})

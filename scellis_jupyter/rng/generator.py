@@ -18,9 +18,10 @@ STREAMS = ("init", "dropout", "shuffle", "augment")
 class Stream:
     """One named sub-stream; each draw takes the next words of it."""
 
-    def __init__(self, gen: "Generator", name: str):
+    def __init__(self, gen: "Generator", name: str, base=None):
         self.gen, self.name = gen, name
         self.key = stream_key(gen.seed, name)
+        self.base = base            # a step input: the stream's position when the step starts (u32 [lo, hi])
 
     @property
     def position(self) -> int:
@@ -35,12 +36,14 @@ class Stream:
     def uniform_node(self, shape):
         from ..graph.opset import make
         n = math.prod(shape)
-        return make("philox_uniform", [], shape=tuple(shape), key=self.key, offset=self.take(n))
+        ins = [self.base] if self.base is not None else []
+        return make("philox_uniform", ins, shape=tuple(shape), key=self.key, offset=self.take(n))
 
     def bits_node(self, shape):
         from ..graph.opset import make
         n = math.prod(shape)
-        return make("philox_bits", [], shape=tuple(shape), key=self.key, offset=self.take(n))
+        ins = [self.base] if self.base is not None else []
+        return make("philox_bits", ins, shape=tuple(shape), key=self.key, offset=self.take(n))
 
     # host-side draws (numpy), bit-identical with the device ones ------------------------------------
     def bits(self, n: int) -> np.ndarray:
@@ -102,3 +105,32 @@ class Generator:
 
     def __repr__(self) -> str:
         return f"Generator(seed={self.seed}, positions={self.positions})"
+
+
+class StepGenerator(Generator):
+    """Draws of one compiled step: positions count from the step's start, and each stream's absolute
+    start is a step input (`bases[name]`, a u32 [lo, hi] placeholder), so the same Program draws new
+    words every step. After building, `positions` says how far each stream advances per step.
+    """
+
+    def __init__(self, seed: int = 0, positions: dict | None = None, bases: dict | None = None):
+        super().__init__(seed, positions)
+        self.bases: dict = bases if bases is not None else {}
+
+    def stream(self, name: str) -> Stream:
+        if not isinstance(name, str) or not name:
+            raise ScellisError(f"stream names are non-empty strings, got {name!r}", code="bad-stream")
+        if name not in self.bases:
+            from ..graph import functional as F
+            self.bases[name] = F.placeholder((2,), "u32", f"rng:{name}")
+        return Stream(self, name, self.bases[name])
+
+    def replay(self, positions: dict) -> "StepGenerator":
+        """The same step streams from earlier positions (recompute draws the same words again)."""
+        return StepGenerator(self.seed, positions, self.bases)
+
+
+def base_words(position: int):
+    """A stream position as the u32 [lo, hi] a step's `rng:<stream>` input takes."""
+    return np.array([position & 0xFFFFFFFF, (position >> 32) & 0xFFFFFFFF], np.uint32)
+

@@ -172,13 +172,23 @@ class ModelGraph:
         return vals[self.output]
 
     def node_forward(self, i: int, inputs: list[Node], params: dict[str, Node], training: bool = False,
-                     gen_factory: Callable[[str], Any] | None = None) -> Node:
-        """One node's output from its input nodes (the training step replays nodes to recompute them)."""
+                     gen_factory: Callable[[str], Any] | None = None, hooks: dict | None = None) -> Node:
+        """One node's output from its input nodes (the training step replays nodes to recompute them).
+
+        The layer sees every entry of `params` under its prefix (adapters add some); `hooks` maps a node
+        key to fn(inputs, local params, forward) for adapters that change what a layer computes.
+        """
         n = self.spec.nodes[i]
         prefix = n.key + "."
         local = {p.name[len(prefix):]: params[p.name] for p in self.node_params[n.key]}
+        if len(params) > len(self.params):
+            local.update({k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)})
         ctx = LayerCtx(training=training, node=n.key, gen_factory=gen_factory)
-        return LAYERS[n.op].forward(inputs, local, n.attrs, ctx)
+
+        def run(ins, loc):
+            return LAYERS[n.op].forward(ins, loc, n.attrs, ctx)
+        hook = (hooks or {}).get(n.key)
+        return hook(inputs, local, run) if hook is not None else run(inputs, local)
 
     @property
     def needed(self) -> list[int]:

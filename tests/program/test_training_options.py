@@ -79,6 +79,8 @@ def feeds_for(step, seed=0, scale=1024.0, spec_params=None):
             a = 3.0
         elif leaf.name == "loss_scale":
             a = scale
+        elif leaf.name.startswith("rng:"):
+            a = np.array([7, 0], np.uint32)
         elif leaf.role == "optimizer_state":
             a = np.abs(rng.standard_normal(n.shape)) * 0.01
         elif n.dtype == "i32":

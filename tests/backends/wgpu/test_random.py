@@ -47,3 +47,35 @@ def test_public_generator_uniform_identical():
     a = sc.rng.Generator(3).uniform((5, 7), device=sc.device("wgpu")).numpy()
     b = sc.rng.Generator(3).uniform((5, 7), device=sc.device("reference")).numpy()
     assert a.dtype == b.dtype == np.float32 and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("shape", [(3,), (13, 7), (1031,)])
+@pytest.mark.parametrize("offset,base", [(0, 1), (3, 2), (5, 2**32 - 3), (2**32 - 1, 6), (7, 2**40 + 1)])
+def test_step_base_input_adds_to_the_offset(shape, offset, base):
+    """A step's stream start arrives as an input: offset + base must equal the attr-only draw."""
+    from scellis_jupyter.graph.opset import make
+    from scellis_jupyter.rng.generator import base_words
+    key = (0x0BADF00D, 0x12345)
+    for op in ("philox_bits", "philox_uniform"):
+        want = sc.Tensor(make(op, [], shape=shape, key=key, offset=offset + base), REF).numpy()
+        for d in (WG, REF):
+            b = sc.tensor(base_words(base), dtype="u32", device=d).node
+            got = sc.Tensor(make(op, [b], shape=shape, key=key, offset=offset), d).numpy()
+            assert got.dtype == want.dtype and np.array_equal(got, want), (d.backend, op)
+
+
+def test_step_generator_draws_fresh_words_each_step_from_one_program():
+    """The same compiled dropout, fed the advanced stream position, gives the host stream's next words."""
+    from scellis_jupyter.rng.generator import StepGenerator, base_words
+    from scellis_jupyter.program.schedule import compile_program
+    from scellis_jupyter.executor.executor import execute
+    sg = StepGenerator(9)
+    node = sg.stream("dropout").uniform_node((4, 5))
+    host = sc.rng.Generator(9).stream("dropout")
+    for d in (WG, REF):
+        prog, leaves = compile_program([node], d.backend, "debug")
+        host = sc.rng.Generator(9).stream("dropout")
+        for step in range(3):
+            base = d.impl.from_numpy(base_words(step * sg.positions["dropout"]), "u32")
+            (out,) = execute(prog, [base], d.impl)
+            np.testing.assert_array_equal(d.impl.to_numpy(out), host.uniform((4, 5)))

@@ -3,7 +3,8 @@
 One thread per counter block (64-bit block numbers split into lo/hi with carry) writes up to 4 words,
 bounds-checked at both ends since attrs['offset'] need not be a multiple of 4. uniform = (bits >> 8)
 * 2^-24 is exact in f32, so it is bit-identical too. Outputs larger than the binding limit are written
-in chunks of whole blocks, each a window of the output at its own stream offset.
+in chunks of whole blocks, each a window of the output at its own stream offset. An optional input
+(u32 [lo, hi]) is a word offset added on the device: the stream's position when the step starts.
 """
 from __future__ import annotations
 
@@ -15,6 +16,18 @@ from . import launcher
 from .strided import window
 
 
+# word offset = 4 * blk + skip, plus the base (64-bit, with carry)
+_BASE_ADD = """  {
+    let w_lo = (blk_lo << 2u) | skip;
+    let w_hi = (blk_hi << 2u) | (blk_lo >> 30u);
+    let s_lo = w_lo + base[0];
+    let s_hi = w_hi + base[1] + select(0u, 1u, s_lo < w_lo);
+    blk_lo = (s_lo >> 2u) | (s_hi << 30u);
+    blk_hi = s_hi >> 2u;
+    skip = s_lo & 3u;
+  }"""
+
+
 @launcher("philox_bits", "philox_uniform")
 def _philox(be, v, ins, out):
     n = math.prod(v.shape)
@@ -22,7 +35,13 @@ def _philox(be, v, ins, out):
         return
     off = int(v.attrs["offset"])
     k0, k1 = (int(k) & 0xFFFFFFFF for k in v.attrs["key"])
-    src = render("philox")
+    based = len(ins) == 1
+    if based:
+        decl = ("@group(0) @binding(1) var<storage, read> base: array<u32>;\n"
+                "@group(0) @binding(2) var<storage, read_write> out: array<u32>;")
+    else:
+        decl = "@group(0) @binding(1) var<storage, read_write> out: array<u32>;"
+    src = render("philox", BASE_DECL=decl, BASE_ADD=_BASE_ADD if based else "")
     chunk = max(4, (be.binding_limit - be.offset_align) // 4 // 4 * 4)
     s = 0
     while s < n:
@@ -32,5 +51,8 @@ def _philox(be, v, ins, out):
         blk = o // 4
         params = struct.pack("<8I", m, blk & 0xFFFFFFFF, (blk >> 32) & 0xFFFFFFFF, k0, k1, o % 4, ob,
                              1 if v.op == "philox_uniform" else 0)
-        be.launch("philox", src, [w], params, ((o % 4 + m + 3) // 4 + 63) // 64)
+        # a base offset may move the first word to a later lane: one more block covers it
+        blocks = (o % 4 + m + 3) // 4 + (1 if based else 0)
+        be.launch("philox_based" if based else "philox", src, ([ins[0], w] if based else [w]), params,
+                  (blocks + 63) // 64)
         s += m
