@@ -93,11 +93,131 @@ def cmd_plan(args) -> int:
     return EXIT_OK
 
 
+# ---- scellis runs / show / gc (the store) ----------------------------------------------------------------
+def _args_store(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=None, metavar="DIR",
+                   help="store directory (default: $SCELLIS_STORE, else ./.scellis)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _open_store(args):
+    from .store import Store
+    return Store.open(args.store, create=False)
+
+
+def _when(t: float | None) -> str:
+    import datetime
+    if t is None:
+        return ""
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _run_summary(rec) -> dict:
+    step = next((c["step"] for c in reversed(rec.checkpoints) if c["hash"] == rec.last_checkpoint), None)
+    return {"run": rec.id, "state": rec.state, "last_checkpoint": rec.last_checkpoint, "last_step": step,
+            "created": _when(rec.created), "updated": _when(rec.updated), "heartbeat": _when(rec.heartbeat),
+            "spec_hash": rec.spec_hash, "tier": rec.tier, "host": rec.host, "pid": rec.pid,
+            "record": rec.record_hash, "error": rec.error, "resume": rec.resume_hint or None}
+
+
+def _args_runs(p: argparse.ArgumentParser) -> None:
+    _args_store(p)
+
+
+def cmd_runs(args) -> int:
+    """List the runs of a store (a run whose process died shows as interrupted, with its last checkpoint)."""
+    rows = [_run_summary(r) for r in _open_store(args).list_runs()]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no runs")
+        return EXIT_OK
+    table = [("RUN", "STATE", "LAST CHECKPOINT", "STEP", "CREATED", "UPDATED")]
+    for r in rows:
+        table.append((r["run"], r["state"], (r["last_checkpoint"] or "-")[:12],
+                      "-" if r["last_step"] is None else str(r["last_step"]), r["created"], r["updated"]))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    for r in rows:
+        if r["resume"]:
+            print(f"{r['run']}: {r['resume']}")
+    return EXIT_OK
+
+
+def _args_show(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    _args_store(p)
+
+
+def cmd_show(args) -> int:
+    """Show one run's record: state, spec, device, tier, peaks, metrics and checkpoints."""
+    rec = _open_store(args).get_run(args.run_id)
+    if args.json:
+        d = rec.to_json()
+        d.update(record=rec.record_hash, heartbeat=rec.heartbeat, last_checkpoint=rec.last_checkpoint)
+        print(json.dumps(d, indent=2, default=str))
+        return EXIT_OK
+    summary = _run_summary(rec)
+    for k in ("run", "state", "created", "updated", "heartbeat", "host", "pid", "spec_hash", "tier",
+              "last_checkpoint", "record"):
+        print(f"{k:16} {'' if summary[k] is None else summary[k]}")
+    for k in ("program_hash", "dataset_hash", "split_hash", "engine_version", "device", "predicted_peak_bytes",
+              "measured_peak_bytes"):
+        v = getattr(rec, k)
+        if v not in (None, ""):
+            print(f"{k:16} {v}")
+    for k in ("metrics", "timings", "error"):
+        v = getattr(rec, k)
+        if v:
+            print(f"{k:16} {json.dumps(v, default=str)}")
+    if rec.resume_hint:
+        print(f"{'resume':16} {rec.resume_hint}")
+    print(f"checkpoints      {len(rec.checkpoints)}")
+    for c in rec.checkpoints:
+        print(f"  step {c['step']:<8} epoch {c['epoch']:<5} {c['hash']}")
+    return EXIT_OK
+
+
+def _nonnegative(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return v
+
+
+def _args_gc(p: argparse.ArgumentParser) -> None:
+    _args_store(p)
+    p.add_argument("--keep-final", action=argparse.BooleanOptionalAction, default=True,
+                   help="keep each run's final checkpoint (default: yes)")
+    p.add_argument("--grace", type=_nonnegative, default=60.0, metavar="SECONDS",
+                   help="keep objects younger than this, a concurrent writer may not have named them yet (60)")
+
+
+def cmd_gc(args) -> int:
+    """Delete intermediate checkpoints nothing refers to (final checkpoints, pins and records stay)."""
+    report = _open_store(args).gc(keep_final=args.keep_final, grace_s=args.grace)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(f"freed {len(report.freed_objects)} objects ({report.freed_bytes} bytes), "
+              f"{len(report.removed_checkpoints)} checkpoints, {report.removed_temp_files} temp files; "
+              f"kept {report.kept_objects} objects")
+    return EXIT_OK
+
+
 # ---- registry ---------------------------------------------------------------------------------------
 # name -> (declare arguments, run); the run function's docstring is the subcommand's help line.
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "device": (_args_device, cmd_device),
     "plan": (_args_plan, cmd_plan),
+    "runs": (_args_runs, cmd_runs),
+    "show": (_args_show, cmd_show),
+    "gc": (_args_gc, cmd_gc),
 }
 
 

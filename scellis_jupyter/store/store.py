@@ -1,0 +1,297 @@
+"""`Store`: one directory (objects/ + index.sqlite) holding checkpoints, run records, specs and pins.
+
+Why one class: notebooks and the CLI need a single handle that finds the store the same way everywhere
+(explicit path > $SCELLIS_STORE > ./.scellis), registers every object it writes in the index, and
+collects garbage with one rule: intermediate checkpoints nobody refers to go; the final checkpoint of
+every run, pinned and named objects, run records and everything they name stay.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from .errors import StoreError, os_error
+from .index import COLLECTABLE_KINDS, Index
+from .objects import (HASH_LEN, ObjectStore, canonical_json, hash_bytes, load_json, load_tensors,
+                      tensors_bytes)
+
+ENV_VAR = "SCELLIS_STORE"
+DEFAULT_DIR = ".scellis"
+
+
+@dataclass
+class GcReport:
+    """What `Store.gc` removed (hashes, bytes) and what it kept."""
+
+    freed_objects: list[str] = field(default_factory=list)
+    freed_bytes: int = 0
+    removed_checkpoints: list[str] = field(default_factory=list)
+    removed_temp_files: int = 0
+    kept_objects: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"freed_objects": self.freed_objects, "freed_bytes": self.freed_bytes,
+                "removed_checkpoints": self.removed_checkpoints, "removed_temp_files": self.removed_temp_files,
+                "kept_objects": self.kept_objects}
+
+
+def default_path(path: str | os.PathLike | None = None) -> Path:
+    """Where the store lives: `path`, else $SCELLIS_STORE, else `.scellis/` in the current directory."""
+    if path is not None:
+        return Path(path).expanduser()
+    env = os.environ.get(ENV_VAR)
+    return Path(env).expanduser() if env else Path.cwd() / DEFAULT_DIR
+
+
+class Store:
+    """A content-addressed store; open with `Store.open()`."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        self.objects = ObjectStore(self.root)
+        self.index = Index(self.root / "index.sqlite", store=str(self.root))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike | None = None, *, create: bool = True) -> "Store":
+        root = default_path(path)
+        if root.exists() and not root.is_dir():
+            raise StoreError(f"{root} is not a directory", where=f"store {root}", code="bad-argument",
+                             hint=f"give a directory (explicit path or ${ENV_VAR})")
+        if not root.exists():
+            if not create:
+                raise StoreError(f"no store at {root}", where=f"store {root}", code="store-missing",
+                                 hint=f"pass --store DIR or set ${ENV_VAR} to the store of your runs")
+            try:
+                (root / "objects").mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise os_error(e, action=f"create the store {root}", where=f"store {root}") from None
+        elif not (root / "index.sqlite").exists() and not create:
+            raise StoreError(f"{root} is not a scellis store (no index.sqlite)", where=f"store {root}",
+                             code="store-missing", hint=f"pass --store DIR or set ${ENV_VAR}")
+        return cls(root)
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.root)!r})"
+
+    # ---- objects ----------------------------------------------------------------------------------
+    def put_bytes(self, data: bytes, *, kind: str = "blob") -> str:
+        """Store bytes; returns their BLAKE3 hash. The index row comes first, so every file has a kind."""
+        data = bytes(data)
+        h = hash_bytes(data)
+        self.index.add_object(h, kind, len(data))
+        self.objects.write(data)
+        return h
+
+    def get_bytes(self, ref: str) -> bytes:
+        """Bytes of an object (full hash or unique prefix), verified against the hash."""
+        return self.objects.read(self.resolve(ref))
+
+    def put_tensors(self, tensors: dict[str, np.ndarray], *, kind: str = "tensors") -> str:
+        return self.put_bytes(tensors_bytes(tensors), kind=kind)
+
+    def get_tensors(self, ref: str) -> dict[str, np.ndarray]:
+        h = self.resolve(ref)
+        return load_tensors(self.objects.read(h), name=h, where=f"store {self.root}")
+
+    def put_json(self, obj: Any, *, kind: str = "json") -> str:
+        return self.put_bytes(canonical_json(obj), kind=kind)
+
+    def get_json(self, ref: str) -> Any:
+        h = self.resolve(ref)
+        return load_json(self.objects.read(h), name=h, where=f"store {self.root}")
+
+    def put_text(self, text: str, *, kind: str = "text") -> str:
+        """Store text (e.g. a spec, so a spec mismatch can show a diff); returns its hash."""
+        if not isinstance(text, str):
+            raise StoreError(f"put_text needs a str, got {type(text).__name__}", code="bad-argument")
+        return self.put_bytes(text.encode("utf-8"), kind=kind)
+
+    def get_text(self, ref: str) -> str:
+        h = self.resolve(ref)
+        try:
+            return self.objects.read(h).decode("utf-8")
+        except UnicodeDecodeError:
+            raise StoreError(f"object {h} is not UTF-8 text", where=f"store {self.root}", code="bad-argument") from None
+
+    def text_or_none(self, h: str) -> str | None:
+        """The text of object `h` if the store has it (used for spec diffs), else None."""
+        try:
+            return self.get_text(h)
+        except StoreError:
+            return None
+
+    def resolve(self, ref: str) -> str:
+        """Full hash for a hash or unique hex prefix."""
+        return self.objects.resolve(ref)
+
+    def has(self, h: str) -> bool:
+        return self.objects.exists(h)
+
+    def verify(self, hashes: Iterable[str] | None = None) -> dict[str, str]:
+        """Re-hash objects (all by default); returns {hash: problem} for those that fail."""
+        bad = {}
+        for h in (self.objects if hashes is None else hashes):
+            try:
+                self.objects.read(h)
+            except StoreError as e:
+                bad[h] = e.diagnostic.message
+        return bad
+
+    # ---- refs and pins ----------------------------------------------------------------------------
+    def set_ref(self, name: str, ref: str) -> str:
+        """Name an object (e.g. "best"); named objects are never collected."""
+        h = self.resolve(ref)
+        self.index.set_ref(_ref_name(name), h, "ref")
+        return h
+
+    def ref(self, name: str) -> str | None:
+        row = self.index.ref(name)
+        return row["hash"] if row else None
+
+    def pin(self, name: str, ref: str) -> str:
+        """Pin an object for a notebook (a hash, or a run id = its current record): gc keeps it and what it names."""
+        if isinstance(ref, str) and ref.startswith("run-"):
+            from .runs import get_run
+            h = get_run(self, ref).record_hash
+        else:
+            h = self.resolve(ref)
+        self.index.set_ref(_ref_name(name), h, "pin")
+        return h
+
+    def unpin(self, name: str) -> None:
+        if not self.index.delete_ref(name):
+            from ..errors import did_you_mean
+            names = [r["name"] for r in self.index.refs()]
+            raise StoreError(f"no pin {name!r}", where=f"store {self.root}", code="store-unknown",
+                             hint=did_you_mean(name, names) or "nothing is pinned under that name")
+
+    def pins(self) -> dict[str, str]:
+        return {r["name"]: r["hash"] for r in self.index.refs("pin")}
+
+    # ---- checkpoints and runs (module functions, bound here for convenience) ------------------------
+    def save_checkpoint(self, **kw: Any) -> str:
+        from .checkpoint import save_checkpoint
+        return save_checkpoint(self, **kw)
+
+    def load_checkpoint(self, ref: str):
+        from .checkpoint import load_checkpoint
+        return load_checkpoint(self, ref)
+
+    def check_spec(self, ckpt, spec_hash: str) -> None:
+        from .checkpoint import check_spec
+        check_spec(ckpt, spec_hash, self.text_or_none)
+
+    def resolve_checkpoint(self, ref: str) -> str:
+        """A checkpoint hash from a hash/prefix, a ref or pin name, or a run id (its last checkpoint)."""
+        if not isinstance(ref, str) or not ref:
+            raise StoreError(f"a checkpoint reference must be a non-empty string, got {ref!r}", code="bad-argument")
+        row = self.index.ref(ref)
+        if row is not None:
+            return row["hash"]
+        if ref.startswith("run-"):
+            from .runs import get_run
+            rec = get_run(self, ref)
+            if rec.last_checkpoint is None:
+                raise StoreError(f"run {rec.id} has no checkpoint", where=f"run {rec.id}", code="store-unknown",
+                                 hint="it stopped before saving one: start it again")
+            return rec.last_checkpoint
+        return self.resolve(ref)
+
+    def start_run(self, **fields: Any):
+        from .runs import start_run
+        return start_run(self, **fields)
+
+    def list_runs(self, **kw: Any):
+        from .runs import list_runs
+        return list_runs(self, **kw)
+
+    def get_run(self, prefix: str, **kw: Any):
+        from .runs import get_run
+        return get_run(self, prefix, **kw)
+
+    # ---- garbage collection -----------------------------------------------------------------------
+    def gc(self, keep_final: bool = True, *, grace_s: float = 60.0, timeout: float = 30.0) -> GcReport:
+        """Delete intermediate checkpoints (and their tensors) that nothing refers to; returns what was freed.
+
+        Kept: every pinned or named object and what it names; the latest record of every run and the
+        hashes it names (spec, program, dataset, split); the final checkpoint of every run (with
+        `keep_final`); every checkpoint of a run still running; anything younger than `grace_s` seconds
+        (a concurrent writer may not have named it yet). Only checkpoint objects and superseded run
+        records are ever deleted: datasets, specs and user blobs stay. Leftover temp files of killed
+        writers older than `grace_s` go too.
+        """
+        from .runs import list_runs
+        runs = list_runs(self, timeout=timeout)            # settles dead runs first
+        keep: set[str] = set()
+        for r in self.index.refs():
+            keep |= self._closure(r["hash"])
+        for rec in runs:
+            keep.add(rec.record_hash)
+            keep |= {h for h in (rec.spec_hash, rec.program_hash, rec.dataset_hash, rec.split_hash) if h}
+            if rec.state == "running":
+                for c in rec.checkpoints:
+                    keep |= self._closure(c["hash"])
+                for row in self.index.checkpoints(rec.id):
+                    keep |= self._closure(row["hash"])
+            elif keep_final and rec.last_checkpoint:
+                keep |= self._closure(rec.last_checkpoint)
+        cutoff = time.time() - grace_s
+        report = GcReport()
+        doomed = [row for row in self.index.objects()
+                  if row["kind"] in COLLECTABLE_KINDS and row["hash"] not in keep and row["created"] < cutoff]
+        for row in doomed:
+            freed = self.objects.delete(row["hash"])
+            report.freed_bytes += freed
+            if freed:
+                report.freed_objects.append(row["hash"])
+            if row["kind"] == "checkpoint":
+                report.removed_checkpoints.append(row["hash"])
+        self.index.remove_objects([row["hash"] for row in doomed])
+        for p in self.objects.temp_files():
+            try:
+                if p.stat().st_mtime < cutoff:
+                    report.freed_bytes += p.stat().st_size
+                    p.unlink()
+                    report.removed_temp_files += 1
+            except OSError:
+                pass
+        report.kept_objects = sum(1 for _ in self.objects)
+        return report
+
+    def _closure(self, h: str | None) -> set[str]:
+        """`h` plus what it names when it is a checkpoint (its tensors, not its parent) or a run record."""
+        if not h:
+            return set()
+        out = {h}
+        row = self.index.object(h)
+        kind = row["kind"] if row else None
+        if kind not in ("checkpoint", "run-record"):
+            return out
+        try:
+            m = self.get_json(h)
+        except StoreError:
+            return out
+        if kind == "checkpoint" and isinstance(m, dict):
+            out |= {m[k] for k in ("weights", "optimizer_state", "spec_hash") if isinstance(m.get(k), str)}
+        elif kind == "run-record" and isinstance(m, dict):
+            out |= {m[k] for k in ("spec_hash", "program_hash", "dataset_hash", "split_hash")
+                    if isinstance(m.get(k), str)}
+            cks = m.get("checkpoints") or []
+            last = m.get("resume_from") or (cks[-1].get("hash") if cks and isinstance(cks[-1], dict) else None)
+            if last:
+                out |= self._closure(last)
+        return out
+
+
+def _ref_name(name: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise StoreError(f"a ref or pin name must be a non-empty string, got {name!r}", code="bad-argument")
+    if len(name) <= HASH_LEN and all(c in "0123456789abcdef" for c in name) and len(name) >= 4:
+        raise StoreError(f"{name!r} looks like an object hash; pick a name that does not",
+                         code="bad-argument", hint="e.g. 'best' or 'notebook/intro'")
+    return name
