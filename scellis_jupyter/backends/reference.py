@@ -6,6 +6,7 @@ offsets), so plans and measured peaks mean the same thing on both. It is never c
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -56,10 +57,11 @@ class ReferenceBackend:
     def alloc_storage(self, shape, dtype, nbytes: int) -> Storage:
         buf = np.zeros(self.alloc_bytes(nbytes), np.uint8)
         self._track(buf.nbytes)
+        weakref.finalize(buf, self._untrack, buf.nbytes)   # freed when nothing refers to it (as on wgpu)
         return Storage(self, buf, 0, tuple(shape), dtype, nbytes)
 
-    def release(self, storage: Storage) -> None:
-        self.allocated -= storage.buffer.nbytes
+    def _untrack(self, n: int) -> None:
+        self.allocated -= n
 
     def from_numpy(self, arr: np.ndarray, dtype: str) -> Storage:
         arr = np.ascontiguousarray(arr)

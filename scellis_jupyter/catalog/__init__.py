@@ -27,5 +27,5 @@ __all__ = ["KINDS", "FOLDERS", "CHECKS", "CatalogError", "Entry", "Param", "Stat
            "aggregation", "partitioner", "reducer", "Schedule"]
 
 # each kind's conformance checks register themselves with `checker` on import
-from . import schedulers  # noqa: E402,F401
+from . import initializers, metrics, schedulers  # noqa: E402,F401
 from .schedulers import Schedule  # noqa: E402

@@ -38,6 +38,7 @@ class StepOptions:
     shard: tuple = (0, 1)          # (rank, world): optimizer state and update of this rank's parameters
     relay: tuple = (0, 1)          # (stage, stages): this stage's layers only
     peft: tuple | None = None      # sorted (key, value) items of a [recipe.peft] table: method, rank, ...
+    guard: bool = True             # skip (and report) an update whose gradients are not finite
 
     def __post_init__(self):
         if self.checkpointing not in CHECKPOINTING:
@@ -239,10 +240,12 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     grads = [g if g is not None else F.zeros(base_of[n].shape, wdt) for g, n in zip(grads, names)]
 
     # ---- gradients in f32: unscale, finiteness, clipping ----------------------------------------
+    # a step whose gradients hold inf/NaN is skipped (weights and state kept) and reported: `finite`
     finite = None
     if mixed:
         inv = F.reciprocal(scale)
         grads = [F.mul(F.cast(g, "f32"), inv) for g in grads]
+    if opts.guard or mixed:
         total = None
         for g in reversed(grads):           # last layer first: see the update loop below
             s = F.sum_(g)
@@ -301,9 +304,10 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             st[d.name] = s
             leaves_meta[s.id] = (f"{n}.{d.name}", "optimizer_state")
         new_m, new_st = opt.update(master, g, st, step, lr)
-        if mixed:
+        if finite is not None:
             new_m = F.where(finite, new_m, master)
             new_st = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
+        if mixed:
             donate[len(outs)] = master
             outs.append(new_m)
             out_names.append(f"master:{n}")

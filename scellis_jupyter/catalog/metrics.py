@@ -1,0 +1,365 @@
+"""Metrics: shared host-side helpers for metric entries, and the metric conformance checks.
+
+Why host-side numpy: metrics read a batch's logits once it is on the host anyway (for the live curve), and
+counting metrics must be exact over a whole epoch. So each metric keeps a small state of numpy arrays that
+is either summed (counts, sums) or concatenated (scores for AUROC/AUPRC) across `update`s, and `merge`
+combines several workers' states the same way: the result after many updates or merges equals the metric
+on the concatenated data (bit-exact for counts, to float summation order for sums).
+
+`Accumulator` is that bookkeeping, so an entry only says what to add per batch and how to turn the state
+into a number. User metrics may use it or implement the interface themselves; the checker only looks at
+behaviour.
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+
+from ..errors import ScellisError
+from .registry import CatalogError, Entry, checker
+
+__all__ = ["Accumulator", "AVERAGES", "confusion_counts", "precision_recall_f1", "softmax", "log_softmax",
+           "sigmoid", "as_probs", "as_logits", "as_targets", "predicted_class", "average_ranks", "check_metric"]
+
+
+# ---- numerics ------------------------------------------------------------------------------------------
+def softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax in float64, shifted by the max so large logits do not overflow."""
+    z = np.asarray(z, np.float64)
+    e = np.exp(z - np.max(z, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def log_softmax(z: np.ndarray, axis: int = -1) -> np.ndarray:
+    z = np.asarray(z, np.float64)
+    s = z - np.max(z, axis=axis, keepdims=True)
+    return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-z)) in float64, without overflow for large |z|."""
+    z = np.asarray(z, np.float64)
+    e = np.exp(-np.abs(z))
+    return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def as_probs(logits: np.ndarray) -> np.ndarray:
+    """(N, C) class probabilities: softmax of (N, C) logits, or [1 - s, s] with s = sigmoid for (N,) logits."""
+    z = np.asarray(logits, np.float64)
+    if z.ndim == 1:
+        s = sigmoid(z)
+        return np.stack([1.0 - s, s], axis=1)
+    return softmax(z, axis=1)
+
+
+def predicted_class(logits: np.ndarray) -> np.ndarray:
+    """argmax over classes (first index on ties); for (N,) binary logits, 1 where logit > 0."""
+    z = np.asarray(logits)
+    return (z > 0).astype(np.int64) if z.ndim == 1 else np.argmax(z, axis=1).astype(np.int64)
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of a 1-D array, ties given the mean of their ranks (as in the Mann-Whitney U)."""
+    x = np.asarray(x)
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
+    ends = np.r_[starts[1:], xs.size]                 # each tie group is [start, end)
+    mean_rank = (starts + ends + 1) / 2.0             # mean of start+1 .. end
+    ranks = np.empty(x.size, np.float64)
+    ranks[order] = np.repeat(mean_rank, ends - starts)
+    return ranks
+
+
+# ---- counting metrics ----------------------------------------------------------------------------------
+AVERAGES = ("macro", "micro", "weighted", "binary")
+
+
+def confusion_counts(pred_class: np.ndarray, target: np.ndarray, n_classes: int) -> np.ndarray:
+    """(C, C) int64 counts, rows = true class, columns = predicted class."""
+    idx = np.asarray(target, np.int64) * n_classes + np.asarray(pred_class, np.int64)
+    return np.bincount(idx, minlength=n_classes * n_classes).reshape(n_classes, n_classes).astype(np.int64)
+
+
+def _divide(num: np.ndarray, den: np.ndarray, zero_division: float) -> np.ndarray:
+    num, den = np.asarray(num, np.float64), np.asarray(den, np.float64)
+    out = np.full(np.broadcast(num, den).shape, float(zero_division))
+    np.divide(num, den, out=out, where=den != 0)
+    return out
+
+
+def precision_recall_f1(metric: Any, cm: np.ndarray, average: str, pos_label: int = 1,
+                        zero_division: float = 0.0) -> tuple[float, float, float]:
+    """Precision, recall and F1 from a confusion matrix, averaged as scikit-learn does.
+
+    macro: unweighted mean over the classes that occur in the targets or the predictions; weighted: the
+    same, weighted by each class's support; micro: from the summed counts; binary: class `pos_label` only
+    (two classes required). F1 is 2 tp / (2 tp + fp + fn), and any 0/0 is `zero_division`.
+    """
+    cm = np.asarray(cm, np.int64)
+    c = cm.shape[0]
+    tp = np.diag(cm)
+    pred_n, true_n = cm.sum(axis=0), cm.sum(axis=1)
+    if average == "binary":
+        if c != 2:
+            raise CatalogError(f"average='binary' needs 2 classes, the logits have {c}", where=_where(metric),
+                               hint="use average='macro', 'micro' or 'weighted' for more classes")
+        if not 0 <= pos_label < c:
+            raise CatalogError(f"pos_label={pos_label} is not a class of 2-class logits", where=_where(metric),
+                               hint="pos_label is 0 or 1")
+        sel = np.array([pos_label])
+    else:
+        sel = np.flatnonzero((true_n > 0) | (pred_n > 0))
+    tp, pred_n, true_n = tp[sel], pred_n[sel], true_n[sel]
+    if average == "micro":
+        tp, pred_n, true_n = tp.sum(keepdims=True), pred_n.sum(keepdims=True), true_n.sum(keepdims=True)
+    p = _divide(tp, pred_n, zero_division)
+    r = _divide(tp, true_n, zero_division)
+    f = _divide(2 * tp, pred_n + true_n, zero_division)
+    if average == "weighted":
+        w = true_n / true_n.sum() if true_n.sum() else np.zeros(len(sel))
+        return float(p @ w), float(r @ w), float(f @ w)
+    return float(p.mean()), float(r.mean()), float(f.mean())
+
+
+# ---- input checks --------------------------------------------------------------------------------------
+def _where(metric: Any) -> str:
+    name = getattr(metric, "name", None) or type(metric).__name__
+    return f"metric {name}"
+
+
+def _host(a: Any) -> np.ndarray:
+    if hasattr(a, "numpy") and not isinstance(a, np.ndarray):
+        a = a.numpy()
+    return np.asarray(a)
+
+
+def as_logits(metric: Any, pred: Any, target: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validated (float64 logits (N, C) or (N,), int64 targets (N,)) for a classification metric.
+
+    (N, 1) logits are read as (N,) binary logits. Refuses other shapes, NaN logits and targets that are
+    not class ids in range, naming the metric and the shapes.
+    """
+    where = _where(metric)
+    z, t = _host(pred), _host(target)
+    if z.ndim == 2 and z.shape[1] == 1:
+        z = z[:, 0]
+    if z.ndim not in (1, 2) or t.ndim != 1 or z.shape[0] != t.shape[0]:
+        raise CatalogError(f"logits of shape {tuple(z.shape)} and targets of shape {tuple(t.shape)} do not fit",
+                           where=where, hint="give logits (N, C), or (N,) for a binary model, and class ids (N,)")
+    if z.ndim == 2 and z.shape[1] < 2:
+        raise CatalogError(f"logits of shape {tuple(z.shape)} have no classes", where=where)
+    if z.dtype.kind not in "fiub":
+        raise CatalogError(f"logits of dtype {z.dtype} are not numbers", where=where)
+    z = z.astype(np.float64)
+    if np.isnan(z).any():
+        raise CatalogError(f"logits of shape {tuple(z.shape)} contain NaN ({int(np.isnan(z).sum())} values)",
+                           where=where, hint="the model diverged or its input has NaN; check the loss curve")
+    n_classes = 2 if z.ndim == 1 else z.shape[1]
+    return z, as_targets(metric, t, n_classes, tuple(z.shape))
+
+
+def as_targets(metric: Any, target: Any, n_classes: int | None, pred_shape: tuple,
+               ignore_index: int | None = None) -> np.ndarray:
+    """int64 class ids, each in [0, n_classes) (or equal to ignore_index), or a CatalogError."""
+    where = _where(metric)
+    t = _host(target)
+    if t.dtype.kind == "f":
+        if not np.all(np.isfinite(t)) or np.any(t != np.round(t)):
+            raise CatalogError(f"targets of shape {tuple(t.shape)} are not integer class ids", where=where,
+                               hint="targets are class ids 0..C-1, not probabilities or one-hot rows")
+    elif t.dtype.kind not in "iub":
+        raise CatalogError(f"targets of dtype {t.dtype} are not class ids", where=where)
+    t = t.astype(np.int64)
+    valid = t if ignore_index is None else t[t != ignore_index]
+    if n_classes is not None and valid.size and (valid.min() < 0 or valid.max() >= n_classes):
+        bad = valid[(valid < 0) | (valid >= n_classes)]
+        raise CatalogError(f"target {int(bad[0])} is out of range for logits of shape {pred_shape} "
+                           f"({n_classes} classes, targets of shape {tuple(t.shape)})", where=where,
+                           hint=f"targets must be in 0..{n_classes - 1}"
+                                + (f" or {ignore_index} (ignored)" if ignore_index is not None else ""))
+    return t
+
+
+# ---- state bookkeeping ---------------------------------------------------------------------------------
+class Accumulator:
+    """Metric state as named numpy arrays: `summed` ones add up, `concatenated` ones append along axis 0.
+
+    Subclasses set `summed` / `concatenated` (names), call `self._add(name=array, ...)` in `update`, and
+    read `self._state` (after `self._require()`) in `compute`. reset/state_dict/load_state_dict/merge come
+    from here. The state is empty until the first update.
+    """
+
+    needs = "logits"
+    higher_is_better = True
+    summed: tuple = ()
+    concatenated: tuple = ()
+
+    def reset(self) -> None:
+        self._state: dict[str, np.ndarray] = {}
+        self._chunks: dict[str, builtins.list[np.ndarray]] = {}
+
+    def _st(self) -> dict[str, np.ndarray]:
+        if not hasattr(self, "_state"):
+            self.reset()
+        for k, parts in self._chunks.items():       # concatenate lazily: O(total) over many updates
+            if parts:
+                self._state[k] = np.concatenate(([self._state[k]] if k in self._state else []) + parts)
+                parts.clear()
+        return self._state
+
+    def _add(self, **arrays: np.ndarray) -> None:
+        """Add one batch's contribution; all arrays are checked before any is added (no half update)."""
+        if not hasattr(self, "_state"):
+            self.reset()
+        st = self._state
+        arrays = {k: np.asarray(v) for k, v in arrays.items()}
+        for k, v in arrays.items():
+            if k in self.concatenated:
+                parts = self._chunks.get(k)
+                prev = parts[-1] if parts else st.get(k)
+                ok = prev is None or prev.shape[1:] == v.shape[1:]
+            elif k in self.summed:
+                prev = st.get(k)
+                ok = prev is None or prev.shape == v.shape
+            else:
+                raise CatalogError(f"state {k!r} is neither summed nor concatenated", where=_where(self))
+            if not ok:
+                raise CatalogError(f"this batch gives {k} of shape {v.shape}, earlier batches {prev.shape}",
+                                   where=_where(self), hint="every batch must have the same number of classes")
+        for k, v in arrays.items():
+            if k in self.concatenated:
+                self._chunks.setdefault(k, []).append(v.copy())   # joined once, when read
+            else:
+                st[k] = v.copy() if k not in st else np.asarray(st[k] + v)
+
+    def _require(self) -> dict[str, np.ndarray]:
+        st = self._st()
+        if not st:
+            raise CatalogError("compute() called before any update()", where=_where(self),
+                               hint="call update(logits, targets) with at least one batch first")
+        return st
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {k: np.array(v, copy=True) for k, v in self._st().items()}
+
+    def load_state_dict(self, d: dict[str, np.ndarray]) -> None:
+        known = set(self.summed) | set(self.concatenated)
+        extra = set(d) - known
+        if extra:
+            raise CatalogError(f"state_dict has unknown keys {sorted(extra)}", where=_where(self),
+                               hint=f"this metric's state keys are {sorted(known)}")
+        self.reset()
+        self._state = {k: np.array(v, copy=True) for k, v in d.items()}
+
+    def merge(self, other: Any) -> None:
+        if type(other) is not type(self):
+            raise CatalogError(f"cannot merge a {type(other).__name__} into a {type(self).__name__}",
+                               where=_where(self), hint="merge instances of the same metric")
+        od = other.state_dict()
+        self._add(**{k: v for k, v in od.items()})
+
+    def __repr__(self) -> str:
+        n = {k: v.shape for k, v in self._st().items()}
+        return f"{type(self).__name__}(state={n})"
+
+
+# ---- conformance ---------------------------------------------------------------------------------------
+_N, _C = 60, 4
+_SPLITS = (7, 38)                     # three uneven batches: [0:7], [7:38], [38:60]
+_RTOL, _ATOL = 1e-12, 1e-15
+
+
+def _check_data(binary: bool) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1234)
+    c = 2 if binary else _C
+    t = np.concatenate([np.arange(c), rng.integers(0, c, _N - c)])     # every class present
+    rng.shuffle(t)
+    z = rng.standard_normal(_N) * 2.0 if binary else rng.standard_normal((_N, c)) * 2.0
+    z = z + (2.0 * t - 1.0 if binary else 1.5 * np.eye(c)[t])           # better than chance
+    return z, t
+
+
+def _same(a: Any, b: Any) -> bool:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=_RTOL, atol=_ATOL, equal_nan=True))
+
+
+def _fmt(x: Any) -> str:
+    x = np.asarray(x)
+    return repr(float(x)) if x.ndim == 0 else f"array{x.shape}"
+
+
+@checker("metric")
+def check_metric(entry: Entry) -> builtins.list[str]:
+    """Interface; accumulation over 3 uneven batches == one batch; merge; state_dict round trip; reset."""
+    try:
+        m = entry.make()
+    except Exception as e:
+        return [f"instantiate: make() with default hyperparameters raised {type(e).__name__}: {e}"]
+    missing = [k for k in ("reset", "update", "compute", "state_dict", "load_state_dict", "merge")
+               if not callable(getattr(m, k, None))]
+    if missing:
+        return [f"interface: no {', '.join(missing)} method(s)"]
+    failed = []
+    if getattr(m, "needs", None) != "logits":
+        failed.append(f"interface: needs must be 'logits', got {getattr(m, 'needs', None)!r}")
+    if not isinstance(getattr(m, "higher_is_better", None), bool):
+        failed.append("interface: higher_is_better must be True or False")
+    if failed:
+        return failed
+
+    def run(batches, inst=None):
+        inst = inst or entry.make()
+        inst.reset()
+        for zb, tb in batches:
+            inst.update(zb, tb)
+        return inst
+    z = t = None
+    for binary in (False, True):         # multi-class logits first; a binary-only metric refuses them
+        zz, tt = _check_data(binary)
+        try:
+            whole = run([(zz, tt)]).compute()
+        except ScellisError:
+            continue
+        z, t = zz, tt
+        break
+    if z is None:
+        return ["inputs: refused both (N, C) and (N,) logits with all classes present"]
+    a, b = _SPLITS
+    parts = [(z[:a], t[:a]), (z[a:b], t[a:b]), (z[b:], t[b:])]
+    r = np.asarray(whole, np.float64)
+    if not np.all(np.isfinite(r)):
+        failed.append(f"finite: compute() gave {_fmt(whole)} on random logits")
+    acc = run(parts)
+    r3 = acc.compute()
+    if not _same(r3, whole):
+        failed.append(f"accumulate: 3 uneven batches gave {_fmt(r3)}, one batch {_fmt(whole)} "
+                      f"(update must add to the state, not replace it)")
+    if not _same(acc.compute(), r3):
+        failed.append("accumulate: compute() twice gave different results (compute must not change the state)")
+    h1, h2 = run(parts[:2]), run(parts[2:])
+    h1.merge(h2)
+    rm = h1.compute()
+    if not _same(rm, whole):
+        failed.append(f"merge: merging two halves gave {_fmt(rm)}, the whole {_fmt(whole)}")
+    half = run(parts[:2])
+    d = half.state_dict()
+    if not isinstance(d, dict) or not all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in d.items()):
+        failed.append("state-dict: state_dict() must return dict[str, np.ndarray]")
+    else:
+        fresh = entry.make()
+        fresh.load_state_dict({k: np.array(v, copy=True) for k, v in d.items()})
+        fresh.update(*parts[2])
+        rl = fresh.compute()
+        if not _same(rl, whole):
+            failed.append(f"state-dict: load_state_dict(state_dict()) and one more batch gave {_fmt(rl)}, "
+                          f"expected {_fmt(whole)}")
+    acc.reset()
+    acc.update(*parts[1])
+    rr, only = acc.compute(), run([parts[1]]).compute()
+    if not _same(rr, only):
+        failed.append(f"reset: after reset() one batch gave {_fmt(rr)}, a fresh metric {_fmt(only)}")
+    return failed

@@ -1,0 +1,541 @@
+"""The training loop as a program you read: `for step in sc.Run(spec): ...`.
+
+Why a generator of step results: data-dependent decisions (skip a bad batch, drop the LR on a plateau,
+stop) belong to user code, so the Run only does one planned step per iteration and reports it. Everything
+a step depends on is explicit state here (weights and optimizer state on the device, the Philox
+positions of every sub-stream, the loader's place, the schedule, the loss scale), which is exactly what a
+checkpoint holds, so a resumed run continues bit for bit.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..errors import ScellisError
+
+SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
+SCALE_INIT, SCALE_GROWTH_EVERY, SCALE_MIN = 2.0 ** 16, 200, 2.0 ** -14
+
+
+class RunError(ScellisError, RuntimeError):
+    code = "run"
+
+
+@dataclass
+class StepResult:
+    step: int                       # optimizer steps done after this one (1 = the first step)
+    epoch: int
+    loss: float
+    lr: float
+    loss_scale: float | None
+    skipped: bool                   # the update was not applied (non-finite gradients)
+    metrics: dict = field(default_factory=dict)     # validation metrics, on the steps that evaluate
+    batch_size: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class Run:
+    """One training run of a spec on a device: plan (refusing red), data, weights, the step loop.
+
+    `steps`/`epochs` override the recipe; `store` (a Store or a path) enables checkpoints and the run
+    record; `checkpoint_every` saves every K steps (and at the end). `resume` is a checkpoint hash, prefix,
+    ref or run id in `store` to continue from.
+    """
+
+    def __init__(self, spec, *, device=None, store=None, tier: str | None = None, steps: int | None = None,
+                 epochs: int | None = None, checkpoint_every: int | None = None, eval_every: int | None = None,
+                 resume: str | None = None, memory: int | None = None, options=None, max_skipped: int = 10,
+                 run_id: str | None = None):
+        from ..backends.device import Device, device as pick
+        from ..plan.plan import _spec_of, plan as make_plan
+        self.spec = spec = _spec_of(spec)
+        r = spec.recipe
+        self.device = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
+        self.store = _open_store(store)
+        self.max_skipped = int(max_skipped)
+        self._handle = None
+        self._hb = None
+        self.plan = make_plan(spec, self.device, memory=memory, tier=tier, options=options)
+        if self.plan.verdict == "red":
+            err = self.plan.refusal()
+            if self.store is not None:
+                self._start_record(run_id)
+                self._handle.refuse(err.diagnostic.to_json())
+            raise err
+        self.tier = self.plan.tier
+        self.step_prog = self.plan.step
+        self.impl = self.device.fresh_impl()        # this run's allocations alone: its measured peak
+        self._setup_data()
+        self.seed = int(r.get("seed") or 0)
+        from ..rng.generator import Generator
+        self.gen = Generator(self.seed)
+        self._setup_model()
+        # the schedule's horizon comes from the recipe (or an epochs override); `steps` only says where this
+        # process stops, so a run stopped early and resumed follows the very same schedule
+        n_epochs = epochs if epochs is not None else int(r.get("epochs") or 1)
+        rs = None if epochs is not None else r.get("steps")
+        self.horizon = int(rs) if rs is not None else n_epochs * len(self.loader)
+        self.total_steps = int(steps) if steps is not None else self.horizon
+        if self.total_steps < 1 or self.horizon < 1:
+            raise RunError("the run has no steps", where="recipe", hint="set steps or epochs")
+        self.checkpoint_every = checkpoint_every
+        self.eval_every = eval_every if eval_every is not None else r.get("eval_every") or len(self.loader)
+        self._setup_schedule()
+        self.step = 0
+        self.epoch = 0
+        self.loss_scale = SCALE_INIT if self.mixed else None
+        self._good_steps = 0
+        self.skipped = 0
+        self._skip_run = 0
+        self.loss_history: list[float] = []
+        self.metric_history: dict[str, list] = {}
+        self.checkpoints: list[str] = []
+        self.parent: str | None = None
+        self.state = "created"
+        self._stop_reason: str | None = None
+        self.timings = {"steps_s": 0.0, "eval_s": 0.0}
+        if resume is not None:
+            self._resume(resume)
+        if self.store is not None:
+            self._start_record(run_id)
+
+    # ---- setup -----------------------------------------------------------------------------------------
+    def _setup_data(self) -> None:
+        from ..data import Batches, load_dataset, split
+        spec = self.spec
+        self.dataset = load_dataset(None, spec.data, spec.base_dir)
+        fractions = dict(spec.data.get("split") or SPLIT)
+        strat = getattr(self.dataset, "task", "") == "classification"
+        self.split = split(self.dataset, fractions, seed=int(spec.recipe.get("seed") or 0), stratify=strat)
+        self.batch_size = self.step_prog.batch_size
+        if len(self.split["train"]) < self.batch_size:
+            raise RunError(f"the train split has {len(self.split['train'])} examples, fewer than one batch of "
+                           f"{self.batch_size}", where="recipe.batch_size", hint="lower batch_size")
+        self._Batches = Batches
+
+    def _setup_model(self) -> None:
+        from ..catalog import initial_state, make
+        from .weights import init_params
+        st = self.step_prog
+        self.mixed = st.options.precision == "mixed-f16"
+        self.loader = self._Batches(self.dataset, self.split["train"], self.batch_size, self.gen, shuffle=True,
+                                    drop_last=True)
+        init = init_params(self.spec.graph, self.gen)
+        opt_cfg = dict(self.spec.recipe.get("optimizer") or {"name": "adamw"})
+        self.opt_name = opt_cfg.pop("name")
+        self.base_lr = float(opt_cfg.get("lr", 1e-3))
+        self.optimizer = make("optimizer", self.opt_name, **opt_cfg)
+        be = self.impl
+        self.values: dict[str, Any] = {}      # leaf name -> device storage (weights, masters, state)
+        for leaf in st.leaves:
+            n = leaf.node
+            if leaf.role == "parameter":
+                a = init[leaf.name]
+                self.values[leaf.name] = be.from_numpy(a.astype(dt.to_numpy(n.dtype)), n.dtype)
+            elif leaf.role == "master_weights":
+                self.values[leaf.name] = be.from_numpy(init[leaf.name.removesuffix(".master")].astype(np.float32),
+                                                       "f32")
+        states = {}
+        for leaf in st.leaves:
+            if leaf.role == "optimizer_state":
+                pname, slot = leaf.name.rsplit(".", 1)
+                if pname not in states:
+                    states[pname] = initial_state(self.optimizer, tuple(init[pname].shape), "f32")
+                self.values[leaf.name] = be.from_numpy(states[pname][slot], leaf.node.dtype)
+        self._eval_progs: dict[int, Any] = {}
+        self.step_peak: int | None = None
+        self._evaluated = False
+
+    def _setup_schedule(self) -> None:
+        from ..catalog.schedulers import Schedule
+        cfg = dict(self.spec.recipe.get("scheduler") or {"name": "constant"})
+        name = cfg.pop("name")
+        self.schedule = Schedule(name, self.base_lr, self.horizon, cfg)
+        self.metric_names = list(self.spec.recipe.get("metrics") or [])
+
+    # ---- the loop --------------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[StepResult]:
+        self.state = "running"
+        try:
+            while self.step < self.total_steps and self._stop_reason is None:
+                for x, y in self.loader:
+                    res = self._one_step(x, y)
+                    yield res
+                    if self.step >= self.total_steps or self._stop_reason is not None:
+                        break
+                else:
+                    self.epoch += 1
+            self._finish()
+        except GeneratorExit:
+            self._interrupt("the loop was left before the last step")
+            raise
+        except KeyboardInterrupt:
+            self._interrupt("interrupted by the user")
+            raise
+        except BaseException as e:
+            self._fail(e)
+            raise
+
+    def stop(self, reason: str = "stopped by user code") -> None:
+        """End the run after the current step (it finishes normally: final checkpoint, test metrics)."""
+        self._stop_reason = reason
+
+    def _feeds(self, x, y, lr: float):
+        be, st = self.impl, self.step_prog
+        from ..rng.generator import base_words
+        adv = st.info.get("rng_advance", {})
+        leaves = []
+        for leaf in st.leaves:
+            n, name = leaf.node, leaf.name
+            if name in self.values:
+                leaves.append(self.values[name])
+            elif name == "x":
+                leaves.append(be.from_numpy(np.asarray(x).astype(dt.to_numpy(n.dtype)).reshape(n.shape), n.dtype))
+            elif name == "y":
+                leaves.append(be.from_numpy(np.asarray(y).astype(dt.to_numpy(n.dtype)).reshape(n.shape), n.dtype))
+            elif name == "lr":
+                leaves.append(be.from_numpy(np.asarray(lr, np.float32), "f32"))
+            elif name == "step":
+                leaves.append(be.from_numpy(np.asarray(self.step + 1, np.float32), "f32"))
+            elif name == "loss_scale":
+                leaves.append(be.from_numpy(np.asarray(self.loss_scale, np.float32), "f32"))
+            elif name.startswith("rng:"):
+                s = name[4:]
+                leaves.append(be.from_numpy(base_words(self.gen.positions.get(s, 0)), "u32"))
+            else:
+                raise RunError(f"the step needs input {name!r}, which the loop does not provide", where="Run")
+        for s, k in adv.items():              # every step draws the next words of its streams
+            self.gen.positions[s] = self.gen.positions.get(s, 0) + int(k)
+        return leaves
+
+    def _one_step(self, x, y) -> StepResult:
+        from ..executor.executor import execute
+        t0 = time.perf_counter()
+        st = self.step_prog
+        lr = self.schedule.at(self.step)
+        outs = execute(st.program, self._feeds(x, y, lr), self.impl)
+        if self.step_peak is None or not self._evaluated:
+            self.step_peak = int(self.impl.peak)        # the planned step's own peak (before any evaluation)
+        got = dict(zip(st.outputs, outs))
+        loss = float(self.impl.to_numpy(got["loss"]))
+        finite = bool(self.impl.to_numpy(got["finite"])) if "finite" in got else math.isfinite(loss)
+        for name, s in got.items():            # donated outputs are the same storages; others replace them
+            kind, _, rest = name.partition(":")
+            if kind == "param":
+                self.values[rest] = s
+            elif kind == "master":
+                self.values[f"{rest}.master"] = s
+            elif kind == "state":
+                self.values[rest] = s
+        scale = self.loss_scale
+        if finite:
+            self._skip_run = 0
+            if self.mixed:
+                self._good_steps += 1
+                if self._good_steps >= SCALE_GROWTH_EVERY:
+                    self.loss_scale, self._good_steps = self.loss_scale * 2.0, 0
+        else:
+            self.skipped += 1
+            self._skip_run += 1
+            if self.mixed:
+                self.loss_scale, self._good_steps = max(self.loss_scale / 2.0, SCALE_MIN), 0
+            if self._skip_run >= self.max_skipped:
+                self.stop(f"{self._skip_run} steps in a row had non-finite gradients (NaN storm); "
+                          f"{self.skipped} skipped in all")
+        self.step += 1
+        self.loss_history.append(loss)
+        self._record("loss", loss)
+        metrics = {}
+        if self.metric_names and self.eval_every and self.step % self.eval_every == 0 and len(self.split["val"]):
+            metrics = self.evaluate("val")
+            self.schedule.observe(metrics.get("loss", loss), self.step - 1)
+        dt_s = time.perf_counter() - t0
+        self.timings["steps_s"] += dt_s
+        if self._handle is not None and self.checkpoint_every and self.step % self.checkpoint_every == 0 \
+                and self.step < self.total_steps:
+            self.checkpoint()
+        return StepResult(self.step, self.epoch, loss, lr, scale, not finite, metrics, self.batch_size, dt_s)
+
+    def _record(self, name: str, value: float) -> None:
+        self.metric_history.setdefault(name, []).append([self.step, float(value)])
+
+    # ---- evaluation ------------------------------------------------------------------------------------
+    def _eval_program(self, b: int):
+        from ..graph import functional as F
+        from ..program.schedule import compile_program
+        from ..program.training import _target, loss_node
+        prog = self._eval_progs.get(b)
+        if prog is None:
+            graph = self.spec.graph
+            inp = self.spec.input
+            st = self.step_prog
+            x = F.placeholder((b,) + tuple(inp["shape"]), inp["dtype"], "x")
+            y = _target(self.spec, graph, b)
+            params = {}
+            for leaf in st.leaves:
+                if leaf.role == "parameter":
+                    params[leaf.name] = F.placeholder(leaf.node.shape, leaf.node.dtype, leaf.name)
+            xin = F.cast(x, "f16") if self.mixed and x.dtype == "f32" else x
+            pred = graph.forward(xin, params, training=False)
+            loss = loss_node(self.spec.recipe.get("loss", "cross_entropy"), pred, y)
+            compiled, leaves = compile_program([F.cast(pred, "f32") if pred.dtype == "f16" else pred, loss],
+                                               self.device.backend, self.tier)
+            names = {id(v): k for k, v in params.items()}
+            order = []
+            for ln in leaves:
+                order.append("x" if ln is x else "y" if ln is y else names[id(ln)])
+            prog = self._eval_progs[b] = (compiled, order)
+        return prog
+
+    def evaluate(self, part: str = "val", record: bool = True) -> dict:
+        """Metrics (and mean loss) of the current weights on a split part, accumulated over batches.
+
+        record=False keeps it out of the metric history (the end-of-run evaluation: a run stopped early
+        and resumed must have the same curve as one that never stopped).
+        """
+        from ..catalog import make
+        from ..executor.executor import execute
+        t0 = time.perf_counter()
+        self._evaluated = True
+        idx = self.split[part]
+        metrics = {m: make("metric", m) for m in self.metric_names}
+        total, count = 0.0, 0
+        bs = self.batch_size
+        for lo in range(0, len(idx), bs):
+            sel = idx[lo:lo + bs]
+            x, y = self.dataset.read(sel)
+            prog, order = self._eval_program(len(sel))
+            feeds = []
+            for name in order:
+                if name == "x":
+                    feeds.append(self.impl.from_numpy(np.asarray(x, np.float32) if self.spec.input["dtype"] == "f32"
+                                                      else np.asarray(x, np.int32), self.spec.input["dtype"]))
+                elif name == "y":
+                    ydt = "i32" if np.asarray(y).dtype.kind in "iu" else "f32"
+                    feeds.append(self.impl.from_numpy(np.asarray(y).astype(dt.to_numpy(ydt)), ydt))
+                else:
+                    feeds.append(self.values[name])
+            pred_s, loss_s = execute(prog, feeds, self.impl)
+            pred = np.array(self.impl.to_numpy(pred_s))
+            total += float(self.impl.to_numpy(loss_s)) * len(sel)
+            count += len(sel)
+            for m in metrics.values():
+                m.update(pred, np.asarray(y))
+        out = {"loss": total / max(count, 1)}
+        for k, m in metrics.items():
+            v = m.compute()
+            out[k] = float(v) if np.ndim(v) == 0 else np.asarray(v).tolist()
+        for k, v in out.items():
+            if record and isinstance(v, float):
+                self._record(f"{part}_{k}", v)
+        self.timings["eval_s"] += time.perf_counter() - t0
+        return {f"{part}_{k}" if part != "val" else k: v for k, v in out.items()}
+
+    # ---- state: weights, checkpoints, records ----------------------------------------------------------
+    def weights(self) -> dict[str, np.ndarray]:
+        """The current weights (master copies under mixed precision) as numpy, by parameter name."""
+        out = {}
+        for leaf in self.step_prog.leaves:
+            if leaf.role == "parameter" and f"{leaf.name}.master" not in self.values:
+                out[leaf.name] = np.array(self.impl.to_numpy(self.values[leaf.name]))
+            elif leaf.role == "master_weights":
+                out[leaf.name.removesuffix(".master")] = np.array(self.impl.to_numpy(self.values[leaf.name]))
+        return out
+
+    def optimizer_state(self) -> dict[str, dict[str, np.ndarray]]:
+        out: dict[str, dict] = {}
+        for leaf in self.step_prog.leaves:
+            if leaf.role == "optimizer_state":
+                p, slot = leaf.name.rsplit(".", 1)
+                out.setdefault(p, {})[slot] = np.array(self.impl.to_numpy(self.values[leaf.name]))
+        return out
+
+    def weights_hash(self) -> str:
+        from ..store.objects import tensors_bytes
+        import blake3
+        return blake3.blake3(tensors_bytes(self.weights())).hexdigest()
+
+    def checkpoint(self) -> str:
+        """Save weights, optimizer state, RNG positions, loader/schedule state and history; returns its hash."""
+        if self.store is None:
+            raise RunError("this run has no store to checkpoint into", where="Run.checkpoint",
+                           hint="sc.Run(spec, store='.scellis') or --store DIR")
+        from ..store import save_checkpoint
+        extra = {"loader": self.loader.state_dict(), "schedule": self.schedule.state_dict(),
+                 "loss_scale": self.loss_scale, "good_steps": self._good_steps, "skipped": self.skipped,
+                 "skip_run": self._skip_run, "loss_history": self.loss_history, "horizon": self.horizon,
+                 "tier": self.tier, "device": self.device.backend, "program_hash": self.step_prog.program.hash,
+                 "options": self.step_prog.options.describe(), "spec_source": self.spec.source,
+                 "base_dir": self.spec.base_dir}
+        h = save_checkpoint(self.store, weights=self.weights(), optimizer_state=self.optimizer_state(),
+                            rng_state=self.gen.state_dict(), epoch=self.epoch, step=self.step,
+                            metrics_history=self.metric_history, spec_hash=self.spec.hash, parent=self.parent,
+                            extra=extra, run=self._handle.id if self._handle else None)
+        self.parent = h
+        self.checkpoints.append(h)
+        if self._handle is not None:
+            self._handle.checkpoint(h, self.step, self.epoch)
+        return h
+
+    def _resume(self, ref: str) -> None:
+        if self.store is None:
+            raise RunError("resuming needs the store that holds the checkpoint", where="Run", hint="pass store=")
+        from ..rng.generator import Generator
+        from ..store import check_spec
+        ck = self.store.load_checkpoint(ref)
+        self._keep_spec_text()
+        check_spec(ck, self.spec.hash, lambda h: self.store.text_or_none(self.store.ref(f"spec-{h}") or "-"))
+        be = self.impl
+        w, ost = ck.weights, ck.optimizer_state
+        for leaf in self.step_prog.leaves:
+            n = leaf.node
+            if leaf.role == "parameter":
+                src = w.get(leaf.name)
+                if src is None:
+                    raise RunError(f"checkpoint {ck.hash[:12]} has no weight {leaf.name!r}", where="resume")
+                self.values[leaf.name] = be.from_numpy(np.asarray(src).astype(dt.to_numpy(n.dtype)), n.dtype)
+            elif leaf.role == "master_weights":
+                self.values[leaf.name] = be.from_numpy(np.asarray(w[leaf.name.removesuffix(".master")], np.float32),
+                                                       "f32")
+            elif leaf.role == "optimizer_state":
+                p, slot = leaf.name.rsplit(".", 1)
+                self.values[leaf.name] = be.from_numpy(np.asarray(ost[p][slot]), n.dtype)
+        g = Generator.from_state(ck.rng_state)
+        self.gen.seed, self.gen.positions = g.seed, dict(g.positions)
+        ex = ck.extra or {}
+        self.loader.load_state_dict(ex["loader"])
+        self.schedule.load_state_dict(ex["schedule"])
+        self.loss_scale, self._good_steps = ex.get("loss_scale"), int(ex.get("good_steps", 0))
+        self.skipped, self._skip_run = int(ex.get("skipped", 0)), int(ex.get("skip_run", 0))
+        self.loss_history = list(ex.get("loss_history", []))
+        self.metric_history = {k: [list(p) for p in v] for k, v in (ck.metrics_history or {}).items()}
+        self.step, self.epoch = int(ck.step), int(ck.epoch)
+        self.parent = ck.hash
+        self.resumed_from = ck.hash
+
+    def _start_record(self, run_id: str | None) -> None:
+        from ..store import HeartbeatThread, start_run
+        p = self.plan
+        fields = dict(spec_hash=self.spec.hash, program_hash=p.program_hash, device=self._device_json(),
+                      tier=p.tier, plan=p.to_json(), predicted_peak_bytes=p.peak_bytes,
+                      extra={"spec_name": self.spec.name})
+        if hasattr(self, "dataset"):
+            fields.update(dataset_hash=self.dataset.content_hash(), split_hash=self.split.hash)
+        if run_id:
+            fields["id"] = run_id
+        self._keep_spec_text()
+        self._handle = start_run(self.store, **fields)
+        if p.verdict != "red":
+            self._hb = HeartbeatThread(self._handle, every=2.0)
+            self._hb.start()
+
+    def _keep_spec_text(self) -> None:
+        """The spec's text, named by the spec hash, so `resume` can rebuild it and a mismatch shows a diff."""
+        h = self.store.put_text(self.spec.text, kind="spec")
+        self.store.set_ref(f"spec-{self.spec.hash}", h)
+
+    def _device_json(self) -> dict:
+        d = self.device
+        return {"backend": d.backend, "name": d.name, "adapter_type": d.adapter_type}
+
+    @property
+    def run_id(self) -> str | None:
+        return self._handle.id if self._handle else None
+
+    def _final_fields(self) -> dict:
+        return dict(measured_peak_bytes=self.step_peak, metrics=self.final_metrics,
+                    timings=dict(self.timings), extra={"spec_name": self.spec.name, "steps": self.step,
+                                                       "skipped": self.skipped, "weights_hash": self.weights_hash(),
+                                                       "stop_reason": self._stop_reason,
+                                                       "loss_history": self.loss_history})
+
+    def _finish(self) -> None:
+        self.final_metrics = {"loss": self.loss_history[-1] if self.loss_history else None}
+        if self.metric_names or len(self.split["test"]):
+            if len(self.split["val"]):
+                self.final_metrics.update(self.evaluate("val", record=False))
+            if len(self.split["test"]):
+                self.final_metrics.update(self.evaluate("test", record=False))
+        self.state = "finished"
+        if self._handle is not None:
+            self.checkpoint()
+            self._stop_hb()
+            self._handle.finish(**self._final_fields())
+
+    def _stop_hb(self) -> None:
+        if self._hb is not None:
+            self._hb.stop()
+            self._hb = None
+
+    def _interrupt(self, reason: str) -> None:
+        self.state = "interrupted"
+        if self._handle is not None and self._handle.state == "running":
+            self._stop_hb()
+            self._handle.interrupt(reason)
+
+    def _fail(self, e: BaseException) -> None:
+        self.state = "failed"
+        if self._handle is not None and self._handle.state == "running":
+            self._stop_hb()
+            self._handle.fail(e)
+
+    # ---- results ---------------------------------------------------------------------------------------
+    def run_to_end(self) -> dict:
+        for _ in self:
+            pass
+        return self.result()
+
+    def result(self) -> dict:
+        """The summary `scellis train --json` prints."""
+        return {"run": self.run_id, "state": self.state, "steps": self.step, "epochs": self.epoch,
+                "final_checkpoint": self.checkpoints[-1] if self.checkpoints else None,
+                "weights_hash": self.weights_hash(), "metrics": getattr(self, "final_metrics", {}),
+                "loss_history": list(self.loss_history), "skipped_steps": self.skipped,
+                "stop_reason": self._stop_reason, "measured_peak_bytes": self.step_peak,
+                "peak_with_evaluation_bytes": int(self.impl.peak),
+                "predicted_peak_bytes": int(self.plan.peak_bytes), "device": self._device_json(),
+                "tier": self.tier, "spec_hash": self.spec.hash, "program_hash": self.plan.program_hash}
+
+
+def _open_store(store):
+    if store is None:
+        return None
+    from ..store import Store
+    return store if isinstance(store, Store) else Store.open(store)
+
+
+def train(spec, **kw) -> dict:
+    """Run `spec` to the end (see Run for the keywords); returns the run's result summary."""
+    return Run(spec, **kw).run_to_end()
+
+
+def spec_of_checkpoint(store, ref: str):
+    """The spec a checkpoint was made from, rebuilt from the text the store keeps."""
+    from ..spec import Spec
+    st = _open_store(store)
+    ck = st.load_checkpoint(ref)
+    th = st.ref(f"spec-{ck.spec_hash}")
+    if th is None:
+        raise RunError(f"the store has no spec text for checkpoint {ck.hash[:12]} (spec {ck.spec_hash[:12]})",
+                       where=f"store {st.root}", hint="resume with the spec: sc.Run(spec, store=..., resume=ref)")
+    ex = ck.extra or {}
+    return Spec.from_text(st.get_text(th), source=ex.get("spec_source") or "<stored spec>",
+                          base_dir=ex.get("base_dir")), ck, st
+
+
+def resume(ref: str, store=None, steps: int | None = None, **kw) -> "Run":
+    """A Run continuing from a checkpoint (hash, prefix, ref or run id) in `store`, to `steps` in total
+    (default: the schedule's horizon). Iterate it, or call `.run_to_end()`."""
+    import os
+    store = store if store is not None else os.environ.get("SCELLIS_STORE", ".scellis")
+    spec, ck, st = spec_of_checkpoint(store, ref)
+    horizon = (ck.extra or {}).get("horizon")
+    return Run(spec, store=st, resume=ck.hash, steps=steps if steps is not None else horizon, **kw)
