@@ -427,3 +427,16 @@ def _attention_bwd(v, q, k_, val, out, lse, dout, *mask, prog):
         dq[..., i0:i1, :] = np.matmul(ds, k_)
         dk += np.matmul(np.swapaxes(ds, -1, -2), q[..., i0:i1, :])
     return dq, dk, dv
+
+
+@k("nf4_dequant")
+def _nf4_dequant(v, codes, absmax, prog):
+    """Table lookup times the block's absmax, in f32 (the WGSL kernel computes the same product)."""
+    from ..graph.opset import NF4_TABLE
+    n = math.prod(v.attrs["shape"])
+    b = np.asarray(codes).reshape(-1).view(np.uint8)
+    nib = np.empty(2 * b.size, np.uint8)
+    nib[0::2], nib[1::2] = b & 0x0F, b >> 4
+    table = np.asarray(NF4_TABLE, np.float32)
+    scale = np.asarray(absmax, np.float32)[np.arange(n) // int(v.attrs["block"])]
+    return (table[nib[:n]] * scale).reshape(v.attrs["shape"])

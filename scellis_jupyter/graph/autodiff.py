@@ -303,6 +303,13 @@ def _(n, gs):
     return tuple(grads) + ((None,) if len(ins) == 4 else ())
 
 
+@rule("nf4_dequant")
+def _(n, g):
+    """A quantized base weight is frozen: asking for its gradient is a mistake, not a zero."""
+    raise GraphError("nf4_dequant has no gradient: NF4-stored weights are frozen", where="op 'nf4_dequant'",
+                     hint="train adapters (LoRA's A, B) beside it, or keep the weight in f32 to fine-tune it")
+
+
 @rule("fill", "iota", "philox_uniform", "philox_bits", "const")
 def _(n, g):
     return ()

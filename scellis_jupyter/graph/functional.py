@@ -408,3 +408,11 @@ def dropout(x: Node, p: float, gen, training: bool = True) -> Node:
     u = gen.uniform_node(x.shape)
     keep = ge(u, scalar(p, "f32"))
     return where(keep, mul(x, 1.0 / (1.0 - p)), scalar(0.0, x.dtype))
+
+
+def nf4_dequant(codes: Node, absmax: Node, shape, block: int = 64) -> Node:
+    """f32 weight of `shape` from NF4 codes (i8, two 4-bit codes per byte) and per-block absmax (QLoRA).
+
+    No gradient: the stored weight is frozen; adapters train beside it.
+    """
+    return make("nf4_dequant", [codes, absmax], shape=tuple(int(s) for s in shape), block=int(block))

@@ -377,3 +377,33 @@ def _inf_item(inputs, attrs):
     (x,) = inputs
     i = attrs["index"]
     return tuple(x.shape[i]), x.dtype[i]
+
+
+# ---- NF4 (QLoRA) -------------------------------------------------------------------------------------
+# The 16 NormalFloat-4 levels of Dettmers et al. 2023 (QLoRA, appendix E): quantiles of N(0, 1) scaled to
+# [-1, 1], with an exact zero. One table for the op, both kernels and the host-side encoder.
+NF4_TABLE = (
+    -1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+    -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+    0.07958029955625534, 0.16093020141124725, 0.24611230194568634, 0.33791524171829224,
+    0.44070982933044434, 0.5626170039176941, 0.7229568362236023, 1.0,
+)
+
+
+@register("nf4_dequant")
+def _inf_nf4(inputs, attrs):
+    """codes i8 [ceil(n/2)] (element e in byte e//2, low nibble first), absmax f32 [ceil(n/block)] -> f32 shape."""
+    codes, absmax = inputs
+    shape, block = tuple(attrs["shape"]), int(attrs["block"])
+    n = 1
+    for s in shape:
+        n *= s
+    if block < 1:
+        raise ShapeError(f"block must be at least 1, got {block}", where="op 'nf4_dequant'")
+    if codes.dtype != "i8" or absmax.dtype != "f32":
+        raise DTypeError(f"needs codes i8 and absmax f32, got {_fmt(inputs)}", where="op 'nf4_dequant'",
+                         hint="encode weights with scellis_jupyter.train.quantize.quantize(w, 'nf4')")
+    if tuple(codes.shape) != ((n + 1) // 2,) or tuple(absmax.shape) != (-(-n // block),):
+        raise ShapeError(f"for shape {shape} and block {block} expected codes ({(n + 1) // 2},) and absmax "
+                         f"({-(-n // block)},), got {_fmt(inputs)}", where="op 'nf4_dequant'")
+    return shape, "f32"

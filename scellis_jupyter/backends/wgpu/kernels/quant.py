@@ -16,7 +16,8 @@ import struct
 
 from .... import dtypes as dt
 from ....errors import DTypeError, KernelError
-from ..templates import WGSL_TYPE, enable_f16
+from ..templates import WGSL_TYPE, enable_f16, render
+from . import launcher
 from .strided import window
 
 HEAD = """{enable}
@@ -109,3 +110,27 @@ def _win(s, start, m, isz, be):
     """Window over elements start .. start+m-1; i8 windows are in bytes (element offset = byte offset)."""
     w, off = window(s, 0, start, start + m - 1, isz, be.offset_align)
     return w, off
+
+
+# ---- nf4_dequant (kernels/nf4.wgsl) ------------------------------------------------------------------
+@launcher("nf4_dequant")
+def nf4_dequant(be, v, ins, out):
+    """Chunks of an even number of elements, so each chunk's codes start on a whole byte and every binding
+    (output f32, codes, absmax) fits `be.binding_limit`."""
+    from ....graph.opset import NF4_TABLE
+    codes, amax = ins
+    n, block = math.prod(v.attrs["shape"]), int(v.attrs["block"])
+    if n == 0:
+        return
+    table = ", ".join(repr(float(t)) if t else "0.0" for t in NF4_TABLE)
+    code = render("nf4", TABLE=table)
+    step = max(2, (be.binding_limit - 2 * be.offset_align) // 4 // 2 * 2)
+    s = 0
+    while s < n:
+        m = min(step, n - s)
+        wo, oo = window(out, 0, s, s + m - 1, 4, be.offset_align)
+        wc, co = _win(codes, s // 2, (m + 1) // 2, 1, be)
+        wa, ao = window(amax, 0, s // block, (s + m - 1) // block, 4, be.offset_align)
+        be.launch("nf4_dequant", code, [wo, wc, wa], struct.pack("<8I", m, oo, co, ao, s, block, 0, 0),
+                  (m + 63) // 64)
+        s += m

@@ -1,0 +1,369 @@
+"""What a PEFT entry hands the training-step builder: which weights train, new adapter weights, and how
+the forward sees each weight.
+
+Why one small contract: LoRA, QLoRA, IA3, BitFit, prompt and prefix tuning all reduce to (a) a set of base
+parameters that keep training, (b) adapter parameters with their initializers, (c) per-weight transforms
+(the effective weight the layer uses, e.g. W + s·B·A), (d) base weights stored in another format
+(QLoRA's NF4 codes), and (e) per-node forward hooks for methods that change a layer's inputs. The builder
+applies exactly this, so an adapter's memory saving is planned from the Program it really runs.
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..spec.layers import ParamDecl
+from ..errors import ScellisError
+from .registry import CatalogError, Param, checker
+
+
+@dataclass(frozen=True)
+class StoredAs:
+    """A frozen base weight kept in another format: the leaves that hold it and how to rebuild it.
+
+    leaves: (suffix, shape, dtype) per stored tensor, placed as placeholders named `<param>.<suffix>`;
+    encode(array f32) -> {suffix: array} makes them from a float weight (numpy, host side);
+    decode({suffix: Node}) -> Node gives the weight the forward uses (graph ops).
+    """
+
+    fmt: str
+    leaves: tuple
+    encode: Callable
+    decode: Callable
+
+
+@dataclass
+class Adaptation:
+    trainable: set = field(default_factory=set)          # base parameter names that keep training
+    new_params: list = field(default_factory=list)       # list[ParamDecl]: adapter weights (they train)
+    transforms: dict = field(default_factory=dict)       # base name -> fn(base Node, params dict) -> Node
+    stored: dict = field(default_factory=dict)           # base name -> StoredAs
+    node_hooks: dict = field(default_factory=dict)       # node key -> fn(inputs, local params, forward) -> Node
+    info: dict = field(default_factory=dict)             # e.g. {"factor": trainable fraction}
+
+
+def match(names, patterns) -> list[str]:
+    """Names matching any glob pattern (an exact name matches itself)."""
+    pats = [patterns] if isinstance(patterns, str) else list(patterns)
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in pats)]
+
+
+def weight_targets(graph, targets=None) -> list[ParamDecl]:
+    """Adapter targets: 2-D weights of linear projections (role 'weight'), filtered by `targets` globs."""
+    ws = [p for p in graph.params if p.role == "weight" and len(p.shape) == 2]
+    if targets:
+        keep = set(match([p.name for p in ws], targets))
+        ws = [p for p in ws if p.name in keep]
+    return ws
+
+
+# ---- helpers entries share ---------------------------------------------------------------------------
+__all__ = ["Adaptation", "StoredAs", "ParamDecl", "match", "weight_targets", "adapter_name", "count",
+           "with_factor", "nf4_storage", "node_keys", "attrs_of", "lora_pairs", "lora_transform",
+           "targets_param", "select_weights", "is_default_targets", "SPEC_FILLED", "check_peft"]
+
+
+def adapter_name(base: str, suffix: str) -> str:
+    """`<node>.<path>.weight` -> `<node>.<path>.<suffix>`: under the node prefix, so the layer sees it."""
+    head, _, _ = base.rpartition(".")
+    return f"{head}.{suffix}" if head else suffix
+
+
+def count(graph, adapt: Adaptation) -> tuple[int, int]:
+    """(trainable, total) parameter counts: base params in `trainable` plus every new adapter param, over
+    all base plus adapter params (the numbers `info['factor']` is the ratio of)."""
+    size = {p.name: math.prod(p.shape) for p in graph.params}
+    new = sum(math.prod(p.shape) for p in adapt.new_params)
+    tr = sum(size[n] for n in adapt.trainable if n in size and n not in adapt.stored) + new
+    return tr, sum(size.values()) + new
+
+
+def with_factor(graph, adapt: Adaptation, **extra) -> Adaptation:
+    """Fill `info` with the trainable fraction (and counts) plus method-specific entries."""
+    tr, total = count(graph, adapt)
+    adapt.info.update({"factor": tr / max(total, 1), "trainable_params": tr, "total_params": total, **extra})
+    return adapt
+
+
+def nf4_storage(shape: tuple, block: int = 64) -> StoredAs:
+    """A frozen weight kept as NF4 codes (i8, two per byte) and per-block f32 absmax (QLoRA)."""
+    from ..graph import functional as F
+    n = math.prod(shape)
+    shape = tuple(shape)
+
+    def encode(w):
+        from ..train.quantize import quantize
+        q = quantize(np.asarray(w, np.float32).reshape(shape), "nf4", block)
+        return {"codes": q.codes, "absmax": q.absmax}
+
+    def decode(parts):
+        return F.nf4_dequant(parts["codes"], parts["absmax"], shape, block)
+    return StoredAs("nf4", (("codes", ((n + 1) // 2,), "i8"), ("absmax", (-(-n // block),), "f32")), encode, decode)
+
+
+def node_keys(graph, ops=None) -> list[str]:
+    """Keys of the nodes the output needs, in order (optionally only those whose op is in `ops`)."""
+    out = []
+    for i in graph.needed:
+        n = graph.spec.nodes[i]
+        if ops is None or n.op in ops:
+            out.append(n.key)
+    return out
+
+
+def attrs_of(graph, key: str) -> dict:
+    """A node's resolved attrs (defaults filled), for hooks that recompute a layer."""
+    for n in graph.spec.nodes:
+        if n.key == key:
+            return dict(n.attrs)
+    raise CatalogError(f"no node {key!r} in the model", where="peft")
+
+
+def select_weights(graph, targets) -> list[ParamDecl]:
+    """2-D linear weights named by `targets`: an op name selects the weights of its nodes ('linear', the
+    spec's default, means every linear projection, inside attention and blocks too); anything else is a
+    glob over parameter names. None: every 2-D linear weight."""
+    ws = weight_targets(graph, None)
+    if not targets:
+        return ws
+    ops = {graph.spec.nodes[i].key: graph.spec.nodes[i].op for i in graph.order}
+    keep = set(match([p.name for p in ws], [t for t in targets if t not in ops.values() and t != "linear"]))
+    for t in targets:
+        if t == "linear":
+            keep |= {p.name for p in ws}
+        elif t in ops.values():
+            keep |= {p.name for p in ws if ops.get(p.name.split(".", 2)[0] + "." + p.name.split(".", 2)[1]) == t}
+    return [p for p in ws if p.name in keep]
+
+
+def is_default_targets(targets) -> bool:
+    """The spec fills targets = ["linear"] for every method: that means "the method's default"."""
+    return not targets or tuple(targets) == ("linear",)
+
+
+# hyperparameters the spec's [recipe.peft] table fills for every method (schema defaults); entries that do
+# not use them accept and ignore them, so `peft = { method = "bitfit" }` works from a spec
+SPEC_FILLED = {
+    "rank": Param(int, 8, lo=1, hi=4096, doc="unused by this method (filled by the spec)"),
+    "alpha": Param(float, 16.0, lo=0.0, lo_open=True, doc="unused by this method (filled by the spec)"),
+    "dropout": Param(float, 0.0, lo=0.0, hi=0.0, doc="unused by this method; only 0"),
+    "targets": Param(list, None, optional=True, doc="unused by this method (filled by the spec)"),
+}
+
+
+def lora_pairs(graph, rank: int, targets, init_a: str = "kaiming_uniform") -> list[tuple]:
+    """(weight decl, A decl, B decl) per target: A (r, in) random, B (out, r) zeros."""
+    ws = select_weights(graph, list(targets) if targets else None)
+    if targets and not ws:
+        names = [p.name for p in graph.params if p.role == "weight" and len(p.shape) == 2]
+        raise CatalogError(f"targets {list(targets)} match no 2-D linear weight", where="peft lora",
+                           hint=f"weights are: {', '.join(names[:8])}" if names else "the model has no linear weight")
+    out = []
+    for w in ws:
+        o, i = w.shape
+        a = ParamDecl(adapter_name(w.name, "lora_A"), (rank, i), init_a, i, rank, "adapter")
+        b = ParamDecl(adapter_name(w.name, "lora_B"), (o, rank), "zeros", rank, o, "adapter")
+        out.append((w, a, b))
+    return out
+
+
+def lora_transform(a_name: str, b_name: str, scale: float):
+    """fn(W, params) -> W + scale · B · A (the weight the layer uses)."""
+    from ..graph import functional as F
+
+    def fn(w, params):
+        delta = F.matmul(params[b_name], params[a_name])
+        return F.add(w, F.mul(delta, scale))
+    return fn
+
+
+def targets_param(targets):
+    """The `targets` hyperparameter as a tuple of glob strings (None: the method's default)."""
+    if targets is None:
+        return None
+    bad = [t for t in targets if not isinstance(t, str)]
+    if bad:
+        raise CatalogError(f"targets must be glob strings, got {bad[0]!r}", where="peft",
+                           hint='e.g. targets = ["*.attn.q.weight", "*.attn.v.weight"]')
+    return tuple(targets)
+
+
+# ---- conformance -------------------------------------------------------------------------------------
+_CHECK_SPECS = {
+    "mlp": """
+name = "peft_check_mlp"
+[data]
+dataset = "digits"
+[model]
+nodes = [{ op = "linear", out = 8 }, { op = "relu" }, { op = "linear", out = 10 }]
+[recipe]
+optimizer = { name = "sgd", lr = 0.1 }
+batch_size = 2
+determinism = "debug"
+""",
+    "transformer": """
+name = "peft_check_tf"
+[data]
+dataset = "pydoc_topics"
+seq_len = 6
+[model]
+nodes = [
+  { op = "embedding", vocab = 96, dim = 8 },
+  { op = "positional_embedding", max_len = 6 },
+  { op = "transformer_block", heads = 2, causal = true, mlp_ratio = 2.0 },
+  { op = "linear", out = 96 },
+]
+[recipe]
+optimizer = { name = "sgd", lr = 0.1 }
+batch_size = 2
+determinism = "debug"
+""",
+}
+
+
+def _check_graphs():
+    from ..spec.spec import Spec
+    return {k: Spec.from_text(t) for k, t in _CHECK_SPECS.items()}
+
+
+def _structure(adapt, graph) -> list[str]:
+    """Every field of the Adaptation refers to what exists, under the right names."""
+    base = {p.name: p for p in graph.params}
+    keys = {graph.spec.nodes[i].key for i in graph.order}
+    bad = []
+    if not isinstance(adapt, Adaptation):
+        return [f"returns-adaptation: apply() returned {type(adapt).__name__}, not an Adaptation"]
+    if set(adapt.trainable) - set(base):
+        bad.append(f"trainable-known: {sorted(set(adapt.trainable) - set(base))[:3]} are not model params")
+    seen = set()
+    for p in adapt.new_params:
+        if not isinstance(p, ParamDecl):
+            bad.append(f"new-params: {p!r} is not a ParamDecl")
+            continue
+        if p.name in base or p.name in seen:
+            bad.append(f"new-params: {p.name!r} collides with another parameter")
+        if not any(p.name.startswith(k + ".") for k in keys):
+            bad.append(f"new-params-prefix: {p.name!r} is not under a node prefix '<node key>.', "
+                       "so no layer or hook would see it")
+        seen.add(p.name)
+    for field_name, d, ok in (("transforms", adapt.transforms, set(base)), ("stored", adapt.stored, set(base)),
+                              ("node_hooks", adapt.node_hooks, keys)):
+        extra = set(d) - ok
+        if extra:
+            bad.append(f"{field_name}-known: {sorted(extra)[:3]} are not "
+                       f"{'node keys' if field_name == 'node_hooks' else 'model params'}")
+    for n, s in adapt.stored.items():
+        if not isinstance(s, StoredAs):
+            bad.append(f"stored: {n!r} is not a StoredAs")
+        elif n in adapt.trainable:
+            bad.append(f"stored-frozen: {n!r} is stored in {s.fmt} but marked trainable")
+    f = adapt.info.get("factor")
+    if not isinstance(f, (int, float)) or not 0.0 < f <= 1.0:
+        bad.append(f"info-factor: info['factor'] must be the trainable fraction in (0, 1], got {f!r}")
+    else:
+        tr, total = count(graph, adapt)
+        if abs(f - tr / total) > 1e-9:
+            bad.append(f"info-factor: info['factor'] = {f} but trainable/total counts give {tr / total}")
+    return bad
+
+
+@checker("peft")
+def check_peft(entry) -> list[str]:
+    """make() with defaults; apply() on an MLP and a small causal transformer gives a consistent Adaptation;
+    one SGD training step built from it runs on the reference device with a finite loss and finite
+    adapter updates, and the frozen parameters are no outputs of the step."""
+    from ..program.training import StepOptions, build_train_step, run_numpy
+    from ..backends.device import device
+    try:
+        obj = entry.make()
+    except Exception as e:
+        return [f"instantiate: make() with default hyperparameters raised {type(e).__name__}: {e}"]
+    if not callable(getattr(obj, "apply", None)):
+        return ["interface: no apply(graph) method"]
+    failed: list[str] = []
+    ref = device("reference")
+    applied = 0
+    for what, spec in _check_graphs().items():
+        at = f" ({what} model)"
+        try:
+            adapt = obj.apply(spec.graph)
+        except ScellisError:
+            continue                     # a clear refusal: the method does not apply to this model
+        except Exception as e:
+            failed.append(f"apply-runs: apply() raised {type(e).__name__}: {e} (a refusal must be a "
+                          f"CatalogError with a hint){at}")
+            continue
+        applied += 1
+        bad = _structure(adapt, spec.graph)
+        if bad:
+            failed += [b + at for b in bad]
+            continue
+
+        class _Fixed(StepOptions):     # hand the already-applied Adaptation to the builder
+            def adaptation(self, graph, _a=adapt):
+                return _a
+        try:
+            step = build_train_step(spec, 2, "reference", "debug", options=_Fixed(peft=(("method", entry.name),)))
+        except Exception as e:
+            failed.append(f"step-builds: build_train_step raised {type(e).__name__}: {e}{at}")
+            continue
+        trainable = set(adapt.trainable) | {p.name for p in adapt.new_params}
+        outs = {o[len("param:"):] for o in step.outputs if o.startswith("param:")}
+        if outs - trainable:
+            failed.append(f"frozen-not-updated: the step updates frozen params {sorted(outs - trainable)[:3]}{at}")
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for leaf in step.leaves:
+            n = leaf.node
+            if n.dtype == "i32":
+                feeds[leaf.name] = rng.integers(0, int(step.info.get("classes") or 10), n.shape)
+            elif n.dtype == "i8":
+                feeds[leaf.name] = rng.integers(-128, 128, n.shape)
+            elif leaf.name.endswith(".absmax"):
+                feeds[leaf.name] = np.abs(rng.standard_normal(n.shape)) * 0.1
+            else:
+                feeds[leaf.name] = rng.standard_normal(n.shape) * 0.1 if n.shape else 1.0
+        try:
+            res = run_numpy(step, feeds, ref.impl)
+        except Exception as e:
+            failed.append(f"step-runs: the step raised {type(e).__name__}: {e}{at}")
+            continue
+        nonfinite = [k for k, v in res.items() if np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v))]
+        if nonfinite:
+            failed.append(f"finite: non-finite outputs {nonfinite[:3]}{at}")
+    if not applied and not failed:
+        failed.append(f"applies: apply() refused every check model ({', '.join(_CHECK_SPECS)})")
+    return failed
+
+
+# ---- `from scellis_jupyter.catalog import peft` ------------------------------------------------------
+# Importing this submodule binds it as the package attribute `peft`, over the registry's `@peft` decorator
+# of the same name. The module is made callable as that decorator, so `@peft("name", ...)` works from
+# either import and the helpers above stay reachable as `peft.match`, `peft.Adaptation`, ...
+import sys as _sys  # noqa: E402
+import types as _types  # noqa: E402
+
+
+class _PeftModule(_types.ModuleType):
+    def __call__(self, name: str, summary: str = "", params: dict | None = None, *, check: bool | None = None):
+        from .registry import peft as _decorator
+        return _decorator(name, summary, params, check=check)
+
+
+_sys.modules[__name__].__class__ = _PeftModule
+
+
+# `scellis_jupyter.catalog.peft` is both this module and the entry decorator (`from scellis_jupyter.catalog
+# import peft; @peft("lora", ...)`). Importing from this module rebinds the package attribute to the module,
+# so the module is made callable as the decorator: either object a user ends up with works the same.
+class _DecoratorModule(__import__("types").ModuleType):
+    def __call__(self, *args, **kwargs):
+        from .registry import peft as decorator
+        return decorator(*args, **kwargs)
+
+
+__import__("sys").modules[__name__].__class__ = _DecoratorModule
