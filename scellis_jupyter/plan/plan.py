@@ -277,6 +277,20 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
             fixes.append(Fix("precision", "precision mixed-f16 (f16 weights and compute, f32 master weights and "
                                           "optimizer state, dynamic loss scaling)", pk, verdict_of(pk),
                              {"precision": "mixed-f16"}))
+    if opts.peft is None and p.step is not None:
+        for method in ("lora", "qlora"):
+            cfg = (("method", method), ("rank", 8))
+            try:
+                st, pk, _, _ = at(bs, _replace(opts, peft=cfg))
+            except ScellisError:         # e.g. no linear weight to adapt
+                break
+            if pk >= peak:
+                continue
+            info = st.info.get("peft", {})
+            what = "LoRA adapters" if method == "lora" else "QLoRA (NF4 base weights) with LoRA adapters"
+            fixes.append(Fix("adapters", f"{what}, rank 8: trains {100 * info.get('factor', 0):.2f}% of the "
+                                         f"{info.get('total_params', 0):,} parameters", pk, verdict_of(pk),
+                             {"peft": {"method": method, "rank": 8}, "factor": info.get("factor")}))
     prev = peak
     for world in (2, 4, 8):
         if opts.shard[1] != 1:

@@ -370,3 +370,24 @@ def run_numpy(step: TrainStep, feeds: dict, impl) -> dict:
                             l.node.dtype) for l in step.leaves]
     outs = execute(step.program, stor, impl)
     return {n: np.array(impl.to_numpy(o)) for n, o in zip(step.outputs, outs)}
+
+
+def forward_adapted(graph, x: Node, leaves: dict, adapt, training: bool = False, gen_factory=None) -> Node:
+    """The model's output with an Adaptation applied, from parameter leaves named as the step names them
+    (stored weights as `<name>.<suffix>`): what evaluation runs with the weights the step trains."""
+    params: dict[str, Node] = {}
+    for name, node in leaves.items():
+        params[name] = node
+    if adapt is not None:
+        for name, stored in adapt.stored.items():
+            parts = {sfx: leaves[f"{name}.{sfx}"] for sfx, _, _ in stored.leaves}
+            params[name] = stored.decode(parts)
+        base = dict(params)
+        for name, fn in adapt.transforms.items():
+            if name in params:
+                params[name] = fn(base[name], base)
+    hooks = adapt.node_hooks if adapt is not None else None
+    vals = {-1: x}
+    for i in graph.needed:
+        vals[i] = graph.node_forward(i, [vals[d] for d in graph.deps[i]], params, training, gen_factory, hooks)
+    return vals[graph.output]

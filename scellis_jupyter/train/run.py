@@ -53,7 +53,7 @@ class Run:
     def __init__(self, spec, *, device=None, store=None, tier: str | None = None, steps: int | None = None,
                  epochs: int | None = None, checkpoint_every: int | None = None, eval_every: int | None = None,
                  resume: str | None = None, memory: int | None = None, options=None, max_skipped: int = 10,
-                 run_id: str | None = None):
+                 run_id: str | None = None, weights=None, weights_mapping: dict | None = None):
         from ..backends.device import Device, device as pick
         from ..plan.plan import _spec_of, plan as make_plan
         self.spec = spec = _spec_of(spec)
@@ -77,6 +77,8 @@ class Run:
         self.seed = int(r.get("seed") or 0)
         from ..rng.generator import Generator
         self.gen = Generator(self.seed)
+        self._init_weights = weights
+        self._weights_mapping = weights_mapping
         self._setup_model()
         # the schedule's horizon comes from the recipe (or an epochs override); `steps` only says where this
         # process stops, so a run stopped early and resumed follows the very same schedule
@@ -129,6 +131,12 @@ class Run:
         self.loader = self._Batches(self.dataset, self.split["train"], self.batch_size, self.gen, shuffle=True,
                                     drop_last=True)
         init = init_params(self.spec.graph, self.gen)
+        if self._init_weights is not None:     # pretrained weights replace the drawn ones, by name
+            init.update(_pretrained(self._init_weights, self._weights_mapping, init))
+        self.adaptation = st.options.adaptation(self.spec.graph)
+        if self.adaptation is not None:
+            from .surgery import encode_stored, insert_adapters
+            init = encode_stored(insert_adapters(init, self.adaptation, self.gen), self.adaptation)
         opt_cfg = dict(self.spec.recipe.get("optimizer") or {"name": "adamw"})
         self.opt_name = opt_cfg.pop("name")
         self.base_lr = float(opt_cfg.get("lr", 1e-3))
@@ -148,7 +156,7 @@ class Run:
             if leaf.role == "optimizer_state":
                 pname, slot = leaf.name.rsplit(".", 1)
                 if pname not in states:
-                    states[pname] = initial_state(self.optimizer, tuple(init[pname].shape), "f32")
+                    states[pname] = initial_state(self.optimizer, tuple(np.shape(init[pname])), "f32")
                 self.values[leaf.name] = be.from_numpy(states[pname][slot], leaf.node.dtype)
         self._eval_progs: dict[int, Any] = {}
         self.step_peak: int | None = None
@@ -271,7 +279,7 @@ class Run:
     def _eval_program(self, b: int):
         from ..graph import functional as F
         from ..program.schedule import compile_program
-        from ..program.training import _target, loss_node
+        from ..program.training import _target, forward_adapted, loss_node
         prog = self._eval_progs.get(b)
         if prog is None:
             graph = self.spec.graph
@@ -284,7 +292,7 @@ class Run:
                 if leaf.role == "parameter":
                     params[leaf.name] = F.placeholder(leaf.node.shape, leaf.node.dtype, leaf.name)
             xin = F.cast(x, "f16") if self.mixed and x.dtype == "f32" else x
-            pred = graph.forward(xin, params, training=False)
+            pred = forward_adapted(graph, xin, params, self.adaptation)
             loss = loss_node(self.spec.recipe.get("loss", "cross_entropy"), pred, y)
             compiled, leaves = compile_program([F.cast(pred, "f32") if pred.dtype == "f16" else pred, loss],
                                                self.device.backend, self.tier)
@@ -503,6 +511,36 @@ class Run:
                 "peak_with_evaluation_bytes": int(self.impl.peak),
                 "predicted_peak_bytes": int(self.plan.peak_bytes), "device": self._device_json(),
                 "tier": self.tier, "spec_hash": self.spec.hash, "program_hash": self.plan.program_hash}
+
+
+def _pretrained(weights, mapping: dict | None, drawn: dict) -> dict:
+    """Initial weights from a dict or a .safetensors path, renamed by `mapping` (ours -> theirs), shapes checked."""
+    if isinstance(weights, (str, bytes)) or hasattr(weights, "__fspath__"):
+        from safetensors.numpy import load_file
+        import os
+        path = os.fspath(weights)
+        if not os.path.exists(path):
+            raise RunError(f"weights file {path!r} does not exist", where="Run(weights=...)")
+        weights = load_file(path)
+    out = {}
+    mapping = mapping or {}
+    for ours, theirs in ({k: mapping.get(k, k) for k in drawn}).items():
+        if theirs not in weights:
+            continue
+        a = np.asarray(weights[theirs])
+        if a.shape != tuple(drawn[ours].shape):
+            raise RunError(f"weight {theirs!r} has shape {list(a.shape)} but parameter {ours!r} needs "
+                           f"{list(drawn[ours].shape)}", where="Run(weights=...)")
+        out[ours] = a.astype(np.float32)
+    unknown = [k for k in mapping if k not in drawn]
+    if unknown:
+        from ..errors import did_you_mean
+        raise RunError(f"weights_mapping names {unknown[0]!r}, which is not a parameter", where="Run(weights_mapping)",
+                       hint=did_you_mean(unknown[0], list(drawn)))
+    if not out:
+        raise RunError("none of the given weights matches a parameter name", where="Run(weights=...)",
+                       hint="pass weights_mapping={our name: their name}")
+    return out
 
 
 def _open_store(store):

@@ -197,3 +197,20 @@ def test_fix_options_measured_equals_predicted_on_wgpu(options):
     ref = measure_step(sc.plan(_spec(TRANSFORMER), device="reference", options=opts))
     tol = 1e-4 if "checkpointing" in options else 1e-2
     assert m["loss"] == pytest.approx(ref["loss"], rel=tol)
+
+
+def test_adapter_fixes_are_replans_with_their_trainable_factor():
+    from scellis_jupyter.program.training import StepOptions
+    s = _spec(MLP)
+    full = sc.plan(s, device="reference")
+    tight = sc.plan(s, device="reference", memory=int(full.peak_bytes * 0.9))
+    fixes = {f.settings["peft"]["method"]: f for f in tight.fixes if f.kind == "adapters"}
+    assert set(fixes) == {"lora", "qlora"}
+    base = 64 * 128 + 128 + 128 * 10 + 10
+    adapters = 8 * (64 + 128) + 8 * (128 + 10)            # A (r x in) and B (out x r) per linear weight
+    for method, fix in fixes.items():
+        assert fix.settings["factor"] == pytest.approx(adapters / (base + adapters))
+        again = sc.plan(s, device="reference", options=StepOptions(peft=(("method", method), ("rank", 8))))
+        assert again.peak_bytes == fix.peak_bytes < full.peak_bytes
+        assert measure_step(again)["measured_peak_bytes"] == again.peak_bytes
+    assert fixes["qlora"].peak_bytes < fixes["lora"].peak_bytes

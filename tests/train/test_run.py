@@ -194,3 +194,20 @@ def test_checkpoint_from_another_spec_is_refused_with_a_diff(tmp_path):
     other = SHORT.replace("out = 128", "out = 64")
     with pytest.raises(sc.ScellisError, match="out = 64|out = 128"):
         Run(other, device="reference", store=tmp_path / "s", resume=first.checkpoints[-1])
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_adapter_runs_train_only_the_adapters_within_their_plan(method):
+    spec = SHORT.replace("seed = 0", f'seed = 0\npeft = {{ method = "{method}", rank = 4 }}')
+    run = Run(spec, device="reference", steps=10)
+    before = run.weights()
+    list(run)
+    after = run.weights()
+    adapters = {p.name for p in run.adaptation.new_params}
+    assert adapters and all(not np.array_equal(before[n], after[n]) for n in adapters if n.endswith("lora_B"))
+    frozen = [n for n in before if n not in adapters and n not in run.adaptation.trainable]
+    assert frozen and all(np.array_equal(before[n], after[n]) for n in frozen)
+    if method == "qlora":
+        assert any(n.endswith(".codes") or n.endswith(".absmax") for n in before)
+    r = run.result()
+    assert r["measured_peak_bytes"] == r["predicted_peak_bytes"]
