@@ -31,15 +31,19 @@ def fusible(v, values) -> bool:
     return not any(values[i].dtype == "i8" for i in v.inputs)
 
 
-def fuse(values: list, outputs: list[int]) -> tuple[list, list[int], dict[int, int]]:
-    """Rewrite `values` (in topological order) with fused groups; returns (values, outputs, old->new)."""
+def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tuple[list, list[int], dict[int, int]]:
+    """Rewrite `values` (in topological order) with fused groups; returns (values, outputs, old->new).
+
+    keep: values that must stay materialized where they are (targets of control inputs: a running
+    gradient sum the next micro-batch waits for must not be folded into a kernel at the end).
+    """
     from .schedule import Value
     n = len(values)
     users: list[set[int]] = [set() for _ in range(n)]
     for i, v in enumerate(values):
         for j in v.inputs:
             users[j].add(i)
-    is_out = set(outputs)
+    is_out = set(outputs) | set(keep or ())
     absorbed: set[int] = set()
     groups: dict[int, tuple[list, list[int]]] = {}     # root -> (instructions, external inputs)
     group_of: dict[int, int] = {}                       # member (fills included) -> its group's root

@@ -109,7 +109,8 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
     for k, li in want_donate:
         if values[li].kind != "leaf":
             raise GraphError(f"output {k} can only be donated into a leaf", where="compile_program")
-    h.update(repr(("out", out_idx, backend, tier, fuse, want_donate)).encode())
+    gates = {index[a.id] for n in order for a in n.after if a.id in index}   # control-input targets
+    h.update(repr(("out", out_idx, backend, tier, fuse, want_donate, sorted(gates))).encode())
     key = h.hexdigest()
     cached = _CACHE.get(key)
     if cached is not None:
@@ -117,7 +118,7 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
     leaf_idx = [index[l.id] for l in leaves]
     remap = {i: i for i in range(len(values))}
     if fuse:
-        values, out_idx, remap = fusion.fuse(values, out_idx)
+        values, out_idx, remap = fusion.fuse(values, out_idx, keep=gates)
         leaf_idx = [remap[i] for i in leaf_idx]
 
     view_base: dict[int, tuple[int, int]] = {}

@@ -39,6 +39,9 @@ class StepOptions:
     relay: tuple = (0, 1)          # (stage, stages): this stage's layers only
     peft: tuple | None = None      # sorted (key, value) items of a [recipe.peft] table: method, rank, ...
     guard: bool = True             # skip (and report) an update whose gradients are not finite
+    accum: int = 1                 # micro-batches per update (gradient accumulation), one at a time in memory
+    ema: bool = False              # keep an exponential moving average of the weights (rate: a step input)
+    swa: bool = False              # keep a stochastic weight average (weight of the new sample: a step input)
 
     def __post_init__(self):
         if self.checkpointing not in CHECKPOINTING:
@@ -49,6 +52,9 @@ class StepOptions:
             raise ScellisError(f"precision {self.precision!r} has no training-step lowering",
                                code="plan", where="recipe.precision",
                                hint=did_you_mean(self.precision, PRECISIONS) or f"use one of {PRECISIONS}")
+        if not isinstance(self.accum, int) or self.accum < 1:
+            raise ScellisError(f"grad_accum_steps must be a positive integer, got {self.accum!r}", code="plan",
+                               where="recipe.grad_accum_steps")
         for name, (r, w) in (("shard", self.shard), ("relay", self.relay)):
             if not (0 <= r < w):
                 raise ScellisError(f"{name}={(r, w)} needs 0 <= index < count", code="plan", where=name)
@@ -58,6 +64,8 @@ class StepOptions:
         prec = recipe.get("precision") or "fp32"
         peft = recipe.get("peft")
         return cls(checkpointing=recipe.get("checkpointing") or "none", precision=prec,
+                   accum=int(recipe.get("grad_accum_steps") or 1), ema=recipe.get("ema") is not None,
+                   swa=recipe.get("swa_start") is not None,
                    peft=tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in peft.items()))
                    if peft else None)
 
@@ -75,7 +83,8 @@ class StepOptions:
 
     def describe(self) -> dict:
         return {"checkpointing": self.checkpointing, "segment": self.segment, "precision": self.precision,
-                "shard": list(self.shard), "relay": list(self.relay), "peft": dict(self.peft) if self.peft else None}
+                "shard": list(self.shard), "relay": list(self.relay), "peft": dict(self.peft) if self.peft else None,
+                "accum": self.accum, "ema": self.ema, "swa": self.swa}
 
 
 @dataclass
@@ -146,8 +155,12 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     leaves_meta: dict[int, tuple[str, str]] = {}
 
     # ---- inputs ---------------------------------------------------------------------------------
+    k = opts.accum
+    if k > 1 and stages > 1:
+        raise ScellisError("gradient accumulation across a layer relay is not supported", code="plan",
+                           where="recipe.grad_accum_steps", hint="use one of the two")
     if first:
-        x = F.placeholder((b,) + tuple(inp["shape"]), inp["dtype"], "x")
+        x = F.placeholder((k * b,) + tuple(inp["shape"]), inp["dtype"], "x")
         leaves_meta[x.id] = ("x", "data")
         x_in = F.cast(x, "f16") if mixed and x.dtype == "f32" else x
     else:
@@ -158,7 +171,7 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         x_in = x
     y = None
     if last:
-        y = _target(spec, graph, b)
+        y = _target(spec, graph, k * b)
         leaves_meta[y.id] = ("y", "data")
     lr = F.placeholder((), "f32", "lr")
     step = F.placeholder((), "f32", "step")
@@ -203,19 +216,49 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     gen = StepGenerator(int(spec.recipe.get("seed") or 0))
     loss_name = spec.recipe.get("loss", "cross_entropy")
 
-    def loss_of(pred):
-        loss = loss_node(loss_name, pred, y)
+    def loss_of(pred, target=None):
+        loss = loss_node(loss_name, pred, y if target is None else target)
         return F.mul(loss, scale) if mixed else loss
 
     # ---- forward and backward -------------------------------------------------------------------
     info: dict = {}
     grad_in = act_out = None
-    if stages == 1 and opts.checkpointing == "activations":
-        scaled, pred, pg, rinfo = checkpointed_grads(graph, x_in, params, names, loss_of, gen, training,
-                                                       opts.segment, hooks)
-        forward_ids = {n.id for n in toposort([pred], cut_realized=False)} | {scaled.id} | rinfo.pop("replay_ids")
-        info["recompute"] = rinfo
-        grads = [pg.get(n) for n in names]
+    if stages == 1:
+        # k micro-batches, each after the previous one's gradients (control inputs), so only one
+        # micro-batch's activations are alive at a time; gradients and the loss are their means
+        forward_ids, losses, grads, prev = set(), [], None, ()
+        for j in range(k):
+            xj, yj = x_in, y
+            if k > 1:
+                xj = _rows(x_in, j * b, (j + 1) * b)
+                yj = _rows(y, j * b, (j + 1) * b)
+                xj.after = prev
+            if opts.checkpointing == "activations":
+                sj, pred, pg, rinfo = checkpointed_grads(graph, xj, params, names,
+                                                         lambda p, t=yj: loss_of(p, t), gen, training,
+                                                         opts.segment, hooks)
+                forward_ids |= {n.id for n in toposort([pred], cut_realized=False)} | {sj.id}
+                forward_ids |= rinfo.pop("replay_ids")
+                info["recompute"] = rinfo
+                gj = [pg.get(n) for n in names]
+            else:
+                vals = {-1: xj}
+                for i in stage_nodes:
+                    vals[i] = graph.node_forward(i, [vals[d] for d in graph.deps[i]], params, training, gen.stream,
+                                                 hooks)
+                sj = loss_of(vals[stage_nodes[-1]], yj)
+                gj = grad([sj], [base_of[n] for n in names])
+                forward_ids |= {n.id for n in toposort([sj], cut_realized=False)}
+            gj = [g if g is not None else F.zeros(base_of[n].shape, wdt) for g, n in zip(gj, names)]
+            grads = gj if grads is None else [F.add(a, g) for a, g in zip(grads, gj)]
+            losses.append(sj)
+            prev = tuple(grads)          # the running sums: each micro-batch's gradients die once added
+        scaled = losses[0]
+        for extra in losses[1:]:
+            scaled = F.add(scaled, extra)
+        if k > 1:
+            scaled = F.mul(scaled, 1.0 / k)
+            grads = [F.mul(g, 1.0 / k) for g in grads]
     else:
         vals = {-1: x_in} if first else {graph.needed[graph.needed.index(stage_nodes[0]) - 1]: x_in}
         for i in stage_nodes:
@@ -285,6 +328,7 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     owner = partition.shard_owner(sizes, world) if world > 1 else {n: 0 for n in names}
     owned = [n for n in names if owner[n] == rank]
     gmap = dict(zip(names, grads))
+    rates: dict[str, Node] = {}
     # last layer first: the scheduler then takes each layer's weight gradients as soon as the backward
     # reaches that layer (as eager frameworks do), so its activations die there instead of at the end
     for n in reversed(names):
@@ -318,10 +362,21 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             donate[len(outs)] = p
             outs.append(new_m)
             out_names.append(f"param:{n}")
-        for k, s in st.items():
+        for slot, s in st.items():
             donate[len(outs)] = s
-            outs.append(new_st[k])
-            out_names.append(f"state:{n}.{k}")
+            outs.append(new_st[slot])
+            out_names.append(f"state:{n}.{slot}")
+        for avg, on in (("ema", opts.ema), ("swa", opts.swa)):
+            if not on:
+                continue
+            if avg not in rates:
+                rates[avg] = F.placeholder((), "f32", f"{avg}_rate")
+                leaves_meta[rates[avg].id] = (f"{avg}_rate", "scalar")
+            a = F.placeholder(base_of[n].shape, "f32", f"{n}.{avg}")
+            leaves_meta[a.id] = (f"{n}.{avg}", "optimizer_state")
+            donate[len(outs)] = a                # avg += rate * (w - avg): rate 0 keeps it
+            outs.append(F.add(a, F.mul(F.sub(F.cast(new_m, "f32"), a), rates[avg])))
+            out_names.append(f"state:{n}.{avg}")
     for name, base in gen.bases.items():
         leaves_meta[base.id] = (f"rng:{name}", "scalar")
     info["rng_advance"] = dict(gen.positions)       # words each stream moves per step
@@ -350,6 +405,12 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
                  "stage_nodes": [key[i] for i in stage_nodes],
                  "classes": int(graph.output_shape[-1]) if y is not None and y.dtype == "i32" else None})
     return TrainStep(prog, leaves, out_names, roles, b, names, opts, info)
+
+
+def _rows(t: Node, lo: int, hi: int) -> Node:
+    """Rows lo:hi of the batch axis."""
+    nd = len(t.shape)
+    return F.slice_(t, (lo,) + (0,) * (nd - 1), (hi,) + tuple(t.shape[1:]), (1,) * nd)
 
 
 def with_options(options: StepOptions | None, **changes) -> StepOptions:

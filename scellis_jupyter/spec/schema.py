@@ -48,7 +48,8 @@ SPLIT_KEYS = ("train", "val", "test")
 INPUT_KEYS = ("shape", "dtype")
 NODE_KEYS = ("name", "op", "in")
 RECIPE_KEYS = ("loss", "optimizer", "scheduler", "epochs", "steps", "batch_size", "precision", "clip_grad_norm",
-               "clip_grad_value", "metrics", "determinism", "seed", "grad_accum_steps", "checkpointing", "peft",
+               "clip_grad_value", "metrics", "determinism", "seed", "grad_accum_steps", "checkpointing", "peft", "ema",
+               "swa_start", "swa_every",
                "eval_every")
 OPTIMIZER_KEYS = ("name", "lr", "weight_decay", "betas", "beta1", "beta2", "momentum", "eps", "nesterov",
                   "dampening", "amsgrad")

@@ -376,6 +376,9 @@ def _check_recipe(ck: Checker, v: Any, info: DatasetInfo | None) -> dict:
     r["seed"] = ck.integer(t, "seed", path, 0, 2 ** 63 - 1, 0)
     r["checkpointing"] = ck.choice(t, "checkpointing", path, CHECKPOINTING, "none", "checkpointing mode")
     r["peft"] = _check_peft(ck, t["peft"], path + ("peft",)) if "peft" in t else None
+    r["ema"] = ck.number(t, "ema", path, 0.0, 1.0, None, lo_open=True, hi_open=True)
+    r["swa_start"] = ck.integer(t, "swa_start", path, 0, MAX_COUNT, None)
+    r["swa_every"] = ck.integer(t, "swa_every", path, 1, MAX_COUNT, None)
     return r
 
 

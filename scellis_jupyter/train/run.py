@@ -94,6 +94,8 @@ class Run:
         self.step = 0
         self.epoch = 0
         self.loss_scale = SCALE_INIT if self.mixed else None
+        self.ema_decay = float(r.get("ema") or 0.0)
+        self.swa_samples = 0
         self._good_steps = 0
         self.skipped = 0
         self._skip_run = 0
@@ -118,7 +120,7 @@ class Run:
         strat = getattr(self.dataset, "task", "") == "classification"
         self.split = split(self.dataset, fractions, seed=int(spec.recipe.get("seed") or 0), stratify=strat)
         self.batch_size = self.step_prog.batch_size
-        if len(self.split["train"]) < self.batch_size:
+        if len(self.split["train"]) < self.batch_size * self.step_prog.options.accum:
             raise RunError(f"the train split has {len(self.split['train'])} examples, fewer than one batch of "
                            f"{self.batch_size}", where="recipe.batch_size", hint="lower batch_size")
         self._Batches = Batches
@@ -128,8 +130,8 @@ class Run:
         from .weights import init_params
         st = self.step_prog
         self.mixed = st.options.precision == "mixed-f16"
-        self.loader = self._Batches(self.dataset, self.split["train"], self.batch_size, self.gen, shuffle=True,
-                                    drop_last=True)
+        self.loader = self._Batches(self.dataset, self.split["train"], self.batch_size * st.options.accum, self.gen,
+                                    shuffle=True, drop_last=True)
         init = init_params(self.spec.graph, self.gen)
         if self._init_weights is not None:     # pretrained weights replace the drawn ones, by name
             init.update(_pretrained(self._init_weights, self._weights_mapping, init))
@@ -155,6 +157,9 @@ class Run:
         for leaf in st.leaves:
             if leaf.role == "optimizer_state":
                 pname, slot = leaf.name.rsplit(".", 1)
+                if slot in ("ema", "swa"):          # weight averages start at the initial weights
+                    self.values[leaf.name] = be.from_numpy(np.asarray(init[pname], np.float32), "f32")
+                    continue
                 if pname not in states:
                     states[pname] = initial_state(self.optimizer, tuple(np.shape(init[pname])), "f32")
                 self.values[leaf.name] = be.from_numpy(states[pname][slot], leaf.node.dtype)
@@ -215,6 +220,10 @@ class Run:
                 leaves.append(be.from_numpy(np.asarray(self.step + 1, np.float32), "f32"))
             elif name == "loss_scale":
                 leaves.append(be.from_numpy(np.asarray(self.loss_scale, np.float32), "f32"))
+            elif name == "ema_rate":
+                leaves.append(be.from_numpy(np.asarray(1.0 - self.ema_decay, np.float32), "f32"))
+            elif name == "swa_rate":
+                leaves.append(be.from_numpy(np.asarray(self._swa_rate(), np.float32), "f32"))
             elif name.startswith("rng:"):
                 s = name[4:]
                 leaves.append(be.from_numpy(base_words(self.gen.positions.get(s, 0)), "u32"))
@@ -223,6 +232,15 @@ class Run:
         for s, k in adv.items():              # every step draws the next words of its streams
             self.gen.positions[s] = self.gen.positions.get(s, 0) + int(k)
         return leaves
+
+    def _swa_rate(self) -> float:
+        """1/(n+1) on the steps that add a sample to the average (from swa_start, every swa_every), else 0."""
+        r = self.spec.recipe
+        start, every, t = int(r.get("swa_start") or 0), int(r.get("swa_every") or 1), self.step + 1
+        if t < start or (t - start) % every:
+            return 0.0
+        self.swa_samples += 1
+        return 1.0 / self.swa_samples
 
     def _one_step(self, x, y) -> StepResult:
         from ..executor.executor import execute
@@ -303,7 +321,7 @@ class Run:
             prog = self._eval_progs[b] = (compiled, order)
         return prog
 
-    def evaluate(self, part: str = "val", record: bool = True) -> dict:
+    def evaluate(self, part: str = "val", record: bool = True, weights: str = "current") -> dict:
         """Metrics (and mean loss) of the current weights on a split part, accumulated over batches.
 
         record=False keeps it out of the metric history (the end-of-run evaluation: a run stopped early
@@ -313,6 +331,11 @@ class Run:
         from ..executor.executor import execute
         t0 = time.perf_counter()
         self._evaluated = True
+        if weights not in ("current", "ema", "swa"):
+            raise RunError(f"weights={weights!r} is not 'current', 'ema' or 'swa'", where="Run.evaluate")
+        if weights != "current" and not any(k.endswith("." + weights) for k in self.values):
+            raise RunError(f"this run keeps no {weights} weights", where="Run.evaluate",
+                           hint="set ema = 0.999 or swa_start = N in [recipe]")
         idx = self.split[part]
         metrics = {m: make("metric", m) for m in self.metric_names}
         total, count = 0.0, 0
@@ -330,7 +353,7 @@ class Run:
                     ydt = "i32" if np.asarray(y).dtype.kind in "iu" else "f32"
                     feeds.append(self.impl.from_numpy(np.asarray(y).astype(dt.to_numpy(ydt)), ydt))
                 else:
-                    feeds.append(self.values[name])
+                    feeds.append(self.values[name if weights == "current" else f"{name}.{weights}"])
             pred_s, loss_s = execute(prog, feeds, self.impl)
             pred = np.array(self.impl.to_numpy(pred_s))
             total += float(self.impl.to_numpy(loss_s)) * len(sel)
@@ -358,6 +381,15 @@ class Run:
                 out[leaf.name.removesuffix(".master")] = np.array(self.impl.to_numpy(self.values[leaf.name]))
         return out
 
+    def averaged(self, kind: str = "ema") -> dict[str, np.ndarray]:
+        """The EMA or SWA weights by parameter name (set `ema` / `swa_start` in [recipe])."""
+        out = {k[:-len(kind) - 1]: np.array(self.impl.to_numpy(v)) for k, v in self.values.items()
+               if k.endswith("." + kind)}
+        if not out:
+            raise RunError(f"this run keeps no {kind} weights", where="Run.averaged",
+                           hint="set ema = 0.999 or swa_start = N in [recipe]")
+        return out
+
     def optimizer_state(self) -> dict[str, dict[str, np.ndarray]]:
         out: dict[str, dict] = {}
         for leaf in self.step_prog.leaves:
@@ -379,7 +411,7 @@ class Run:
         from ..store import save_checkpoint
         extra = {"loader": self.loader.state_dict(), "schedule": self.schedule.state_dict(),
                  "loss_scale": self.loss_scale, "good_steps": self._good_steps, "skipped": self.skipped,
-                 "skip_run": self._skip_run, "loss_history": self.loss_history, "horizon": self.horizon,
+                 "skip_run": self._skip_run, "swa_samples": self.swa_samples, "loss_history": self.loss_history, "horizon": self.horizon,
                  "tier": self.tier, "device": self.device.backend, "program_hash": self.step_prog.program.hash,
                  "options": self.step_prog.options.describe(), "spec_source": self.spec.source,
                  "base_dir": self.spec.base_dir}
@@ -423,6 +455,7 @@ class Run:
         self.schedule.load_state_dict(ex["schedule"])
         self.loss_scale, self._good_steps = ex.get("loss_scale"), int(ex.get("good_steps", 0))
         self.skipped, self._skip_run = int(ex.get("skipped", 0)), int(ex.get("skip_run", 0))
+        self.swa_samples = int(ex.get("swa_samples", 0))
         self.loss_history = list(ex.get("loss_history", []))
         self.metric_history = {k: [list(p) for p in v] for k, v in (ck.metrics_history or {}).items()}
         self.step, self.epoch = int(ck.step), int(ck.epoch)

@@ -211,3 +211,52 @@ def test_adapter_runs_train_only_the_adapters_within_their_plan(method):
         assert any(n.endswith(".codes") or n.endswith(".absmax") for n in before)
     r = run.result()
     assert r["measured_peak_bytes"] == r["predicted_peak_bytes"]
+
+
+NODROP = SHORT.replace('  { op = "dropout", p = 0.1 },\n', "").replace("clip_grad_norm = 1.0\n", "")
+
+
+def test_gradient_accumulation_equals_the_big_batch_and_plans_less_memory():
+    big = NODROP.replace("batch_size = 64", "batch_size = 32")
+    acc = NODROP.replace("batch_size = 64", "batch_size = 8\ngrad_accum_steps = 4")
+    a, b = Run(big, device="reference", steps=6), Run(acc, device="reference", steps=6)
+    la, lb = [s.loss for s in a], [s.loss for s in b]
+    np.testing.assert_allclose(lb, la, rtol=1e-5)            # same examples per update, mean of micro-batch means
+    for k, v in a.weights().items():
+        np.testing.assert_allclose(b.weights()[k], v, rtol=1e-4, atol=1e-6)
+    assert b.result()["measured_peak_bytes"] == b.plan.peak_bytes
+    wide = NODROP.replace("out = 128", "out = 512")
+    p_big = sc.plan(wide.replace("batch_size = 64", "batch_size = 256"), device="reference")
+    p_acc = sc.plan(wide.replace("batch_size = 64", "batch_size = 32\ngrad_accum_steps = 8"), device="reference")
+    assert p_acc.breakdown["data"] == p_big.breakdown["data"]            # the same 256 examples per update
+    assert p_acc.peak_bytes < 0.6 * p_big.peak_bytes, (p_acc.peak_bytes, p_big.peak_bytes)
+
+
+def test_ema_and_swa_follow_their_formulas():
+    spec = NODROP.replace("seed = 0", "seed = 0\nema = 0.9\nswa_start = 3\nswa_every = 2")
+    run = Run(spec, device="reference", steps=9)
+    w0 = {k: v.astype(np.float64) for k, v in run.weights().items()}
+    ema, traj = dict(w0), []
+    for s in run:
+        w = {k: v.astype(np.float64) for k, v in run.weights().items()}
+        traj.append((s.step, w))
+        ema = {k: ema[k] + (w[k] - ema[k]) * (1 - 0.9) for k in w}
+    got = run.averaged("ema")
+    for k in ema:
+        np.testing.assert_allclose(got[k], ema[k], rtol=1e-5, atol=1e-7)
+    samples = [w for t, w in traj if t >= 3 and (t - 3) % 2 == 0]        # steps 3, 5, 7, 9
+    assert len(samples) == 4
+    swa = {k: np.mean([w[k] for w in samples], axis=0) for k in samples[0]}
+    for k, v in run.averaged("swa").items():
+        np.testing.assert_allclose(v, swa[k], rtol=1e-5, atol=1e-7)
+    m = run.evaluate("test", weights="swa", record=False)
+    assert 0 <= m["test_accuracy"] <= 1
+
+
+def test_checkpointing_setting_trains_bit_identically_with_less_planned_memory():
+    a = Run(SHORT, device="reference", steps=5)
+    b = Run(SHORT.replace("seed = 0", 'seed = 0\ncheckpointing = "activations"'), device="reference", steps=5)
+    assert [s.loss for s in a] == [s.loss for s in b]
+    for k, v in a.weights().items():
+        assert np.array_equal(b.weights()[k], v)
+    assert b.result()["measured_peak_bytes"] == b.plan.peak_bytes
