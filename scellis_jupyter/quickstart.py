@@ -1,60 +1,80 @@
-"""Quickstart: pick the best device, train a small MLP on synthetic data, show the loss falling.
+"""Quickstart: plan, train and checkpoint the digits MLP on the best available device.
 
-(Planning and checkpointing join this script as the planner and store land.)
+    python -m scellis_jupyter.quickstart [--store DIR] [--epochs N]
+
+It prints the memory plan (verdict, peak, breakdown) before any compute, trains with one line per
+epoch, saves the final checkpoint into the store (default `.scellis/`), and says how to resume it.
 """
 from __future__ import annotations
 
-import numpy as np
+import argparse
+import sys
 
-import scellis_jupyter as sc
-from scellis_jupyter import ops
+SPEC = """
+name = "digits-mlp"
+
+[data]
+dataset = "digits"
+split = { train = 0.8, val = 0.1, test = 0.1 }
+
+[model]
+nodes = [
+  { op = "linear", out = 128, init = "kaiming_normal" },
+  { op = "relu" },
+  { op = "dropout", p = 0.1 },
+  { name = "logits", op = "linear", out = 10 },
+]
+
+[recipe]
+loss = "cross_entropy"
+optimizer = { name = "adamw", lr = 3e-3, weight_decay = 0.01 }
+scheduler = { name = "cosine", warmup_steps = 20 }
+epochs = 30
+batch_size = 64
+clip_grad_norm = 1.0
+metrics = ["accuracy", "f1"]
+determinism = "debug"
+seed = 0
+"""
 
 
-def main(steps: int = 60) -> float:
+def main(argv: list[str] | None = None) -> dict:
+    import scellis_jupyter as sc
     from .cli import ensure_xdg_runtime_dir
+    ap = argparse.ArgumentParser(prog="python -m scellis_jupyter.quickstart", description=__doc__.splitlines()[0])
+    ap.add_argument("--store", default=None, help="store folder (default: $SCELLIS_STORE or .scellis)")
+    ap.add_argument("--epochs", type=int, default=None)
+    args = ap.parse_args(argv)
     ensure_xdg_runtime_dir()
+    import os
+    store = args.store or os.environ.get("SCELLIS_STORE") or ".scellis"
     dev = sc.device()
-    try:
-        return train(dev, steps)
-    except sc.ScellisError as e:
-        if dev.backend == "reference" or e.diagnostic.code != "kernel":
-            raise
-        print(f"{e.diagnostic.format()}\nscellis: the wgpu kernel set is incomplete (see issue notes); "
-              f"running this quickstart on the labelled reference device instead.")
-        return train(sc.device("reference"), steps)
-
-
-def train(dev, steps: int) -> float:
     print(f"device: {dev}\n  chosen: {dev.choice}")
-    sc.set_tier("debug")
-    g = sc.rng.Generator(0)
-    x_np = g.stream("data").normal((256, 8))
-    w_true = g.stream("data").normal((8, 1))
-    y_np = (np.tanh(x_np @ w_true) > 0).astype(np.int32).reshape(-1)
-    init = g.stream("init")
-    w1 = init.normal((32, 8)) * np.float32(0.35)
-    w2 = init.normal((2, 32)) * np.float32(0.17)
-    x, y = sc.tensor(x_np, device=dev), sc.tensor(y_np, device=dev)
-    lr, loss_v, first = 0.5, float("nan"), None
-    for step in range(steps):
-        W1 = sc.tensor(w1, device=dev, requires_grad=True)
-        W2 = sc.tensor(w2, device=dev, requires_grad=True)
-        logits = ops.linear(ops.relu(ops.linear(x, W1)), W2)
-        logp = ops.log_softmax(logits, -1)
-        loss = -ops.gather(logp, 1, y.reshape(-1, 1)).mean()
-        loss.backward()
-        loss_v = loss.item()
-        first = loss_v if first is None else first
-        w1 = w1 - lr * W1.grad.numpy()
-        w2 = w2 - lr * W2.grad.numpy()
-        if step % 10 == 0 or step == steps - 1:
-            print(f"step {step:3d}  loss {loss_v:.4f}")
-    if not loss_v < first:
-        raise SystemExit(f"quickstart: the loss did not fall ({first:.4f} -> {loss_v:.4f}); please report this")
-    print(f"loss fell from {first:.4f} to {loss_v:.4f} in {steps} SGD steps on {dev.backend}:{dev.name} "
-          f"(tier {loss.tier})")
-    return loss_v
+    plan = sc.plan(SPEC, device=dev)
+    print(plan.table())
+    from .train.run import Run
+    run = Run(SPEC, device=dev, store=store, epochs=args.epochs)
+    per_epoch = len(run.loader)
+    for step in run:
+        if step.step % per_epoch == 0:
+            m = step.metrics
+            print(f"epoch {step.step // per_epoch:3d}  step {step.step:5d}  loss {step.loss:.4f}  lr {step.lr:.2e}"
+                  + (f"  val accuracy {m['accuracy']:.4f}" if "accuracy" in m else ""), flush=True)
+    r = run.result()
+    print(f"finished {r['steps']} steps on {dev.backend}:{dev.name} (tier {r['tier']}): test accuracy "
+          f"{r['metrics'].get('test_accuracy', float('nan')):.4f}, test f1 {r['metrics'].get('test_f1', float('nan')):.4f}")
+    print(f"memory: measured peak {r['measured_peak_bytes']} bytes, planned {r['predicted_peak_bytes']}")
+    print(f"checkpoint {r['final_checkpoint']} in {store} (run {r['run']})")
+    print(f"  resume:  scellis resume {r['run']} --store {store}\n  runs:    scellis runs --store {store}")
+    return r
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except Exception as e:  # noqa: BLE001 - a user-facing entry point prints the diagnostic, not a traceback
+        from .errors import ScellisError
+        if isinstance(e, ScellisError):
+            print(e.diagnostic.format(), file=sys.stderr)
+            sys.exit(3 if e.diagnostic.code == "plan-red" else 2)
+        raise
