@@ -34,17 +34,24 @@ _TABULAR = {
 }
 
 
+# a fixed vocabulary: newline and printable ASCII (96 token ids), the same on every Python version, so a
+# spec's embedding and output sizes do not depend on which CPython's docs are installed
+PYDOC_VOCAB = "\n" + "".join(chr(c) for c in range(32, 127))
+
+
 @functools.lru_cache(maxsize=1)
 def pydoc_text() -> str:
-    """The text of CPython's `pydoc_data.topics`, topics in sorted order, one blank line apart."""
+    """The text of CPython's `pydoc_data.topics`, topics in sorted order, one blank line apart; characters
+    outside the vocabulary (tabs, typographic quotes, a few symbols) read as '?'."""
     from pydoc_data.topics import topics
-    return "\n\n".join(topics[k] for k in sorted(topics))
+    text = "\n\n".join(topics[k] for k in sorted(topics))
+    keep = set(PYDOC_VOCAB)
+    return "".join(c if c in keep else "?" for c in text)
 
 
-@functools.lru_cache(maxsize=1)
 def pydoc_vocab() -> str:
-    """The characters the text uses, sorted: index = token id."""
-    return "".join(sorted(set(pydoc_text())))
+    """The vocabulary: index = token id."""
+    return PYDOC_VOCAB
 
 
 def dataset_info(name_or_path: str, data: dict | None = None, *, where: str = "",

@@ -112,6 +112,30 @@ class Spec:
         return f"Spec({self.name!r}, {len(self.model.nodes)} nodes, hash={self.hash[:12]})"
 
 
+def _check_model_fits_data(ck: Checker, model, graph, info: DatasetInfo | None, recipe: dict) -> None:
+    """The model against its data: class count of a classifier or language model, embedding vocabulary.
+
+    Why here: a model with 96 outputs for a 103-character text, or an embedding smaller than the token
+    ids, plans fine and fails only at the first batch; the spec is where the user can fix it.
+    """
+    if info is None or not info.n_classes or recipe.get("loss") not in ("cross_entropy", "nll", "focal",
+                                                                         "multi_margin"):
+        return
+    out = graph.spec.nodes[graph.output]
+    classes = graph.output_shape[-1] if graph.output_shape else None
+    if info.task in ("classification", "lm") and classes is not None and classes != info.n_classes:
+        what = "token ids in" if info.task == "lm" else "classes in"
+        ck.error(("model", "nodes", out.index), f"the model outputs {classes} classes but there are "
+                 f"{info.n_classes} {what} dataset {info.name!r}", value=False, kind="shape",
+                 hint=f"make the last node produce {info.n_classes} outputs (out = {info.n_classes})")
+    if info.task == "lm":
+        for n in graph.spec.nodes:
+            if n.op == "embedding" and int(n.attrs.get("vocab", 0)) < info.n_classes:
+                ck.error(("model", "nodes", n.index, "vocab"), f"embedding vocab {n.attrs.get('vocab')} is smaller "
+                         f"than the {info.n_classes} token ids of dataset {info.name!r}", kind="shape",
+                         hint=f"vocab = {info.n_classes}")
+
+
 def canonical_json(obj: Any) -> str:
     """Sorted keys, no whitespace, dates as ISO text: equal content, equal bytes."""
     def default(v):
@@ -159,6 +183,9 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
         graph = build_graph(model, inp["shape"], inp["dtype"])
     except SpecError as e:
         return [e.diagnostic], None
+    _check_model_fits_data(ck, model, graph, info, recipe)
+    if ck.diags:
+        return ck.diags, None
     if name is None:
         name = Path(source).stem if source and not source.startswith("<") else "spec"
     spec = Spec(name, data or {}, model, recipe, plan, text, source, spec_hash(raw),

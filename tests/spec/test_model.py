@@ -42,10 +42,7 @@ nodes = [
 ]
 '''
 
-TRANSFORMER = '''[data]
-dataset = "pydoc_topics"
-seq_len = 12
-[model]
+TRANSFORMER = '''[model]
 input = { shape = [12], dtype = "i32" }
 nodes = [
   { name = "tok", op = "embedding", vocab = 40, dim = 16 },

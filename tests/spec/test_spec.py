@@ -188,13 +188,13 @@ nodes = [
   { op = "embedding", vocab = 128, dim = 16 },
   { op = "positional_embedding", max_len = 64 },
   { op = "transformer_block", heads = 2, causal = true },
-  { name = "head", op = "linear", out = 128 },
+  { name = "head", op = "linear", out = 96 },
   { name = "unused", op = "relu", in = "head" },
 ]
 '''
     s = Spec.from_text(text)
     assert s.input == {"shape": (32,), "dtype": "i32"}
-    assert s.graph.output_shape == (32, 128)
+    assert s.graph.output_shape == (32, 96)
     assert s.dataset.task == "lm" and s.dataset.feature_shape == (32,)
 
 
@@ -477,7 +477,7 @@ def test_pydoc_topics_measured_from_the_text():
     info = dataset_info("pydoc_topics", {"seq_len": 64})
     assert info.n_rows == (len(text) - 1) // 64
     assert info.feature_shape == (64,) and info.feature_dtype == "i32" and info.task == "lm"
-    assert info.n_classes == len(set(text)) == len(pydoc_vocab())
+    assert info.n_classes == len(pydoc_vocab()) == 96 and set(text) <= set(pydoc_vocab())   # fixed vocabulary
     assert dataset_info("pydoc_topics").feature_shape == (128,)
 
 
@@ -497,3 +497,18 @@ def test_known_tables_are_complete():
     assert len(KNOWN["loss"]) == 16 and len(KNOWN["scheduler"]) == 14 and len(KNOWN["metric"]) == 10
     assert len(KNOWN["init"]) == 13 and len(KNOWN["peft"]) == 6 and len(KNOWN["dataset"]) == 7
     assert math.isclose(sum(Spec.from_text(EXAMPLE).data["split"].values()), 1.0)
+
+
+def test_model_must_fit_its_data_classes_and_vocabulary():
+    mlp = '[data]\ndataset = "digits"\n[model]\nnodes = [\n  { op = "linear", out = 12 },\n]\n'
+    diags = Spec.check(mlp)
+    assert len(diags) == 1 and diags[0].where == "<spec>:5:3"
+    assert "outputs 12 classes but there are 10 classes in dataset 'digits'" in diags[0].message
+    assert "out = 10" in diags[0].hint
+    lm = ('[data]\ndataset = "pydoc_topics"\nseq_len = 8\n[model]\nnodes = [\n'
+          '  { op = "embedding", vocab = 50, dim = 8 },\n  { op = "linear", out = 96 },\n]\n')
+    (d,) = Spec.check(lm)
+    assert d.where == "<spec>:6:31" and "embedding vocab 50 is smaller than the 96 token ids" in d.message
+    assert Spec.check(mlp.replace("out = 12", "out = 10")) == []
+    assert Spec.check(mlp.replace("out = 12", "out = 1") + '[recipe]\nloss = "mse"\n') == []
+
