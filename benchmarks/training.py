@@ -214,7 +214,7 @@ def main(argv=None) -> int:
                          f"{a['step_ms'] / a['forward_ms']:.2f} | {tcols} |")
         lines += ["", f"<!-- END {key} -->"]
         if not args.no_write:
-            write_results(key, "\n".join(lines))
+            write_results([(key, "\n".join(lines))])
     return 0
 
 
