@@ -34,11 +34,10 @@ seq_len = 12
 [model]
 input = { shape = [12], dtype = "i32" }
 nodes = [
-  { name = "tok", op = "embedding", vocab = 40, dim = 16 },
+  { name = "tok", op = "embedding", vocab = 96, dim = 16 },
   { name = "pos", op = "positional_embedding", max_len = 32 },
   { name = "b1", op = "transformer_block", heads = 4, causal = true },
-  { op = "mean_pool" },
-  { name = "head", op = "linear", out = 5 },
+  { name = "head", op = "linear", out = 96 },
 ]
 '''
 
