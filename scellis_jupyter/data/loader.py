@@ -34,12 +34,14 @@ class Batches:
     `weights` (one per index, >= 0) switches to sampling len(indices) examples with replacement, with
     probability proportional to weight, from the shuffle stream. `transforms` are `t(x, y, stream) ->
     (x, y)` callables applied to each batch as it is handed out, `stream` being the augment stream.
+    `rows_only` yields each batch's dataset row ids instead of reading them (for a dataset that already
+    lives on the device; the order, and so exact resume, is the same as when reading).
     """
 
     def __init__(self, dataset: Dataset, indices: Sequence[int] | np.ndarray | None = None, batch_size: int = 32,
                  generator: Generator | int | None = None, shuffle: bool = True, drop_last: bool = False,
                  memory_budget: int | None = None, weights: Sequence[float] | np.ndarray | None = None,
-                 transforms: Sequence[Transform] = ()):
+                 transforms: Sequence[Transform] = (), rows_only: bool = False):
         if not isinstance(dataset, Dataset):
             raise DataError(f"Batches() takes a Dataset, got {type(dataset).__name__}", where="Batches",
                             hint="load one with load_dataset(name_or_path)")
@@ -58,6 +60,11 @@ class Batches:
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.weights = None if weights is None else self._check_weights(weights)
         self.transforms = list(transforms)
+        self.rows_only = bool(rows_only)
+        if self.rows_only and (self.transforms or memory_budget is not None):
+            raise DataError("rows_only batches are not read on the host, so they take no transforms or memory "
+                            "budget", where="Batches", hint="stream the data (placement = \"stream\") to "
+                                                            "augment it or bound its host memory")
         for t in self.transforms:
             if not callable(t):
                 raise DataError(f"transform {t!r} is not callable", where="Batches",
@@ -138,6 +145,10 @@ class Batches:
         aug = self.generator.stream("augment")
         while self.position < self._n_batches:
             b = self.position
+            if self.rows_only:
+                self.position = b + 1
+                yield order[b * bs:min((b + 1) * bs, end)].copy(), None
+                continue
             if window is None or b >= w_stop:
                 window = x = y = None           # let go of the old window (the consumer's batch is a copy)
                 w_first, w_stop = b, min(b + self.window_batches, self._n_batches)

@@ -153,7 +153,7 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     from ..backends.device import device as pick, Device
     from ..program.training import StepOptions, build_train_step
     spec = _spec_of(spec)
-    opts = options if options is not None else StepOptions.from_recipe(spec.recipe)
+    opts = options if options is not None else StepOptions.from_spec(spec)
     dev = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
     mem = memory if memory is not None else (spec.plan or {}).get("memory")
     if mem is not None:
@@ -231,6 +231,7 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
 
     overall: the verdict a fix that fits with headroom gets (yellow when the device itself warns).
     """
+    from ..dtypes import nbytes as dt_nbytes
     from ..program.cost import program_flops
     fixes: list[Fix] = []
     fixed = 2 * p.breakdown["parameters"] + p.breakdown["optimizer_state"] + p.breakdown["master_weights"]
@@ -291,6 +292,13 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
             fixes.append(Fix("adapters", f"{what}, rank 8: trains {100 * info.get('factor', 0):.2f}% of the "
                                          f"{info.get('total_params', 0):,} parameters", pk, verdict_of(pk),
                              {"peft": {"method": method, "rank": 8}, "factor": info.get("factor")}))
+    if opts.data == "device":
+        st, pk, _, _ = at(bs, _replace(opts, data="stream"))
+        if pk < peak:
+            held = sum(dt_nbytes(l.node.shape, l.node.dtype) for l in p.step.leaves if l.name in ("data.x", "data.y"))
+            fixes.append(Fix("stream_data", f"stream the data (placement = \"stream\"): upload each batch instead of "
+                                            f"keeping all {held} dataset bytes on the device", pk, verdict_of(pk),
+                             {"placement": "stream"}))
     prev = peak
     for world in (2, 4, 8):
         if opts.shard[1] != 1:

@@ -28,6 +28,7 @@ from .schedule import Program, compile_program
 LOSSES = ("cross_entropy", "mse")   # lowered here until every catalog loss entry is wired in
 PRECISIONS = ("fp32", "mixed-f16")
 CHECKPOINTING = ("none", "activations")
+DATA_PLACEMENTS = ("stream", "device")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class StepOptions:
     accum: int = 1                 # micro-batches per update (gradient accumulation), one at a time in memory
     ema: bool = False              # keep an exponential moving average of the weights (rate: a step input)
     swa: bool = False              # keep a stochastic weight average (weight of the new sample: a step input)
+    data: str = "stream"           # "stream": each batch is uploaded; "device": the dataset stays on the device
 
     def __post_init__(self):
         if self.checkpointing not in CHECKPOINTING:
@@ -55,6 +57,9 @@ class StepOptions:
         if not isinstance(self.accum, int) or self.accum < 1:
             raise ScellisError(f"grad_accum_steps must be a positive integer, got {self.accum!r}", code="plan",
                                where="recipe.grad_accum_steps")
+        if self.data not in DATA_PLACEMENTS:
+            raise ScellisError(f"data placement {self.data!r} is not one of {DATA_PLACEMENTS}", code="plan",
+                               where="data.placement", hint=did_you_mean(self.data, DATA_PLACEMENTS))
         for name, (r, w) in (("shard", self.shard), ("relay", self.relay)):
             if not (0 <= r < w):
                 raise ScellisError(f"{name}={(r, w)} needs 0 <= index < count", code="plan", where=name)
@@ -68,6 +73,11 @@ class StepOptions:
                    swa=recipe.get("swa_start") is not None,
                    peft=tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in peft.items()))
                    if peft else None)
+
+    @classmethod
+    def from_spec(cls, spec) -> "StepOptions":
+        """The recipe's options plus the [data] table's placement."""
+        return replace(cls.from_recipe(spec.recipe), data=(spec.data or {}).get("placement") or "stream")
 
     def adaptation(self, graph):
         """The PEFT entry's Adaptation of `graph`, or None without adapters."""
@@ -84,7 +94,7 @@ class StepOptions:
     def describe(self) -> dict:
         return {"checkpointing": self.checkpointing, "segment": self.segment, "precision": self.precision,
                 "shard": list(self.shard), "relay": list(self.relay), "peft": dict(self.peft) if self.peft else None,
-                "accum": self.accum, "ema": self.ema, "swa": self.swa}
+                "accum": self.accum, "ema": self.ema, "swa": self.swa, "data": self.data}
 
 
 @dataclass
@@ -139,7 +149,7 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     b = int(batch_size)
     if b < 1:
         raise ScellisError(f"batch size must be at least 1, got {batch_size}", code="plan", where="batch_size")
-    opts = options or StepOptions.from_recipe(spec.recipe)
+    opts = options or StepOptions.from_spec(spec)
     opt_cfg = dict(spec.recipe.get("optimizer") or {"name": "adamw"})
     if optimizer is None:
         from ..catalog import make
@@ -159,7 +169,16 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     if k > 1 and stages > 1:
         raise ScellisError("gradient accumulation across a layer relay is not supported", code="plan",
                            where="recipe.grad_accum_steps", hint="use one of the two")
-    if first:
+    rows = None
+    if first and opts.data == "device":
+        # the whole dataset is a resident leaf; a step gathers its batch by row ids (no upload per step)
+        n = dataset_rows(spec)
+        table = F.placeholder((n,) + tuple(inp["shape"]), inp["dtype"], "data.x")
+        rows = F.placeholder((k * b,), "i32", "batch_rows")
+        leaves_meta[table.id], leaves_meta[rows.id] = ("data.x", "data"), ("batch_rows", "data")
+        x = F.index_select(table, 0, rows)
+        x_in = F.cast(x, "f16") if mixed and x.dtype == "f32" else x
+    elif first:
         x = F.placeholder((k * b,) + tuple(inp["shape"]), inp["dtype"], "x")
         leaves_meta[x.id] = ("x", "data")
         x_in = F.cast(x, "f16") if mixed and x.dtype == "f32" else x
@@ -172,7 +191,12 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     y = None
     if last:
         y = _target(spec, graph, k * b)
-        leaves_meta[y.id] = ("y", "data")
+        if rows is not None:
+            ytab = F.placeholder((table.shape[0],) + tuple(y.shape[1:]), y.dtype, "data.y")
+            leaves_meta[ytab.id] = ("data.y", "data")
+            y = F.index_select(ytab, 0, rows)
+        else:
+            leaves_meta[y.id] = ("y", "data")
     lr = F.placeholder((), "f32", "lr")
     step = F.placeholder((), "f32", "step")
     leaves_meta[lr.id], leaves_meta[step.id] = ("lr", "scalar"), ("step", "scalar")
@@ -405,6 +429,15 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
                  "stage_nodes": [key[i] for i in stage_nodes],
                  "classes": int(graph.output_shape[-1]) if y is not None and y.dtype == "i32" else None})
     return TrainStep(prog, leaves, out_names, roles, b, names, opts, info)
+
+
+def dataset_rows(spec) -> int:
+    """Rows of the spec's dataset (what a device-resident dataset holds): from its metadata, else counted."""
+    info = spec.dataset
+    if info is not None and info.n_rows:
+        return int(info.n_rows)
+    from ..data import load_dataset
+    return len(load_dataset(None, spec.data, spec.base_dir))
 
 
 def _rows(t: Node, lo: int, hi: int) -> Node:

@@ -42,7 +42,8 @@ MAX_COUNT = 10 ** 9         # steps, rows, warmup steps
 
 TOP_KEYS = ("name", "description", "data", "model", "recipe", "plan")
 DATA_KEYS = ("dataset", "split", "seq_len", "n_rows", "n_features", "n_classes", "noise", "input", "target",
-             "shuffle")
+             "shuffle", "placement", "memory_budget")
+PLACEMENTS = ("stream", "device")
 MODEL_KEYS = ("nodes", "output", "input")
 SPLIT_KEYS = ("train", "val", "test")
 INPUT_KEYS = ("shape", "dtype")

@@ -25,7 +25,7 @@ from .datasets import DatasetInfo, dataset_info
 from .layers import LAYERS, check_attrs
 from .locate import Locator, format_path
 from .model import ModelGraph, ModelSpec, NodeSpec, build_graph
-from .schema import (CHECKPOINTING, DATA_KEYS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, MAX_COUNT, MAX_SIZE,
+from .schema import (CHECKPOINTING, DATA_KEYS, PLACEMENTS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, MAX_COUNT, MAX_SIZE,
                      MODEL_KEYS, NAME_RE, OPTIMIZER_KEYS, PEFT_KEYS, PLAN_KEYS, PRECISIONS, RECIPE_KEYS,
                      SCHEDULER_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, parse_bytes, show)
 
@@ -280,6 +280,13 @@ def _check_data(ck: Checker, v: Any) -> dict | None:
     ck.number(t, "noise", path, 0.0, 1e6)
     ck.string(t, "target", path)
     ck.boolean(t, "shuffle", path)
+    ck.choice(t, "placement", path, PLACEMENTS, "stream", "data placement")
+    if "memory_budget" in t:
+        n = parse_bytes(t["memory_budget"])
+        if n is None:
+            ck.error(path + ("memory_budget",), f"data.memory_budget must be a size like \"64MiB\", got "
+                     f"{show(t['memory_budget'])}", kind="type", got=t["memory_budget"])
+        out["memory_budget"] = n
     if "input" in t:
         out["input"] = _check_input(ck, t["input"], path + ("input",))
     return out

@@ -130,8 +130,10 @@ class Run:
         from .weights import init_params
         st = self.step_prog
         self.mixed = st.options.precision == "mixed-f16"
+        on_device = st.options.data == "device"
         self.loader = self._Batches(self.dataset, self.split["train"], self.batch_size * st.options.accum, self.gen,
-                                    shuffle=True, drop_last=True)
+                                    shuffle=True, drop_last=True, rows_only=on_device,
+                                    memory_budget=None if on_device else self.spec.data.get("memory_budget"))
         init = init_params(self.spec.graph, self.gen)
         if self._init_weights is not None:     # pretrained weights replace the drawn ones, by name
             init.update(_pretrained(self._init_weights, self._weights_mapping, init))
@@ -153,6 +155,8 @@ class Run:
             elif leaf.role == "master_weights":
                 self.values[leaf.name] = be.from_numpy(init[leaf.name.removesuffix(".master")].astype(np.float32),
                                                        "f32")
+        if on_device:
+            self._upload_dataset()
         states = {}
         for leaf in st.leaves:
             if leaf.role == "optimizer_state":
@@ -166,6 +170,27 @@ class Run:
         self._eval_progs: dict[int, Any] = {}
         self.step_peak: int | None = None
         self._evaluated = False
+
+    def _upload_dataset(self) -> None:
+        """placement = "device": every row once, in pieces of at most 64 MiB on the host, as the step's
+        `data.x` / `data.y` leaves (the step gathers its batch from them by row id)."""
+        be, ds = self.impl, self.dataset
+        leaves = {l.name: l.node for l in self.step_prog.leaves if l.name in ("data.x", "data.y")}
+        n = len(ds)
+        for name, node in leaves.items():
+            if node.shape[0] != n:
+                raise RunError(f"the plan holds {node.shape[0]} dataset rows on the device but the dataset has {n}",
+                               where="data.placement", hint="the dataset changed since the spec was read; re-plan")
+        step = max(1, (64 << 20) // max(1, ds.example_nbytes))
+        parts: dict[str, list] = {k: [] for k in leaves}
+        for lo in range(0, n, step):
+            xs, ys = ds.read(np.arange(lo, min(n, lo + step)))
+            for name, a in (("data.x", xs), ("data.y", ys)):
+                if name in leaves:
+                    parts[name].append(np.asarray(a).astype(dt.to_numpy(leaves[name].dtype)))
+        for name, node in leaves.items():
+            full = np.concatenate(parts[name]).reshape(node.shape)
+            self.values[name] = be.from_numpy(full, node.dtype)
 
     def _setup_schedule(self) -> None:
         from ..catalog.schedulers import Schedule
@@ -214,6 +239,8 @@ class Run:
                 leaves.append(be.from_numpy(np.asarray(x).astype(dt.to_numpy(n.dtype)).reshape(n.shape), n.dtype))
             elif name == "y":
                 leaves.append(be.from_numpy(np.asarray(y).astype(dt.to_numpy(n.dtype)).reshape(n.shape), n.dtype))
+            elif name == "batch_rows":
+                leaves.append(be.from_numpy(np.asarray(x, np.int32).reshape(n.shape), "i32"))
             elif name == "lr":
                 leaves.append(be.from_numpy(np.asarray(lr, np.float32), "f32"))
             elif name == "step":

@@ -170,3 +170,21 @@ def test_streams_a_40mb_npy_under_a_4mb_budget(tmp_path):
     assert 0 < b.peak_resident_bytes <= budget < ds.nbytes
     assert b.bytes_read == ds.nbytes                     # each example read once, never the file at once
     assert b.window_batches >= 1 and b.window_batches * b.batch_nbytes < budget
+
+
+def test_rows_only_yields_the_row_ids_of_the_same_order_and_resumes():
+    ds = _ds()
+    read = list(Batches(ds, None, 8, Generator(3)))
+    rows = list(Batches(ds, None, 8, Generator(3), rows_only=True))
+    assert [y for _, y in rows] == [None] * len(rows)
+    np.testing.assert_array_equal(np.concatenate([r for r, _ in rows]), _rows(read))
+    gen = Generator(3)
+    a = Batches(ds, None, 8, gen, rows_only=True)
+    it = iter(a)
+    first = [next(it)[0] for _ in range(5)]
+    st = json.loads(json.dumps({"g": gen.state_dict(), "l": a.state_dict()}))
+    b = Batches(ds, None, 8, Generator.from_state(st["g"]), rows_only=True)
+    b.load_state_dict(st["l"])
+    np.testing.assert_array_equal(np.concatenate(first + [r for r, _ in b]), _rows(read))
+    with pytest.raises(DataError, match="no transforms or memory budget"):
+        Batches(ds, None, 8, Generator(0), rows_only=True, transforms=[_flip])

@@ -214,3 +214,20 @@ def test_adapter_fixes_are_replans_with_their_trainable_factor():
         assert again.peak_bytes == fix.peak_bytes < full.peak_bytes
         assert measure_step(again)["measured_peak_bytes"] == again.peak_bytes
     assert fixes["qlora"].peak_bytes < fixes["lora"].peak_bytes
+
+
+def test_stream_data_fix_is_a_replan_of_the_streamed_step():
+    dev_spec = _spec(MLP.replace('dataset = "digits"', 'dataset = "digits"\nplacement = "device"'))
+    streamed = sc.plan(_spec(MLP), device="reference")
+    resident = sc.plan(dev_spec, device="reference")
+    held = 1797 * 64 * 4 + 1797 * 4                      # every digits row (f32 pixels, i32 label) stays
+    batch = 64 * 64 * 4 + 64 * 4
+    assert resident.breakdown["data"] == held + 64 * 4   # + the batch's row ids
+    assert streamed.breakdown["data"] == batch
+    cap = int(streamed.peak_bytes / GREEN_HEADROOM) + 1  # the streamed step fits with headroom, resident not
+    red = sc.plan(dev_spec, device="reference", memory=cap)
+    assert red.verdict in ("yellow", "red") and resident.peak_bytes > GREEN_HEADROOM * cap
+    (fix,) = [f for f in red.fixes if f.kind == "stream_data"]
+    assert fix.peak_bytes == streamed.peak_bytes and fix.settings == {"placement": "stream"}
+    assert str(held) in fix.description
+    assert not any(f.kind == "stream_data" for f in sc.plan(_spec(MLP), device="reference", memory=cap).fixes)

@@ -512,3 +512,13 @@ def test_model_must_fit_its_data_classes_and_vocabulary():
     assert Spec.check(mlp.replace("out = 12", "out = 10")) == []
     assert Spec.check(mlp.replace("out = 12", "out = 1") + '[recipe]\nloss = "mse"\n') == []
 
+
+
+def test_data_placement_and_memory_budget():
+    s = Spec.from_text(EXAMPLE.replace('dataset = "digits"', 'dataset = "digits"\nplacement = "device"\n'
+                                       'memory_budget = "2MiB"'))
+    assert s.data["placement"] == "device" and s.data["memory_budget"] == 2 ** 20 * 2
+    e = error_of(EXAMPLE.replace('dataset = "digits"', 'dataset = "digits"\nplacement = "devise"'))
+    assert e.where == "<spec>:5:13" and "did you mean 'device'" in str(e)
+    e = error_of(EXAMPLE.replace('dataset = "digits"', 'dataset = "digits"\nmemory_budget = "lots"'))
+    assert e.where == "<spec>:5:17" and "64MiB" in str(e)
