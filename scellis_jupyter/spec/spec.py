@@ -25,7 +25,7 @@ from .datasets import DatasetInfo, dataset_info
 from .layers import LAYERS, check_attrs
 from .locate import Locator, format_path
 from .model import ModelGraph, ModelSpec, NodeSpec, build_graph
-from .schema import (CHECKPOINTING, DATA_KEYS, PLACEMENTS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, MAX_COUNT, MAX_SIZE,
+from .schema import (CHECKPOINTING, DATA_KEYS, LOSS_SCALE_KEYS, PLACEMENTS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, MAX_COUNT, MAX_SIZE,
                      MODEL_KEYS, NAME_RE, OPTIMIZER_KEYS, PEFT_KEYS, PLAN_KEYS, PRECISIONS, RECIPE_KEYS,
                      SCHEDULER_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, parse_bytes, show)
 
@@ -413,7 +413,31 @@ def _check_recipe(ck: Checker, v: Any, info: DatasetInfo | None) -> dict:
     r["ema"] = ck.number(t, "ema", path, 0.0, 1.0, None, lo_open=True, hi_open=True)
     r["swa_start"] = ck.integer(t, "swa_start", path, 0, MAX_COUNT, None)
     r["swa_every"] = ck.integer(t, "swa_every", path, 1, MAX_COUNT, None)
+    if "loss_scale" in t:
+        r["loss_scale"] = _check_loss_scale(ck, t, path, r["precision"])
     return r
+
+
+def _check_loss_scale(ck: Checker, t: dict, path: tuple, precision: str | None) -> dict | None:
+    """Dynamic loss scaling with torch.amp.GradScaler's knobs, or a number for a static scale."""
+    p = path + ("loss_scale",)
+    v = t["loss_scale"]
+    if precision != "mixed-f16":
+        ck.error(p, f"loss_scale applies to precision \"mixed-f16\" only, not {precision!r}", value=False,
+                 hint="remove loss_scale, or set precision = \"mixed-f16\"")
+        return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        n = ck.number(t, "loss_scale", path, 0.0, 2.0 ** 64, lo_open=True)
+        return None if n is None else {"init": float(n), "growth_factor": 1.0, "backoff_factor": 1.0,
+                                       "growth_interval": MAX_COUNT}
+    tab = ck.table(v, p, " like { init = 65536.0, growth_interval = 2000 } or a number for a static scale")
+    if tab is None:
+        return None
+    ck.known_keys(tab, p, LOSS_SCALE_KEYS, "loss_scale")
+    return {"init": ck.number(tab, "init", p, 0.0, 2.0 ** 64, 2.0 ** 16, lo_open=True),
+            "growth_factor": ck.number(tab, "growth_factor", p, 1.0, 1e3, 2.0),
+            "backoff_factor": ck.number(tab, "backoff_factor", p, 0.0, 1.0, 0.5, lo_open=True),
+            "growth_interval": ck.integer(tab, "growth_interval", p, 1, MAX_COUNT, 2000)}
 
 
 def _named_table(ck: Checker, t: dict, key: str, path: tuple, default: str, check) -> dict | None:

@@ -19,7 +19,9 @@ from .. import dtypes as dt
 from ..errors import ScellisError
 
 SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
-SCALE_INIT, SCALE_GROWTH_EVERY, SCALE_MIN = 2.0 ** 16, 200, 2.0 ** -14
+# dynamic loss scaling with torch.amp.GradScaler's defaults; the scale never backs off below SCALE_MIN
+LOSS_SCALE = {"init": 2.0 ** 16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+SCALE_MIN = 2.0 ** -14
 
 
 class RunError(ScellisError, RuntimeError):
@@ -93,7 +95,8 @@ class Run:
         self._setup_schedule()
         self.step = 0
         self.epoch = 0
-        self.loss_scale = SCALE_INIT if self.mixed else None
+        self.scaler = {**LOSS_SCALE, **(r.get("loss_scale") or {})}
+        self.loss_scale = float(self.scaler["init"]) if self.mixed else None
         self.ema_decay = float(r.get("ema") or 0.0)
         self.swa_samples = 0
         self._good_steps = 0
@@ -293,13 +296,14 @@ class Run:
             self._skip_run = 0
             if self.mixed:
                 self._good_steps += 1
-                if self._good_steps >= SCALE_GROWTH_EVERY:
-                    self.loss_scale, self._good_steps = self.loss_scale * 2.0, 0
+                if self._good_steps >= self.scaler["growth_interval"]:
+                    self.loss_scale, self._good_steps = self.loss_scale * self.scaler["growth_factor"], 0
         else:
             self.skipped += 1
             self._skip_run += 1
             if self.mixed:
-                self.loss_scale, self._good_steps = max(self.loss_scale / 2.0, SCALE_MIN), 0
+                self.loss_scale = max(self.loss_scale * self.scaler["backoff_factor"], SCALE_MIN)
+                self._good_steps = 0
             if self._skip_run >= self.max_skipped:
                 self.stop(f"{self._skip_run} steps in a row had non-finite gradients (NaN storm); "
                           f"{self.skipped} skipped in all")

@@ -298,3 +298,30 @@ determinism = "debug"
     run.run_to_end()
     assert run.loader.bytes_read >= 0.8 * x.nbytes * 0.8        # the train split was read, in windows
     assert 0 < run.loader.peak_resident_bytes <= 256 * 1024 < x.nbytes
+
+
+def test_dynamic_loss_scale_grows_and_backs_off_like_torch_grad_scaler(tmp_path):
+    torch = pytest.importorskip("torch")
+    spec = _poisoned(tmp_path, [3, 77]).replace('determinism = "debug"', 'determinism = "debug"\n'
+                                                 'precision = "mixed-f16"\n'
+                                                 'loss_scale = { init = 1024.0, growth_interval = 3 }')
+    steps = list(Run(spec, device="reference"))
+    assert any(s.skipped for s in steps) and sum(not s.skipped for s in steps) > 6
+    # torch.amp.GradScaler fed the same finite / non-finite sequence (a gradient that is inf or finite)
+    p = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([p], lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=3)
+    want = []
+    for s in steps:
+        want.append(scaler.get_scale())
+        opt.zero_grad()
+        scaler.scale((p * (float("inf") if s.skipped else 1.0)).sum()).backward()
+        scaler.step(opt)
+        scaler.update()
+    assert [s.loss_scale for s in steps] == want
+    assert max(want) > 1024.0 and min(want) < max(want)
+
+
+def test_loss_scale_needs_mixed_precision():
+    with pytest.raises(sc.SpecError, match="mixed-f16"):
+        sc.Spec.from_text(SHORT.replace("seed = 0", "seed = 0\nloss_scale = 128.0"))
