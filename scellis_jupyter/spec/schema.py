@@ -238,6 +238,16 @@ class Checker:
             return v
         return self.name_in(v, path + (key,), choices, what) or (None if default is _MISSING else default)
 
+    def size(self, table: dict, key: str, path: tuple, example: str) -> int | None:
+        """A byte count: an integer or a string like "8GiB" (None, with a diagnostic, when it is neither)."""
+        if key not in table:
+            return None
+        n = parse_bytes(table[key])
+        if n is None:
+            self.error(path + (key,), f"{format_path(path + (key,))} must be a size like {example}, got "
+                       f"{show(table[key])}", kind="type", got=table[key])
+        return n
+
     def name_in(self, v: str, p: tuple, choices: Iterable[str], what: str = "") -> str | None:
         choices = tuple(choices)
         if v in choices:

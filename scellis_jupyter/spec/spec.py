@@ -282,11 +282,7 @@ def _check_data(ck: Checker, v: Any) -> dict | None:
     ck.boolean(t, "shuffle", path)
     ck.choice(t, "placement", path, PLACEMENTS, "stream", "data placement")
     if "memory_budget" in t:
-        n = parse_bytes(t["memory_budget"])
-        if n is None:
-            ck.error(path + ("memory_budget",), f"data.memory_budget must be a size like \"64MiB\", got "
-                     f"{show(t['memory_budget'])}", kind="type", got=t["memory_budget"])
-        out["memory_budget"] = n
+        out["memory_budget"] = ck.size(t, "memory_budget", path, '"64MiB"')
     if "input" in t:
         out["input"] = _check_input(ck, t["input"], path + ("input",))
     return out
@@ -568,10 +564,6 @@ def _check_plan(ck: Checker, v: Any) -> dict:
     ck.known_keys(t, path, PLAN_KEYS)
     out: dict[str, Any] = {}
     if "memory" in t:
-        n = parse_bytes(t["memory"])
-        if n is None:
-            ck.error(path + ("memory",), f"plan.memory must be a size like \"8GiB\" or \"512MiB\", got "
-                     f"{show(t['memory'])}", kind="type", got=t["memory"])
-        out["memory"] = n
+        out["memory"] = ck.size(t, "memory", path, '"8GiB" or "512MiB"')
     out["device"] = ck.choice(t, "device", path, DEVICES, "auto", "plan device")
     return out
