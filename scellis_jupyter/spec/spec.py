@@ -25,9 +25,9 @@ from .datasets import DatasetInfo, dataset_info
 from .layers import LAYERS, check_attrs
 from .locate import Locator, format_path
 from .model import ModelGraph, ModelSpec, NodeSpec, build_graph
-from .schema import (CHECKPOINTING, DATA_KEYS, LOSS_SCALE_KEYS, PLACEMENTS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, MAX_COUNT, MAX_SIZE,
-                     MODEL_KEYS, NAME_RE, OPTIMIZER_KEYS, PEFT_KEYS, PLAN_KEYS, PRECISIONS, RECIPE_KEYS,
-                     SCHEDULER_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, show)
+from .schema import (CHECKPOINTING, DATA_KEYS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, LOSS_SCALE_KEYS, MAX_COUNT,
+                     MAX_SIZE, MODEL_KEYS, NAME_RE, OPTIMIZER_KEYS, PEFT_KEYS, PLACEMENTS, PLAN_KEYS, PRECISIONS,
+                     RECIPE_KEYS, SCHEDULER_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, show)
 
 DEFAULT_SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
 SYNTHETIC_ONLY = ("n_rows", "n_features", "n_classes", "noise")
