@@ -57,7 +57,9 @@ def test_version(run_python):
 
 def test_no_command_is_a_usage_error(run_python):
     r = run_python(None, module="scellis_jupyter.cli")
-    assert r.returncode == 2 and "usage: scellis" in r.stderr
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("error[usage] at scellis: the following arguments are required: COMMAND\n  hint: ")
+    assert "train" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_in_process_main_returns_code(capsys, monkeypatch):
