@@ -11,6 +11,7 @@ Exit codes: 0 ok / finished / verified; 1 a run failed or was interrupted, or ve
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -135,8 +136,11 @@ def _when(t: float | None) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _run_summary(rec) -> dict:
+def _run_summary(rec, store=None) -> dict:
     step = next((c["step"] for c in reversed(rec.checkpoints) if c["hash"] == rec.last_checkpoint), None)
+    if step is None and rec.last_checkpoint and store is not None:   # saved, not yet in the record when it died
+        row = store.index.checkpoint(rec.last_checkpoint)
+        step = row["step"] if row is not None else None
     return {"run": rec.id, "state": rec.state, "last_checkpoint": rec.last_checkpoint, "last_step": step,
             "created": _when(rec.created), "updated": _when(rec.updated), "heartbeat": _when(rec.heartbeat),
             "spec_hash": rec.spec_hash, "tier": rec.tier, "host": rec.host, "pid": rec.pid,
@@ -150,7 +154,8 @@ def _args_runs(p: argparse.ArgumentParser) -> None:
 
 def cmd_runs(args) -> int:
     """List the runs of a store (a run whose process died shows as interrupted, with its last checkpoint)."""
-    rows = [_run_summary(r) for r in _open_store(args).list_runs()]
+    store = _open_store(args)
+    rows = [_run_summary(r, store) for r in store.list_runs()]
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -211,6 +216,16 @@ def _nonnegative(text: str) -> float:
         v = -1.0
     if not v >= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return v
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
     return v
 
 
@@ -389,12 +404,15 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
     _args_store(p)
     p.add_argument("--device", default="reference",
                    help="where to re-execute (default: reference, the deterministic numpy path)")
+    p.add_argument("--tolerance", type=_nonnegative_float, default=None, metavar="REL",
+                   help="compare within this relative error (default: the run's tier: debug on the same device "
+                        "bit for bit, else determinism.TOLERANCE)")
 
 
 def cmd_verify(args) -> int:
     """Re-execute a finished run from its pinned inputs and compare with its record (exit 1: it differs)."""
     from .train.verify import verify
-    v = verify(args.run_id, store=_open_store(args), device=args.device)
+    v = verify(args.run_id, store=_open_store(args), device=args.device, tolerance=args.tolerance)
     if args.json:
         print(json.dumps(v.to_json(), indent=2, default=str))
     else:
@@ -495,7 +513,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         sp = sub.choices.get(args.cmd) if sub is not None else None
         opts = [o for a in (sp or p)._actions for o in a.option_strings]
         flag = next((x.split("=", 1)[0] for x in extra if x.startswith("-")), None)
-        hint = did_you_mean(flag, opts) if flag else ""
+        close = difflib.get_close_matches(flag, opts, n=1, cutoff=0.6) if flag else []
+        hint = f"did you mean {close[0]!r}?" if close else ""
         prog = sp.prog if sp is not None else p.prog
         raise UsageError(f"unrecognized arguments: {' '.join(extra)}", where=prog,
                          hint=" ".join(filter(None, [hint, f"see `{prog} --help`"])))

@@ -174,7 +174,7 @@ class Detached:
         if self.store.index.run(self.id) is None:
             return {"run": self.id, "state": "failed", "error": {"message": "the process died before registering "
                     "the run", "log": self.log_tail()}}
-        return result_of_record(get_run(self.store, self.id))
+        return result_of_record(get_run(self.store, self.id), self.store)
 
     def events(self, timeout: float | None = None, poll: float = 0.25) -> Iterator[dict]:
         """Progress events as they come (start, step, ..., then {"event": "done", "state", "result"})."""

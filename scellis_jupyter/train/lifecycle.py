@@ -138,7 +138,8 @@ def summary_lines(r: dict, store_root: str | None = None) -> list[str]:
     if metrics:
         lines.append("  " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
     if r.get("measured_peak_bytes") is not None:
-        lines.append(f"  memory: measured peak {r['measured_peak_bytes']} bytes, planned {r.get('predicted_peak_bytes')}")
+        lines.append(f"  memory: measured peak {r['measured_peak_bytes']} bytes, "
+                     f"planned {r.get('predicted_peak_bytes')}")
     ck = r.get("final_checkpoint") or r.get("last_checkpoint")
     if ck:
         lines.append(f"  checkpoint {ck}" + (f" in {store_root}" if store_root else ""))
@@ -372,12 +373,14 @@ def _detach_kwargs(kw: dict) -> dict:
 
 
 # ---- results from records (runs of other processes) ---------------------------------------------------
-def result_of_record(rec) -> dict:
+def result_of_record(rec, store=None) -> dict:
     """The same summary as `Run.result()`, read from a run record (any process, any time)."""
     ex = rec.extra or {}
     steps = ex.get("steps")
     if steps is None:                       # not finished: as far as its last checkpoint got
         steps = next((c["step"] for c in rec.checkpoints if c["hash"] == rec.last_checkpoint), None)
+        row = store.index.checkpoint(rec.last_checkpoint) if steps is None and rec.last_checkpoint and store else None
+        steps = row["step"] if row is not None else steps
     return {"run": rec.id, "state": rec.state, "steps": steps, "target_steps": ex.get("target_steps"),
             "epochs": ex.get("epochs_done"),
             "final_checkpoint": rec.last_checkpoint if rec.state == "finished" else None,
@@ -411,7 +414,7 @@ def follow(store, run_id: str, *, timeout: float | None = None, poll: float = 0.
             evs, offset = read_events(path, offset)
             yield from evs
             yield {"event": "done", "run": run_id, "state": state,
-                   "result": result_of_record(rec) if rec is not None else {"run": run_id, "state": state}}
+                   "result": result_of_record(rec, st) if rec is not None else {"run": run_id, "state": state}}
             return
         if deadline is not None and time.monotonic() >= deadline:
             raise WaitTimeout(f"run {run_id} is still {state} after {timeout:g} s", where=f"run {run_id}",

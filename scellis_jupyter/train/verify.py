@@ -123,8 +123,11 @@ def _options(d: dict | None):
     return StepOptions(**d)
 
 
-def verify(run_id: str, store=None, device: str = "reference") -> Verification:
+def verify(run_id: str, store=None, device: str = "reference", tolerance: float | None = None) -> Verification:
     """Re-execute run `run_id` of `store` on `device` (the reference path) and compare with its record.
+
+    tolerance: compare within this relative error instead of the tier's rule (0 still means bit for bit
+    only for a debug run recorded on the same backend; otherwise values are compared within 0).
 
     Raises VerifyError for a run that cannot be verified (not finished, started from weights given in
     Python); returns a Verification (`.ok`, `.checks`, `.differences`) otherwise.
@@ -154,6 +157,11 @@ def verify(run_id: str, store=None, device: str = "reference") -> Verification:
     tol = determinism.TOLERANCE.get(rec.tier, 0.0)
     if not same_backend:
         tol = max(tol, determinism.TOLERANCE["prod"])
+    if tolerance is not None:
+        if not tolerance >= 0:
+            raise VerifyError(f"tolerance must be a relative error >= 0, got {tolerance!r}", where="verify")
+        tol = float(tolerance)
+        exact = exact and tol == 0.0
     out = Verification(rec.id, False, "exact" if exact else "tolerance", 0.0 if exact else tol,
                        f"{dev.backend}:{dev.name}")
     add = lambda name, ok, detail: out.checks.append(Check(name, bool(ok), detail))  # noqa: E731
