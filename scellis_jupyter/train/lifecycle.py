@@ -254,8 +254,7 @@ def train(spec, *, store=None, detach: bool = False, progress: bool | Callable[[
     process and returns a `Detached` handle at once (`.wait()`, `.state`, `.result()`, `.follow(cb)`).
     A red plan raises the refusal (the run is recorded `refused`) before any compute.
     """
-    from ..plan.plan import _spec_of
-    spec = _spec_of(spec)
+    spec = _spec(spec)
     st = open_store(store)
     if detach:
         from .detach import launch
@@ -278,8 +277,7 @@ def resume(ref: str, *, store=None, spec=None, steps: int | None = None, detach:
     if detach:
         ck, _ = _resume_target(st, ref)
         if spec is not None:                # refuse a mismatch here, not in the child
-            from ..plan.plan import _spec_of
-            spec = _spec_of(spec)
+            spec = _spec(spec)
             if _spec_hash_of(st, ck) != spec.hash:
                 st.set_ref(f"spec-{spec.hash}", st.put_text(spec.text, kind="spec"))   # for the diff
                 from ..store import check_spec
@@ -304,8 +302,7 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
     if spec is None:
         spec, ck, _ = spec_of_checkpoint(st, ck_hash)
     else:
-        from ..plan.plan import _spec_of
-        spec = _spec_of(spec)
+        spec = _spec(spec)
         ck = st.load_checkpoint(ck_hash)
     ex = ck.extra or {}
     rec = get_run(st, origin) if origin else None
@@ -329,12 +326,26 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
     return run
 
 
+def _spec(spec):
+    """A Spec from a Spec, spec text, or a spec file (str or path)."""
+    from ..plan.plan import _spec_of
+    if isinstance(spec, os.PathLike):
+        from ..spec import Spec
+        return Spec.from_file(spec)
+    return _spec_of(spec)
+
+
 def _resume_target(st, ref: str) -> tuple[str, str | None]:
     """(checkpoint hash, the run it belongs to) for a checkpoint reference or a run id."""
-    from ..store.runs import resolve_run
+    from ..store.runs import get_run, resolve_run
     origin = None
     if isinstance(ref, str) and ref.startswith("run-") and st.index.ref(ref) is None:
         origin = resolve_run(st, ref)
+        rec = get_run(st, origin)
+        if rec.state == "running":
+            raise RunError(f"run {origin} is still running (pid {rec.pid} on {rec.host})", where=f"run {origin}",
+                           hint=f"wait for it (scellis wait {origin}), or resume from one of its checkpoints "
+                                "by hash to branch off")
         h = st.resolve_checkpoint(origin)
     else:
         h = st.resolve_checkpoint(ref)

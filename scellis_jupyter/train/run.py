@@ -419,7 +419,7 @@ class Run:
                  "skip_run": self._skip_run, "swa_samples": self.swa_samples, "loss_history": self.loss_history, "horizon": self.horizon,
                  "tier": self.tier, "device": self.device.backend, "program_hash": self.step_prog.program.hash,
                  "options": self.step_prog.options.describe(), "spec_source": self.spec.source,
-                 "base_dir": self.spec.base_dir, "eval_every": self.eval_every}
+                 "base_dir": _abs(self.spec.base_dir), "eval_every": self.eval_every}
         h = save_checkpoint(self.store, weights=self.weights(), optimizer_state=self.optimizer_state(),
                             rng_state=self.gen.state_dict(), epoch=self.epoch, step=self.step,
                             metrics_history=self.metric_history, spec_hash=self.spec.hash, parent=self.parent,
@@ -486,7 +486,7 @@ class Run:
         fields = dict(spec_hash=self.spec.hash, program_hash=p.program_hash, device=self._device_json(),
                       tier=p.tier, plan=p.to_json(), predicted_peak_bytes=p.peak_bytes,
                       extra={"spec_name": self.spec.name, "spec_source": self.spec.source,
-                             "base_dir": self.spec.base_dir})
+                             "base_dir": _abs(self.spec.base_dir)})
         if hasattr(self, "dataset"):
             from .verify import data_files
             fields.update(dataset_hash=self.dataset.content_hash(), split_hash=self.split.hash)
@@ -612,6 +612,12 @@ def _pretrained(weights, mapping: dict | None, drawn: dict) -> dict:
         raise RunError("none of the given weights matches a parameter name", where="Run(weights=...)",
                        hint="pass weights_mapping={our name: their name}")
     return out
+
+
+def _abs(path: str | None) -> str | None:
+    """A spec's folder as an absolute path, so a stored spec finds its data from any working directory."""
+    import os
+    return os.path.abspath(path) if path is not None else None
 
 
 def _open_store(store):

@@ -104,6 +104,8 @@ def test_kill_9_reads_interrupted_and_resume_continues_exactly(tmp_path, reap):
     _events_until(st / "logs" / f"{run}.events.jsonl", lambda e: e.get("event") == "step" and e["step"] >= 22)
     w = cli("wait", run, "--store", str(st), "--timeout", "0.5", "--quiet")
     assert w.returncode == 124 and "error[wait-timeout]" in w.stderr and "still running" in w.stderr
+    busy = cli("resume", run, "--store", str(st))                # not while it still trains
+    assert busy.returncode == 2 and f"run {run} is still running (pid {pid}" in busy.stderr
     os.kill(pid, signal.SIGKILL)
     t0 = time.monotonic()
     while pid_alive(pid) and time.monotonic() - t0 < 30:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,9 +107,11 @@ def test_a_changed_or_missing_csv_is_named(project, capsys):
     assert any(f"{spec}:4:11" in c.detail for c in v.differences)    # the spec line naming the dataset
 
 
-def test_a_resumed_run_verifies_from_its_start_checkpoint(project):
+def test_a_resumed_run_verifies_from_its_start_checkpoint(project, monkeypatch):
     spec, csv, st = project
-    first = sc.train(str(spec), store=st, device="reference", progress=False, steps=7)
+    monkeypatch.chdir(spec.parent)
+    first = sc.train(Path(spec.name), store=st, device="reference", progress=False, steps=7)   # a relative path
+    monkeypatch.chdir(spec.parent.parent)                        # the record finds the data from anywhere
     rest = sc.resume(first.run_id, store=st, steps=15, progress=False)
     v = sc.verify(rest.run_id, store=st)
     assert v.ok and v.rerun["steps"] == 15 and v.rerun["weights_hash"] == rest.weights_hash(), v.lines()
