@@ -1,6 +1,9 @@
 """Scellis for Jupyter: plan, train, checkpoint and reproduce models on any GPU through WebGPU.
 
-Public surface: `sc.device`, `sc.tensor`, `sc.ops`, `sc.rng`, determinism tiers, `sc.Spec`, `sc.plan`.
+Public surface: `sc.device`, `sc.tensor`, `sc.ops`, `sc.rng`, determinism tiers, `sc.Spec`, `sc.plan`,
+and the run lifecycle: `sc.Run`, `sc.train`, `sc.resume`, `sc.runs`, `sc.verify`, `sc.Detached` (what
+`sc.train(spec, detach=True)` returns). Runs are recorded in the store: `--store DIR` / `store=`, else
+$SCELLIS_STORE, else `.scellis/` in the current directory.
 """
 from __future__ import annotations
 
@@ -13,6 +16,11 @@ from .errors import Diagnostic, ScellisError
 from .graph.tensor import Tensor, tensor
 from .plan import Plan, plan
 from .spec import Spec, SpecError
+from .train.detach import Detached
+from .train.lifecycle import resume, runs, train
+from .train.run import Run
+from .train.verify import verify
 
 __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set_tier", "tier", "TIERS",
-           "ScellisError", "Diagnostic", "Spec", "SpecError", "plan", "Plan", "__version__"]
+           "ScellisError", "Diagnostic", "Spec", "SpecError", "plan", "Plan", "Run", "train", "resume", "runs",
+           "verify", "Detached", "__version__"]

@@ -1,12 +1,17 @@
 """The `scellis` command line.
 
 One function per subcommand (`cmd_<name>(args) -> exit code`) plus one that declares its arguments
-(`_args_<name>(parser)`); `COMMANDS` lists them, so plan/train/resume/runs/verify/catalog/gc are added
-the same way. A ScellisError prints its diagnostic on stderr and exits 2, without a traceback.
+(`_args_<name>(parser)`); `COMMANDS` lists them. A ScellisError prints its diagnostic on stderr and exits
+2 (3 for a refused plan), without a traceback; argparse's own complaints (unknown flag, bad value,
+missing argument) come out in the same diagnostic format, with a did-you-mean where one is close.
+
+Exit codes: 0 ok / finished / verified; 1 a run failed or was interrupted, or verify found differences;
+2 bad input; 3 refused (red plan); 124 `wait --timeout` ran out; 130 interrupted in the foreground.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -15,9 +20,28 @@ import textwrap
 from typing import Callable
 
 from . import __version__
-from .errors import ScellisError
+from .errors import ScellisError, did_you_mean
 
-EXIT_OK, EXIT_ERROR, EXIT_REFUSED = 0, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 124, 130
+
+
+class UsageError(ScellisError):
+    code = "usage"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that its errors are raised as diagnostics in the project's one format."""
+
+    def error(self, message: str):
+        import re
+        hint = ""
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            hint = did_you_mean(m.group(1), re.findall(r"'([^']*)'", m.group(2)))
+        sub = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is not None and not hint:
+            hint = f"commands: {', '.join(sub.choices)};"
+        raise UsageError(message, where=self.prog, hint=" ".join(filter(None, [hint, f"see `{self.prog} --help`"])))
 
 
 # ---- scellis device -----------------------------------------------------------------------------------
@@ -112,12 +136,16 @@ def _when(t: float | None) -> str:
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _run_summary(rec) -> dict:
+def _run_summary(rec, store=None) -> dict:
     step = next((c["step"] for c in reversed(rec.checkpoints) if c["hash"] == rec.last_checkpoint), None)
+    if step is None and rec.last_checkpoint and store is not None:   # saved, not yet in the record when it died
+        row = store.index.checkpoint(rec.last_checkpoint)
+        step = row["step"] if row is not None else None
     return {"run": rec.id, "state": rec.state, "last_checkpoint": rec.last_checkpoint, "last_step": step,
             "created": _when(rec.created), "updated": _when(rec.updated), "heartbeat": _when(rec.heartbeat),
             "spec_hash": rec.spec_hash, "tier": rec.tier, "host": rec.host, "pid": rec.pid,
-            "record": rec.record_hash, "error": rec.error, "resume": rec.resume_hint or None}
+            "record": rec.record_hash, "error": rec.error, "resume": rec.resume_hint or None,
+            "resumed_by": rec.resumed_by}
 
 
 def _args_runs(p: argparse.ArgumentParser) -> None:
@@ -126,7 +154,8 @@ def _args_runs(p: argparse.ArgumentParser) -> None:
 
 def cmd_runs(args) -> int:
     """List the runs of a store (a run whose process died shows as interrupted, with its last checkpoint)."""
-    rows = [_run_summary(r) for r in _open_store(args).list_runs()]
+    store = _open_store(args)
+    rows = [_run_summary(r, store) for r in store.list_runs()]
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -155,7 +184,7 @@ def cmd_show(args) -> int:
     """Show one run's record: state, spec, device, tier, peaks, metrics and checkpoints."""
     rec = _open_store(args).get_run(args.run_id)
     if args.json:
-        d = rec.to_json()
+        d = {"run": rec.id, **rec.to_json()}
         d.update(record=rec.record_hash, heartbeat=rec.heartbeat, last_checkpoint=rec.last_checkpoint)
         print(json.dumps(d, indent=2, default=str))
         return EXIT_OK
@@ -190,6 +219,16 @@ def _nonnegative(text: str) -> float:
     return v
 
 
+def _nonnegative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
+    return v
+
+
 def _args_gc(p: argparse.ArgumentParser) -> None:
     _args_store(p)
     p.add_argument("--keep-final", action=argparse.BooleanOptionalAction, default=True,
@@ -210,19 +249,232 @@ def cmd_gc(args) -> int:
     return EXIT_OK
 
 
+# ---- scellis train / resume / wait (the run lifecycle) ------------------------------------------------------
+def _args_run_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", default=None, metavar="DIR",
+                   help="store directory (default: $SCELLIS_STORE, else ./.scellis)")
+    p.add_argument("--steps", type=_positive, default=None, metavar="N",
+                   help="stop after N optimizer steps in all (the schedule still follows the recipe)")
+    p.add_argument("--checkpoint-every", type=_positive, default=None, metavar="K",
+                   help="checkpoint every K steps (always at the end)")
+    p.add_argument("--device", default=None, help="wgpu, reference, or part of an adapter name")
+    p.add_argument("--json", action="store_true", help="print one JSON object (the run's result) on stdout")
+    p.add_argument("--detach", action="store_true",
+                   help="train in a background process that outlives this one; prints the run id at once")
+
+
+def _args_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="spec file (TOML)")
+    _args_run_common(p)
+    p.add_argument("--epochs", type=_positive, default=None, metavar="N", help="epochs (overrides the recipe)")
+    p.add_argument("--memory", type=_size, default=None, metavar="BYTES",
+                   help="declared capacity (bytes, or e.g. 8GiB): a plan above it is refused")
+    p.add_argument("--tier", default=None, help="determinism tier: debug, prod or fast (default: the recipe's)")
+
+
+def _run_kwargs(args, *names: str) -> dict:
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def _print_detached(h, args) -> int:
+    if args.json:
+        print(json.dumps(h.to_json()))
+    else:
+        s = f" --store {h.store.root}" if args.store else ""
+        print(h.id)
+        print(f"  started in the background (pid {h.pid}); output: {h.log}", file=sys.stderr)
+        print(f"  follow: scellis wait {h.id}{s}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _finish(run, args, store) -> int:
+    from .train.lifecycle import exit_code, summary_lines
+    r = run.result()
+    if args.json:
+        print(json.dumps(r, default=str))
+    else:
+        print("\n".join(summary_lines(r, str(store.root))))
+    return exit_code(run.state)
+
+
+def _refused(e: ScellisError, run_id: str, args) -> int:
+    print(e.diagnostic.format(), file=sys.stderr)
+    if args.json:
+        print(json.dumps({"run": run_id, "state": "refused", "error": e.diagnostic.to_json()}, default=str))
+    return EXIT_REFUSED
+
+
+def cmd_train(args) -> int:
+    """Train a spec: refuses a red plan before any compute, records the run and its checkpoints in the store."""
+    from .spec import Spec
+    from .store.runs import new_run_id
+    from .train import lifecycle
+    spec = Spec.from_file(args.spec)
+    store = lifecycle.open_store(args.store)
+    kw = _run_kwargs(args, "device", "steps", "epochs", "checkpoint_every", "memory", "tier")
+    if args.detach:
+        return _print_detached(lifecycle.train(spec, store=store, detach=True, **kw), args)
+    run_id = new_run_id()
+    try:
+        run = lifecycle.train(spec, store=store, run_id=run_id, progress=not args.json, **kw)
+    except ScellisError as e:
+        if e.diagnostic.code == "plan-red":
+            return _refused(e, run_id, args)
+        raise
+    return _finish(run, args, store)
+
+
+def _args_resume(p: argparse.ArgumentParser) -> None:
+    p.add_argument("ref", metavar="CHECKPOINT_OR_RUN",
+                   help="a checkpoint hash or unique prefix, a ref, or a run id (its last good checkpoint)")
+    _args_run_common(p)
+    p.add_argument("--spec", default=None, metavar="FILE",
+                   help="the spec file to continue with (must be the checkpoint's; default: the stored one)")
+
+
+def cmd_resume(args) -> int:
+    """Continue a run from a checkpoint or a run id (an interrupted run: from its last good checkpoint)."""
+    from .spec import Spec
+    from .store.runs import new_run_id
+    from .train import lifecycle
+    store = lifecycle.open_store(args.store, create=False)
+    spec = Spec.from_file(args.spec) if args.spec else None
+    kw = _run_kwargs(args, "device", "checkpoint_every")
+    if args.detach:
+        return _print_detached(lifecycle.resume(args.ref, store=store, spec=spec, steps=args.steps, detach=True,
+                                                **kw), args)
+    run_id = new_run_id()
+    try:
+        run = lifecycle.resume(args.ref, store=store, spec=spec, steps=args.steps, run_id=run_id,
+                               progress=not args.json, **kw)
+    except ScellisError as e:
+        if e.diagnostic.code == "plan-red":
+            return _refused(e, run_id, args)
+        raise
+    return _finish(run, args, store)
+
+
+def _args_wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    p.add_argument("--store", default=None, metavar="DIR",
+                   help="store directory (default: $SCELLIS_STORE, else ./.scellis)")
+    p.add_argument("--timeout", type=_nonnegative, default=None, metavar="SECONDS",
+                   help="give up after this long (exit 124); default: wait as long as it runs")
+    p.add_argument("--json", action="store_true", help="print only the final result as one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress lines, only the final summary")
+
+
+def cmd_wait(args) -> int:
+    """Follow a run's progress until it ends; exits 0 finished, 1 failed or interrupted, 3 refused."""
+    from .train import lifecycle
+    from .train.detach import Detached, current_state, resolve_any
+    store = lifecycle.open_store(args.store, create=False)
+    run_id = resolve_any(store, args.run_id)
+    show = not (args.json or args.quiet)
+    done = None
+    try:
+        for ev in lifecycle.follow(store, run_id, timeout=args.timeout):
+            if ev.get("event") == "done":
+                done = ev
+            elif show:
+                line = lifecycle.format_event(ev)
+                if line is not None:
+                    print(line, flush=True)
+    except lifecycle.WaitTimeout as e:
+        print(e.diagnostic.format(), file=sys.stderr)
+        if args.json:
+            print(json.dumps({"run": run_id, "state": current_state(store, run_id)[0], "timed_out": True}))
+        return EXIT_TIMEOUT
+    r = done["result"]
+    if store.index.run(run_id) is None:           # died before it registered: show why from its log
+        tail = Detached.attach(run_id, store).log_tail()
+        r = dict(r, error={"message": "the process ended before it registered the run", "log": tail})
+        if not args.json:
+            print(f"failed {run_id}: the process ended before it registered the run; its output:\n{tail}")
+    if args.json:
+        print(json.dumps(r, default=str))
+    elif store.index.run(run_id) is not None:
+        print("\n".join(lifecycle.summary_lines(r, str(store.root) if args.store else None)))
+    return lifecycle.exit_code(done["state"])
+
+
+# ---- scellis verify ------------------------------------------------------------------------------------
+def _args_verify(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    _args_store(p)
+    p.add_argument("--device", default="reference",
+                   help="where to re-execute (default: reference, the deterministic numpy path)")
+    p.add_argument("--tolerance", type=_nonnegative_float, default=None, metavar="REL",
+                   help="compare within this relative error (default: the run's tier: debug on the same device "
+                        "bit for bit, else determinism.TOLERANCE)")
+
+
+def cmd_verify(args) -> int:
+    """Re-execute a finished run from its pinned inputs and compare with its record (exit 1: it differs)."""
+    from .train.verify import verify
+    v = verify(args.run_id, store=_open_store(args), device=args.device, tolerance=args.tolerance)
+    if args.json:
+        print(json.dumps(v.to_json(), indent=2, default=str))
+    else:
+        print("\n".join(v.lines()))
+    return EXIT_OK if v.ok else EXIT_FAILED
+
+
+# ---- scellis catalog ----------------------------------------------------------------------------------
+def _args_catalog(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", nargs="?", default=None,
+                   help="optimizer, loss, scheduler, peft, metric, initializer, ... (default: all kinds)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of entries")
+
+
+def cmd_catalog(args) -> int:
+    """List catalog entries (built-in and loaded user entries): name, summary and parameters with ranges."""
+    from . import catalog
+    kind = args.kind
+    if kind is not None:
+        plural = {v: k for k, v in catalog.FOLDERS.items()}
+        kind = plural.get(kind, kind)
+        if kind not in catalog.KINDS:
+            raise catalog.CatalogError(f"unknown catalog kind {args.kind!r}", where="scellis catalog",
+                                       hint=did_you_mean(args.kind, list(catalog.KINDS) + list(plural))
+                                       or f"kinds are: {', '.join(catalog.KINDS)}")
+    entries = catalog.list_entries(kind)
+    if args.json:
+        print(json.dumps(entries, indent=2, default=str))
+        return EXIT_OK
+    for k in ([kind] if kind else catalog.KINDS):
+        mine = [e for e in entries if e["kind"] == k]
+        if not mine:
+            continue
+        print(f"{k} ({len(mine)})")
+        width = max(len(e["name"]) for e in mine)
+        for e in mine:
+            print(f"  {e['name']:{width}}  {e['summary']}")
+            for name, d in e["params"].items():
+                rng = f" in {d['range']}" if d["range"] and not d["range"].startswith(("one of", "each")) \
+                    else f" {d['range']}" if d["range"] else ""
+                print(f"  {'':{width}}    {name}: {d['type']} = {d['default']!r}{rng}")
+    return EXIT_OK
+
+
 # ---- registry ---------------------------------------------------------------------------------------
 # name -> (declare arguments, run); the run function's docstring is the subcommand's help line.
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "device": (_args_device, cmd_device),
     "plan": (_args_plan, cmd_plan),
+    "train": (_args_train, cmd_train),
+    "resume": (_args_resume, cmd_resume),
+    "wait": (_args_wait, cmd_wait),
     "runs": (_args_runs, cmd_runs),
     "show": (_args_show, cmd_show),
+    "verify": (_args_verify, cmd_verify),
+    "catalog": (_args_catalog, cmd_catalog),
     "gc": (_args_gc, cmd_gc),
 }
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scellis", description="Scellis for Jupyter: plan, train, checkpoint and "
+    p = _Parser(prog="scellis", description="Scellis for Jupyter: plan, train, checkpoint and "
                                 "reproduce models on any GPU through WebGPU.")
     p.add_argument("--version", action="version", version=f"scellis-jupyter {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
@@ -253,14 +505,33 @@ def ensure_xdg_runtime_dir() -> None:
     os.environ["XDG_RUNTIME_DIR"] = path
 
 
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = parser()
+    args, extra = p.parse_known_args(argv)
+    if extra:
+        sub = next((a for a in p._actions if isinstance(a, argparse._SubParsersAction)), None)
+        sp = sub.choices.get(args.cmd) if sub is not None else None
+        opts = [o for a in (sp or p)._actions for o in a.option_strings]
+        flag = next((x.split("=", 1)[0] for x in extra if x.startswith("-")), None)
+        close = difflib.get_close_matches(flag, opts, n=1, cutoff=0.6) if flag else []
+        hint = f"did you mean {close[0]!r}?" if close else ""
+        prog = sp.prog if sp is not None else p.prog
+        raise UsageError(f"unrecognized arguments: {' '.join(extra)}", where=prog,
+                         hint=" ".join(filter(None, [hint, f"see `{prog} --help`"])))
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     ensure_xdg_runtime_dir()
-    args = parser().parse_args(argv)
     try:
+        args = _parse(argv)
         return args.run(args)
     except ScellisError as e:
         print(e.diagnostic.format(), file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_REFUSED if e.diagnostic.code == "plan-red" else EXIT_ERROR
+    except KeyboardInterrupt:
+        print("scellis: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ def test_version(run_python):
 
 def test_no_command_is_a_usage_error(run_python):
     r = run_python(None, module="scellis_jupyter.cli")
-    assert r.returncode == 2 and "usage: scellis" in r.stderr
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("error[usage] at scellis: the following arguments are required: COMMAND\n  hint: ")
+    assert "train" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_in_process_main_returns_code(capsys, monkeypatch):
@@ -66,3 +68,61 @@ def test_in_process_main_returns_code(capsys, monkeypatch):
     assert cli.main(["device", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["backend"] == "reference"
     assert set(cli.COMMANDS) >= {"device"}
+
+
+# ---- argparse's own errors come out as diagnostics -------------------------------------------------------
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("argv,head,hint", [
+    (["train", "s.toml", "--stpes", "3"], "error[usage] at scellis train: unrecognized arguments: --stpes 3",
+     "did you mean '--steps'?"),
+    (["train", "s.toml", "--memory", "lots"],
+     "error[usage] at scellis train: argument --memory: 'lots' is not a positive size", "scellis train --help"),
+    (["train"], "error[usage] at scellis train: the following arguments are required: spec", "scellis train --help"),
+    (["trian", "s.toml"], "error[usage] at scellis: argument COMMAND: invalid choice: 'trian'",
+     "did you mean 'train'?"),
+    (["resume", "abc", "--steps", "0"], "error[usage] at scellis resume: argument --steps: '0' is not a positive "
+     "integer", "scellis resume --help"),
+    (["wait", "run-x", "--timeout", "soon"], "error[usage] at scellis wait: argument --timeout: 'soon' is not a "
+     "number of seconds", ""),
+])
+def test_argparse_errors_are_diagnostics(capsys, argv, head, hint):
+    from scellis_jupyter import cli
+    assert cli.main(argv) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.startswith(head) and "usage:" not in out.err
+    assert "\n  hint: " in out.err and hint in out.err
+
+
+def test_help_stays_argparse_help(run_python):
+    r = run_python(None, "train", "--help", module="scellis_jupyter.cli")
+    assert r.returncode == 0 and r.stdout.startswith("usage: scellis train") and "--checkpoint-every K" in r.stdout
+    assert r.stderr == ""
+
+
+# ---- scellis catalog ----------------------------------------------------------------------------------------
+def test_catalog_json_and_table(capsys):
+    from scellis_jupyter import catalog, cli
+    assert cli.main(["catalog", "optimizers", "--json"]) == 0          # the folder name works too
+    entries = json.loads(capsys.readouterr().out)
+    by = {e["name"]: e for e in entries}
+    assert {e["kind"] for e in entries} == {"optimizer"} and "adamw" in by and "sgd" in by
+    assert set(by) == {e.name for e in (catalog.get("optimizer", n) for n in by)}
+    lr = by["adamw"]["params"]["lr"]
+    assert set(lr) >= {"type", "default", "range"} and lr["type"] == "float" and lr["range"]
+    assert cli.main(["catalog", "metric"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith("metric (") and any(l.split()[:1] == ["accuracy"] for l in text)
+    assert any(l.strip().startswith("top_k: int = 1 in [1, inf)") for l in text)
+    assert cli.main(["catalog", "--json"]) == 0
+    kinds = {e["kind"] for e in json.loads(capsys.readouterr().out)}
+    assert {"optimizer", "metric", "scheduler", "initializer"} <= kinds
+
+
+def test_catalog_unknown_kind(capsys):
+    from scellis_jupyter import cli
+    assert cli.main(["catalog", "optimzer"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error[catalog] at scellis catalog: unknown catalog kind 'optimzer'")
+    assert "did you mean 'optimizer'" in err

@@ -67,9 +67,16 @@ class RunRecord:
         return self.checkpoints[-1]["hash"] if self.checkpoints else None
 
     @property
+    def resumed_by(self) -> str | None:
+        """The run that continued this one (`scellis resume`), if any."""
+        return (self.extra or {}).get("resumed_by")
+
+    @property
     def resume_hint(self) -> str:
         if self.state != "interrupted":
             return ""
+        if self.resumed_by:
+            return f"resumed as {self.resumed_by}"
         if self.last_checkpoint:
             return f"resume it from checkpoint {self.last_checkpoint[:12]} with `scellis resume {self.id}`"
         return "it saved no checkpoint: start it again"
@@ -364,6 +371,18 @@ def _settle(store: "Store", row, timeout: float) -> RunRecord:
         rec.record_hash = h
         return rec
     return _load(store, store.index.run(rec.id))
+
+
+def mark_resumed(store: "Store", run_id: str, by: str) -> None:
+    """Note on a run that is not running that run `by` continues it (a new record version; state unchanged)."""
+    row = store.index.run(run_id)
+    if row is None or row["state"] == "running":
+        return
+    rec = _load(store, row)
+    rec.extra = dict(rec.extra or {}, resumed_by=by)
+    rec.updated = time.time()
+    h = store.put_json(rec.to_json(), kind="run-record")
+    store.index.update_run(run_id, expect_state=row["state"], record=h, updated=rec.updated)
 
 
 def list_runs(store: "Store", *, timeout: float = DEFAULT_TIMEOUT) -> list[RunRecord]:

@@ -187,7 +187,11 @@ class Store:
         check_spec(ckpt, spec_hash, self.text_or_none)
 
     def resolve_checkpoint(self, ref: str) -> str:
-        """A checkpoint hash from a hash/prefix, a ref or pin name, or a run id (its last checkpoint)."""
+        """A checkpoint hash from a hash/prefix, a ref or pin name, or a run id (its last checkpoint).
+
+        Unknown references get suggestions among checkpoints (close hash prefixes), refs and run ids, not
+        among every object, and an object that is not a checkpoint (e.g. its weights) is named as such.
+        """
         if not isinstance(ref, str) or not ref:
             raise StoreError(f"a checkpoint reference must be a non-empty string, got {ref!r}", code="bad-argument")
         row = self.index.ref(ref)
@@ -200,7 +204,50 @@ class Store:
                 raise StoreError(f"run {rec.id} has no checkpoint", where=f"run {rec.id}", code="store-unknown",
                                  hint="it stopped before saving one: start it again")
             return rec.last_checkpoint
-        return self.resolve(ref)
+        p = ref.strip().lower()
+        where = f"store {self.root}"
+        if not (0 < len(p) <= HASH_LEN and all(c in "0123456789abcdef" for c in p)):
+            from ..errors import did_you_mean
+            names = [r["name"] for r in self.index.refs()] + [r["id"] for r in self.index.runs()]
+            raise StoreError(f"no checkpoint, ref or run named {ref!r}", where=where, code="store-unknown",
+                             hint=did_you_mean(ref, names) or "give a checkpoint hash (or a unique prefix), a ref "
+                             "or a run id; `scellis runs` lists the runs")
+        cks = sorted({r["hash"] for r in self.index.objects("checkpoint")} |
+                     {r["hash"] for r in self.index.checkpoints()})
+        matches = [h for h in cks if h.startswith(p)]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            shown = ", ".join(m[: max(len(p) + 2, 12)] for m in matches[:5])
+            raise StoreError(f"prefix {ref!r} is ambiguous: {len(matches)} checkpoints match ({shown})", where=where,
+                             code="store-ambiguous", hint="give more digits of the hash", matches=matches)
+        try:
+            h = self.resolve(p)
+        except StoreError as e:
+            if e.diagnostic.code not in ("store-unknown", "store-ambiguous"):
+                raise
+            share = {c: len(os.path.commonprefix([c, p])) for c in cks}
+            best = max(share.values(), default=0)
+            close = sorted((c for c in cks if share[c] == best), key=lambda c: c)[:3] if best > 0 else []
+            hint = ("did you mean " + " or ".join(c[:max(12, best + 2)] for c in close) + "?") if close else \
+                ("this store has no checkpoints yet" if not cks else "`scellis runs` lists runs and their checkpoints")
+            raise StoreError(f"no checkpoint {ref!r} in the store", where=where, code="store-unknown", hint=hint,
+                             suggestions=close) from None
+        row = self.index.object(h)
+        if row is not None and row["kind"] != "checkpoint":
+            raise StoreError(f"object {h[:12]} is a {row['kind']} object, not a checkpoint", where=where,
+                             code="checkpoint-malformed", hint="give the hash of a checkpoint (see `scellis show RUN`)")
+        return h
+
+    # ---- logs of runs (mutable files beside the objects: not content, never collected) ------------
+    def log_path(self, run_id: str, suffix: str) -> Path:
+        """`<store>/logs/<run>.<suffix>` (the folder is created): a run's output, progress events, launch."""
+        d = self.root / "logs"
+        try:
+            d.mkdir(exist_ok=True)
+        except OSError as e:
+            raise os_error(e, action=f"create {d}", where=f"store {self.root}") from None
+        return d / f"{run_id}.{suffix}"
 
     def start_run(self, **fields: Any):
         from .runs import start_run

@@ -48,8 +48,9 @@ class Run:
     """One training run of a spec on a device: plan (refusing red), data, weights, the step loop.
 
     `steps`/`epochs` override the recipe; `store` (a Store or a path) enables checkpoints and the run
-    record; `checkpoint_every` saves every K steps (and at the end). `resume` is a checkpoint hash, prefix,
-    ref or run id in `store` to continue from.
+    record (`store=True`: the default store, `$SCELLIS_STORE` else `./.scellis`); `checkpoint_every` saves
+    every K steps (and at the end). `resume` is a checkpoint hash, prefix, ref or run id in `store` (or a
+    loaded `Checkpoint`, which needs no store) to continue from.
     """
 
     def __init__(self, spec, *, device=None, store=None, tier: str | None = None, steps: int | None = None,
@@ -109,6 +110,10 @@ class Run:
         self.state = "created"
         self._stop_reason: str | None = None
         self.timings = {"steps_s": 0.0, "eval_s": 0.0}
+        # what the run record keeps so `verify` and `resume` can rebuild this run from the store alone
+        self._args = {"target_steps": self.total_steps, "epochs": epochs, "eval_every": eval_every,
+                      "checkpoint_every": checkpoint_every, "pretrained": weights is not None,
+                      "options": self.step_prog.options.describe() if options is not None else None}
         if resume is not None:
             self._resume(resume)
         if self.store is not None:
@@ -445,7 +450,7 @@ class Run:
                  "skip_run": self._skip_run, "swa_samples": self.swa_samples, "loss_history": self.loss_history, "horizon": self.horizon,
                  "tier": self.tier, "device": self.device.backend, "program_hash": self.step_prog.program.hash,
                  "options": self.step_prog.options.describe(), "spec_source": self.spec.source,
-                 "base_dir": self.spec.base_dir}
+                 "base_dir": _abs(self.spec.base_dir), "eval_every": self.eval_every}
         h = save_checkpoint(self.store, weights=self.weights(), optimizer_state=self.optimizer_state(),
                             rng_state=self.gen.state_dict(), epoch=self.epoch, step=self.step,
                             metrics_history=self.metric_history, spec_hash=self.spec.hash, parent=self.parent,
@@ -456,14 +461,20 @@ class Run:
             self._handle.checkpoint(h, self.step, self.epoch)
         return h
 
-    def _resume(self, ref: str) -> None:
-        if self.store is None:
-            raise RunError("resuming needs the store that holds the checkpoint", where="Run", hint="pass store=")
+    def _resume(self, ref) -> None:
         from ..rng.generator import Generator
-        from ..store import check_spec
-        ck = self.store.load_checkpoint(ref)
-        self._keep_spec_text()
-        check_spec(ck, self.spec.hash, lambda h: self.store.text_or_none(self.store.ref(f"spec-{h}") or "-"))
+        from ..store import Checkpoint, check_spec
+        if isinstance(ref, Checkpoint):
+            ck = ref
+            if ck.spec_hash != self.spec.hash:
+                check_spec(ck, self.spec.hash)
+        else:
+            if self.store is None:
+                raise RunError("resuming needs the store that holds the checkpoint", where="Run",
+                               hint="pass store=")
+            ck = self.store.load_checkpoint(ref)
+            self._keep_spec_text()
+            check_spec(ck, self.spec.hash, lambda h: self.store.text_or_none(self.store.ref(f"spec-{h}") or "-"))
         be = self.impl
         w, ost = ck.weights, ck.optimizer_state
         for leaf in self.step_prog.leaves:
@@ -482,6 +493,12 @@ class Run:
         g = Generator.from_state(ck.rng_state)
         self.gen.seed, self.gen.positions = g.seed, dict(g.positions)
         ex = ck.extra or {}
+        # the checkpoint's schedule horizon and evaluation cadence win over the recipe's, unless overridden here
+        if self._args["epochs"] is None and ex.get("horizon") and int(ex["horizon"]) != self.horizon:
+            self.horizon = int(ex["horizon"])
+            self._setup_schedule()
+        if self._args["eval_every"] is None and ex.get("eval_every"):
+            self.eval_every = int(ex["eval_every"])
         self.loader.load_state_dict(ex["loader"])
         self.schedule.load_state_dict(ex["schedule"])
         self.loss_scale, self._good_steps = ex.get("loss_scale"), int(ex.get("good_steps", 0))
@@ -492,15 +509,20 @@ class Run:
         self.step, self.epoch = int(ck.step), int(ck.epoch)
         self.parent = ck.hash
         self.resumed_from = ck.hash
+        self._args["resumed_from"] = ck.hash
 
     def _start_record(self, run_id: str | None) -> None:
         from ..store import HeartbeatThread, start_run
         p = self.plan
         fields = dict(spec_hash=self.spec.hash, program_hash=p.program_hash, device=self._device_json(),
                       tier=p.tier, plan=p.to_json(), predicted_peak_bytes=p.peak_bytes,
-                      extra={"spec_name": self.spec.name})
+                      extra={"spec_name": self.spec.name, "spec_source": self.spec.source,
+                             "base_dir": _abs(self.spec.base_dir)})
         if hasattr(self, "dataset"):
+            from .verify import data_files
             fields.update(dataset_hash=self.dataset.content_hash(), split_hash=self.split.hash)
+            fields["extra"].update(self._args, horizon=self.horizon, eval_every=self.eval_every,
+                                   seed=self.seed, data_files=data_files(self.dataset))
         if run_id:
             fields["id"] = run_id
         self._keep_spec_text()
@@ -523,11 +545,12 @@ class Run:
         return self._handle.id if self._handle else None
 
     def _final_fields(self) -> dict:
+        extra = dict(self._handle.record.extra if self._handle is not None else {})
+        extra.update(spec_name=self.spec.name, steps=self.step, epochs_done=self.epoch, skipped=self.skipped,
+                     weights_hash=self.weights_hash(), stop_reason=self._stop_reason,
+                     loss_history=self.loss_history)
         return dict(measured_peak_bytes=self.step_peak, metrics=self.final_metrics,
-                    timings=dict(self.timings), extra={"spec_name": self.spec.name, "steps": self.step,
-                                                       "skipped": self.skipped, "weights_hash": self.weights_hash(),
-                                                       "stop_reason": self._stop_reason,
-                                                       "loss_history": self.loss_history})
+                    timings=dict(self.timings), extra=extra)
 
     def _finish(self) -> None:
         self.final_metrics = {"loss": self.loss_history[-1] if self.loss_history else None}
@@ -541,6 +564,21 @@ class Run:
             self.checkpoint()
             self._stop_hb()
             self._handle.finish(**self._final_fields())
+
+    def interrupt(self, reason: str = "interrupted by the user") -> str | None:
+        """Checkpoint now (between steps) and record the run as interrupted, so `resume` continues it exactly.
+
+        Returns the checkpoint's hash (None without a store). Why not just stop(): a stopped run finishes
+        (final evaluation, state finished); an interrupted one is meant to be continued.
+        """
+        h = None
+        if self._handle is not None and self._handle.state == "running":
+            h = self.checkpoint()
+            self._handle.update(measured_peak_bytes=self.step_peak, timings=dict(self.timings),
+                                extra=dict(self._handle.record.extra, steps=self.step, skipped=self.skipped,
+                                           weights_hash=self.weights_hash(), loss_history=self.loss_history))
+        self._interrupt(reason)
+        return h
 
     def _stop_hb(self) -> None:
         if self._hb is not None:
@@ -607,10 +645,19 @@ def _pretrained(weights, mapping: dict | None, drawn: dict) -> dict:
     return out
 
 
+def _abs(path: str | None) -> str | None:
+    """A spec's folder as an absolute path, so a stored spec finds its data from any working directory."""
+    import os
+    return os.path.abspath(path) if path is not None else None
+
+
 def _open_store(store):
-    if store is None:
+    """None: no store; True: the default one ($SCELLIS_STORE, else ./.scellis); a path or a Store."""
+    if store is None or store is False:
         return None
     from ..store import Store
+    if store is True:
+        return Store.open()
     return store if isinstance(store, Store) else Store.open(store)
 
 

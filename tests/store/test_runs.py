@@ -182,3 +182,18 @@ def test_run_prefix_and_suggestions(store):
     with pytest.raises(StoreError) as e:
         store.start_run(id=ids[0])
     assert e.value.diagnostic.code == "bad-argument"
+
+
+def test_mark_resumed_notes_the_successor_and_keeps_the_state(store):
+    from scellis_jupyter.store.runs import mark_resumed
+    a = start_run(store, spec_hash="spec")
+    a.checkpoint(_ckpt(store, 4, run=a.id), 4, 0)
+    a.interrupt("test")
+    assert "scellis resume" in get_run(store, a.id).resume_hint
+    b = start_run(store, spec_hash="spec")
+    mark_resumed(store, a.id, b.id)
+    rec = get_run(store, a.id)
+    assert rec.state == "interrupted" and rec.resumed_by == b.id and rec.resume_hint == f"resumed as {b.id}"
+    assert rec.last_checkpoint is not None
+    mark_resumed(store, b.id, "run-x")                       # a running run is left alone
+    assert get_run(store, b.id).resumed_by is None and _row(store, b.id)["state"] == "running"

@@ -1,0 +1,443 @@
+"""The run lifecycle as a user drives it: train, resume, list and follow runs, from a notebook or the CLI.
+
+Why one driver: `scellis train`, `sc.train` and a detached child all run the same loop around a `Run`:
+readable progress (or a callback), a progress-event file in the store that any other process can follow
+(`scellis wait`, a notebook handle), and a clean interrupt (SIGINT or SIGTERM: checkpoint at the next
+step boundary, record `interrupted`) instead of a half-applied step. The store is found by one rule
+everywhere: an explicit path, else `$SCELLIS_STORE`, else `.scellis/` in the current directory.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..errors import ScellisError
+from .run import Run, RunError
+
+# states after which a run's process does no more work (an interrupted run waits for `resume`)
+FINAL_STATES = ("finished", "failed", "refused", "interrupted")
+
+
+class WaitTimeout(ScellisError, TimeoutError):
+    code = "wait-timeout"
+
+
+# ---- the store ----------------------------------------------------------------------------------------
+def open_store(store=None, *, create: bool = True):
+    """The store by the one rule (Store, path, or None: $SCELLIS_STORE, else ./.scellis)."""
+    from ..store import Store
+    if isinstance(store, Store):
+        return store
+    return Store.open(store, create=create)
+
+
+def runs(store=None) -> list:
+    """Every run in the store (oldest first) as RunRecords; a run whose process died reads `interrupted`."""
+    return open_store(store, create=False).list_runs()
+
+
+# ---- progress events ----------------------------------------------------------------------------------
+class Events:
+    """Append-only JSON lines `<store>/logs/<run>.events.jsonl`: what followers in other processes read.
+
+    Progress is a convenience, never a reason to stop training: a write that fails (full disk) turns the
+    event file off with one warning.
+    """
+
+    def __init__(self, store, run_id: str):
+        self.path = store.log_path(run_id, "events.jsonl")
+        self._ok = True
+
+    def write(self, ev: dict) -> None:
+        if not self._ok:
+            return
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(ev, default=_json_default) + "\n")
+        except OSError as e:
+            self._ok = False
+            print(f"scellis: progress events off ({self.path}: {e.strerror or e})", file=sys.stderr)
+
+
+def read_events(path: str | os.PathLike, offset: int = 0) -> tuple[list[dict], int]:
+    """The complete event lines after byte `offset`, and the offset after the last complete line."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    out = []
+    for line in data[:end].splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue                          # a torn line from a killed writer: skip it
+    return out, offset + end + 1
+
+
+def _json_default(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def report_every(total_steps: int, steps_per_epoch: int) -> int:
+    """Steps between progress lines: once per epoch, but at least ~10 lines for a short run."""
+    return max(1, min(int(steps_per_epoch), math.ceil(total_steps / 10)))
+
+
+def format_event(ev: dict) -> str | None:
+    """One readable progress line for an event (None for events that print nothing)."""
+    kind = ev.get("event")
+    if kind == "start":
+        at = f", from step {ev['step']}" if ev.get("step") else ""
+        line = (f"run {ev['run']}: {ev['total_steps']} steps ({ev['steps_per_epoch']} per epoch{at}) on "
+                f"{ev.get('device', '?')}, tier {ev.get('tier', '?')}")
+        if ev.get("plan"):
+            line += (f"; plan {ev['plan']}: peak {ev['peak_bytes']} bytes of {ev['capacity_bytes']} "
+                     f"({100 * ev['peak_bytes'] / max(ev['capacity_bytes'], 1):.2g}%)")
+        return line
+    if kind == "step":
+        width = len(str(ev.get("total_steps", ev["step"])))
+        line = (f"step {ev['step']:>{width}}/{ev.get('total_steps', '?')}  epoch {ev['epoch'] + 1:<3} "
+                f"loss {ev['loss']:.4f}  lr {ev['lr']:.2e}")
+        if ev.get("skipped"):
+            line += f"  skipped {ev['skipped']}"
+        for k, v in (ev.get("metrics") or {}).items():       # validation metrics
+            if isinstance(v, (int, float)):
+                line += f"  val {k} {v:.4f}"
+        return line
+    if kind == "interrupt":
+        return f"interrupted at step {ev['step']}: {ev['reason']}"
+    return None
+
+
+def summary_lines(r: dict, store_root: str | None = None) -> list[str]:
+    """The end-of-run summary (train, resume and wait print the same)."""
+    dev = r.get("device") or {}
+    where = f"{dev.get('backend', '?')}:{dev.get('name', '?')}" if isinstance(dev, dict) else str(dev)
+    lines = [f"{r['state']} {r['run']}: {r.get('steps')} steps on {where}, tier {r.get('tier')}"]
+    if r.get("stop_reason"):
+        lines.append(f"  stopped: {r['stop_reason']}")
+    if r.get("error") and r["state"] != "finished":
+        e = r["error"]
+        lines.append(f"  error: {e.get('message', e) if isinstance(e, dict) else e}")
+    metrics = {k: v for k, v in (r.get("metrics") or {}).items() if isinstance(v, (int, float)) and v is not None}
+    if metrics:
+        lines.append("  " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+    if r.get("measured_peak_bytes") is not None:
+        lines.append(f"  memory: measured peak {r['measured_peak_bytes']} bytes, "
+                     f"planned {r.get('predicted_peak_bytes')}")
+    ck = r.get("final_checkpoint") or r.get("last_checkpoint")
+    if ck:
+        lines.append(f"  checkpoint {ck}" + (f" in {store_root}" if store_root else ""))
+    if r.get("weights_hash"):
+        lines.append(f"  weights {r['weights_hash']}")
+    s = f" --store {store_root}" if store_root else ""
+    if r["state"] == "interrupted":
+        lines.append(f"  resume: scellis resume {r['run']}{s}")
+    elif r["state"] == "finished":
+        lines.append(f"  verify: scellis verify {r['run']}{s}")
+    return lines
+
+
+# ---- the driver -----------------------------------------------------------------------------------------
+class _Signals:
+    """SIGINT/SIGTERM set a flag the loop checks between steps; a second SIGINT raises KeyboardInterrupt."""
+
+    def __init__(self):
+        self.reason: str | None = None
+        self._old: dict = {}
+
+    def __enter__(self) -> "_Signals":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    self._old[sig] = signal.signal(sig, self._handle)
+                except (ValueError, OSError):
+                    pass
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.reason is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.reason = f"stopped by {signal.Signals(signum).name}"
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._old.items():
+            try:
+                signal.signal(sig, old)
+            except (ValueError, OSError):
+                pass
+
+
+def _printer(stream=None) -> Callable[[dict], None]:
+    def show(ev: dict) -> None:
+        line = format_event(ev)
+        if line is not None:
+            print(line, file=stream or sys.stdout, flush=True)
+    return show
+
+
+def drive(run: Run, *, progress: bool | Callable[[dict], None] = True) -> dict:
+    """Run `run` to its end (or a signal), reporting progress; returns `run.result()`.
+
+    progress: True prints lines on stdout, a callable receives each event dict, False is silent. Events
+    also go to the store's event file when the run has a store, so other processes can follow.
+    """
+    show = _printer() if progress is True else progress if callable(progress) else None
+    events = Events(run.store, run.run_id) if run.store is not None and run.run_id else None
+    per_epoch = len(run.loader)
+    every = report_every(run.total_steps, per_epoch)
+    dev = run.device
+
+    def emit(ev: dict) -> None:
+        ev.setdefault("run", run.run_id)
+        ev.setdefault("t", time.time())
+        if events is not None:
+            events.write(ev)
+        if show is not None:
+            show(ev)
+
+    p = run.plan
+    emit({"event": "start", "step": run.step, "total_steps": run.total_steps, "steps_per_epoch": per_epoch,
+          "device": f"{dev.backend}:{dev.name}", "tier": run.tier, "plan": p.verdict, "peak_bytes": p.peak_bytes,
+          "capacity_bytes": p.capacity_bytes})
+    last = time.monotonic()
+    it = iter(run)
+    with _Signals() as sig:
+        try:
+            for s in it:
+                now = time.monotonic()
+                if s.metrics or s.step % every == 0 or s.step >= run.total_steps or now - last > 10.0:
+                    last = now
+                    emit({"event": "step", "step": s.step, "total_steps": run.total_steps, "epoch": s.epoch,
+                          "loss": s.loss, "lr": s.lr, "skipped": run.skipped, "metrics": s.metrics})
+                if sig.reason is not None and run.step < run.total_steps:
+                    run.interrupt(sig.reason)
+                    emit({"event": "interrupt", "step": run.step, "reason": sig.reason})
+                    break
+        except BaseException:
+            emit({"event": "end", "state": run.state, "step": run.step})
+            raise
+        finally:
+            it.close()
+    result = run.result()
+    emit({"event": "end", "state": run.state, "step": run.step, "weights_hash": result["weights_hash"],
+          "final_checkpoint": result["final_checkpoint"]})
+    return result
+
+
+# ---- train / resume -------------------------------------------------------------------------------------
+_DETACH_KW = ("device", "steps", "epochs", "checkpoint_every", "eval_every", "memory", "tier", "max_skipped",
+              "weights", "weights_mapping")
+
+
+def train(spec, *, store=None, detach: bool = False, progress: bool | Callable[[dict], None] = True,
+          run_id: str | None = None, **kw):
+    """Train `spec` (a Spec, spec text or a spec file) to its end and return the finished `Run`.
+
+    Keywords are Run's (device, steps, epochs, checkpoint_every, eval_every, memory, tier, ...). The run
+    is recorded in `store` (default: $SCELLIS_STORE, else ./.scellis). detach=True starts it in its own
+    process and returns a `Detached` handle at once (`.wait()`, `.state`, `.result()`, `.follow(cb)`).
+    A red plan raises the refusal (the run is recorded `refused`) before any compute.
+    """
+    spec = _spec(spec)
+    st = open_store(store)
+    if detach:
+        from .detach import launch
+        return launch(st, {"kind": "train", "spec": _spec_job(spec), "kwargs": _detach_kwargs(kw)}, run_id=run_id)
+    run = Run(spec, store=st, run_id=run_id, **kw)
+    drive(run, progress=progress)
+    return run
+
+
+def resume(ref: str, *, store=None, spec=None, steps: int | None = None, detach: bool = False,
+           progress: bool | Callable[[dict], None] = True, run_id: str | None = None, **kw):
+    """Continue from a checkpoint (hash, unique prefix, ref, or a run id: its last good checkpoint).
+
+    Returns the finished `Run` (or a `Detached` handle with detach=True). `steps` is the total to reach
+    (default: the original run's target when it stopped short of it, else the schedule's horizon); the
+    device, tier and checkpoint cadence default to the original run's. `spec` (optional) must be the
+    checkpoint's spec: another one is refused with the diff of the two texts.
+    """
+    st = open_store(store, create=False)
+    if detach:
+        ck, _ = _resume_target(st, ref)
+        if spec is not None:                # refuse a mismatch here, not in the child
+            spec = _spec(spec)
+            if _spec_hash_of(st, ck) != spec.hash:
+                st.set_ref(f"spec-{spec.hash}", st.put_text(spec.text, kind="spec"))   # for the diff
+                from ..store import check_spec
+                check_spec(st.load_checkpoint(ck), spec.hash,
+                           lambda h: st.text_or_none(st.ref(f"spec-{h}") or "-"))
+        from .detach import launch
+        job = {"kind": "resume", "ref": ref, "spec": _spec_job(spec) if spec is not None else None,
+               "kwargs": _detach_kwargs(dict(kw, steps=steps))}
+        return launch(st, job, run_id=run_id)
+    run = prepare_resume(ref, store=st, spec=spec, steps=steps, run_id=run_id, **kw)
+    drive(run, progress=progress)
+    return run
+
+
+def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None, run_id: str | None = None,
+                   **kw) -> Run:
+    """The Run that `resume` drives (not started): iterate it yourself for step-by-step control."""
+    from ..store.runs import get_run, mark_resumed
+    from .run import spec_of_checkpoint
+    st = open_store(store, create=False)
+    ck_hash, origin = _resume_target(st, ref)
+    if spec is None:
+        spec, ck, _ = spec_of_checkpoint(st, ck_hash)
+    else:
+        spec = _spec(spec)
+        ck = st.load_checkpoint(ck_hash)
+    ex = ck.extra or {}
+    rec = get_run(st, origin) if origin else None
+    rex = (rec.extra or {}) if rec is not None else {}
+    if steps is None:
+        target = rex.get("target_steps")
+        steps = int(target) if target and int(target) > ck.step else ex.get("horizon")
+    if steps is not None and int(steps) <= ck.step:
+        raise RunError(f"checkpoint {ck.hash[:12]} is already at step {ck.step}; nothing to resume up to step "
+                       f"{steps}", where="resume --steps", hint=f"ask for more steps, e.g. --steps {2 * ck.step}")
+    kw = {k: v for k, v in kw.items() if v is not None}
+    kw.setdefault("device", ex.get("device"))
+    kw.setdefault("tier", ex.get("tier"))
+    if rex.get("checkpoint_every"):
+        kw.setdefault("checkpoint_every", rex["checkpoint_every"])
+    run = Run(spec, store=st, resume=ck.hash, steps=steps, run_id=run_id, **kw)
+    if run._handle is not None:
+        run._handle.update(extra=dict(run._handle.record.extra, resumed_from_run=origin))
+        if origin:
+            mark_resumed(st, origin, run.run_id)
+    return run
+
+
+def _spec(spec):
+    """A Spec from a Spec, spec text, or a spec file (str or path)."""
+    from ..plan.plan import _spec_of
+    if isinstance(spec, os.PathLike):
+        from ..spec import Spec
+        return Spec.from_file(spec)
+    return _spec_of(spec)
+
+
+def _resume_target(st, ref: str) -> tuple[str, str | None]:
+    """(checkpoint hash, the run it belongs to) for a checkpoint reference or a run id."""
+    from ..store.runs import get_run, resolve_run
+    origin = None
+    if isinstance(ref, str) and ref.startswith("run-") and st.index.ref(ref) is None:
+        origin = resolve_run(st, ref)
+        rec = get_run(st, origin)
+        if rec.state == "running":
+            raise RunError(f"run {origin} is still running (pid {rec.pid} on {rec.host})", where=f"run {origin}",
+                           hint=f"wait for it (scellis wait {origin}), or resume from one of its checkpoints "
+                                "by hash to branch off")
+        h = st.resolve_checkpoint(origin)
+    else:
+        h = st.resolve_checkpoint(ref)
+        row = st.index.checkpoint(h)
+        origin = row["run"] if row is not None else None
+    return h, origin
+
+
+def _spec_hash_of(st, ck_hash: str) -> str | None:
+    row = st.index.checkpoint(ck_hash)
+    return row["spec_hash"] if row is not None else None
+
+
+def _spec_job(spec) -> dict:
+    return {"text": spec.text, "source": spec.source, "base_dir": spec.base_dir}
+
+
+def _detach_kwargs(kw: dict) -> dict:
+    """Run keywords a child process can receive as JSON (a Device goes by name, weights by file path)."""
+    out = {}
+    for k, v in kw.items():
+        if v is None:
+            continue
+        if k not in _DETACH_KW:
+            raise RunError(f"{k}= cannot be passed to a detached run", where=f"train(detach=True, {k}=...)",
+                           hint=f"detached runs take {', '.join(_DETACH_KW)}")
+        if k == "device" and not isinstance(v, str):
+            v = "reference" if v.backend == "reference" else v.name
+        if k == "weights":
+            if not isinstance(v, (str, os.PathLike)):
+                raise RunError("a detached run takes pretrained weights as a .safetensors path",
+                               where="train(detach=True, weights=...)", hint="save them with safetensors first")
+            v = str(Path(v).resolve())
+        out[k] = v
+    return out
+
+
+# ---- results from records (runs of other processes) ---------------------------------------------------
+def result_of_record(rec, store=None) -> dict:
+    """The same summary as `Run.result()`, read from a run record (any process, any time)."""
+    ex = rec.extra or {}
+    steps = ex.get("steps")
+    if steps is None:                       # not finished: as far as its last checkpoint got
+        steps = next((c["step"] for c in rec.checkpoints if c["hash"] == rec.last_checkpoint), None)
+        row = store.index.checkpoint(rec.last_checkpoint) if steps is None and rec.last_checkpoint and store else None
+        steps = row["step"] if row is not None else steps
+    return {"run": rec.id, "state": rec.state, "steps": steps, "target_steps": ex.get("target_steps"),
+            "epochs": ex.get("epochs_done"),
+            "final_checkpoint": rec.last_checkpoint if rec.state == "finished" else None,
+            "last_checkpoint": rec.last_checkpoint, "weights_hash": ex.get("weights_hash"),
+            "metrics": dict(rec.metrics or {}), "loss_history": list(ex.get("loss_history") or []),
+            "skipped_steps": ex.get("skipped"), "stop_reason": ex.get("stop_reason"),
+            "measured_peak_bytes": rec.measured_peak_bytes, "predicted_peak_bytes": rec.predicted_peak_bytes,
+            "device": rec.device, "tier": rec.tier, "spec_hash": rec.spec_hash, "program_hash": rec.program_hash,
+            "error": rec.error, "resumed_from": ex.get("resumed_from"), "resumed_by": ex.get("resumed_by")}
+
+
+def follow(store, run_id: str, *, timeout: float | None = None, poll: float = 0.25,
+           from_start: bool = True) -> Iterator[dict]:
+    """Progress events of a run as they are written (any process), ending with
+    {"event": "done", "state": ..., "result": {...}} once the run reaches a final state.
+
+    Raises WaitTimeout when `timeout` seconds pass first. Works for detached runs that have not yet
+    registered (their launch file names the process) and for runs that wrote no events at all.
+    """
+    from .detach import current_state, resolve_any
+    st = open_store(store, create=False)
+    run_id = resolve_any(st, run_id)
+    path = st.root / "logs" / f"{run_id}.events.jsonl"
+    offset = 0 if from_start else (path.stat().st_size if path.exists() else 0)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        evs, offset = read_events(path, offset)
+        yield from evs
+        state, rec = current_state(st, run_id)
+        if state in FINAL_STATES:
+            evs, offset = read_events(path, offset)
+            yield from evs
+            yield {"event": "done", "run": run_id, "state": state,
+                   "result": result_of_record(rec, st) if rec is not None else {"run": run_id, "state": state}}
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            raise WaitTimeout(f"run {run_id} is still {state} after {timeout:g} s", where=f"run {run_id}",
+                              hint="wait longer (--timeout), or follow it again later", state=state)
+        time.sleep(poll)
+
+
+def exit_code(state: str) -> int:
+    """The CLI's exit status for a run's final state: 0 finished, 3 refused, 1 otherwise."""
+    return {"finished": 0, "refused": 3}.get(state, 1)
+
+
+
+__all__ = ["train", "resume", "prepare_resume", "runs", "drive", "follow", "open_store", "result_of_record",
+           "format_event", "summary_lines", "read_events", "Events", "WaitTimeout", "exit_code"]

@@ -1,0 +1,286 @@
+"""`verify`: re-execute a recorded run from its pinned inputs on the reference path and compare.
+
+Why from the store alone: a notebook carries run-record hashes, and "reproducible" means anyone with the
+store and the data can rerun the record and get the same result. The pinned inputs are the stored spec
+text (its hash is the record's spec hash), the dataset and split hashes (the data on disk is re-hashed,
+and a changed file is named), the seed and tier (in the spec and record), the program hash and the
+checkpoints (every one re-hashed on load; a resumed run restarts from the checkpoint it resumed from).
+
+Comparison: a `debug` run recorded on the reference device must give the very same weights hash, loss
+curve and metrics. A `prod` or `fast` run, or one recorded on another backend (wgpu), is compared
+within the tier's declared tolerance (`determinism.TOLERANCE`; across devices at least prod's), as a
+relative error: ||a - b|| / ||b|| over all weights, and |a - b| / max(|b|, 1) per loss or metric value.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ScellisError
+
+MAX_HASHED_FILES = 256        # beyond this many data files the record keeps the content hash only
+
+
+class VerifyError(ScellisError, ValueError):
+    code = "verify"
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Verification:
+    run: str
+    ok: bool
+    mode: str                      # "exact" or "tolerance"
+    tolerance: float
+    device: str
+    checks: list = field(default_factory=list)
+    rerun: dict | None = None      # the re-executed run's weights hash, steps, metrics
+
+    @property
+    def differences(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["differences"] = [asdict(c) for c in self.differences]
+        return d
+
+    def lines(self) -> list[str]:
+        head = (f"{'verified' if self.ok else 'DOES NOT VERIFY'}: run {self.run} re-executed on {self.device} "
+                f"({'bit-identical' if self.mode == 'exact' else f'tolerance {self.tolerance:g}'})")
+        return [head] + [f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in self.checks]
+
+
+def data_files(dataset) -> list[dict]:
+    """The files a dataset was read from, each with its size and BLAKE3 (so verify can name a changed one)."""
+    import blake3
+    paths = list(getattr(dataset, "files", None) or [])
+    if not paths:
+        paths = [p for p in (getattr(dataset, "path", None), getattr(dataset, "target_path", None)) if p]
+    if not paths and getattr(dataset, "_file", None):
+        paths = [dataset._file[0]]
+    if len(paths) > MAX_HASHED_FILES:
+        return [{"path": str(Path(p).resolve()), "bytes": None, "blake3": None} for p in paths[:MAX_HASHED_FILES]]
+    out = []
+    for p in paths:
+        p = Path(p)
+        h = blake3.blake3()
+        try:
+            with open(p, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            out.append({"path": str(p.resolve()), "bytes": p.stat().st_size, "blake3": h.hexdigest()})
+        except OSError:
+            out.append({"path": str(p.resolve()), "bytes": None, "blake3": None})
+    return out
+
+
+def _changed_files(recorded: list[dict]) -> list[str]:
+    """What differs between the recorded data files and the disk, one phrase per file."""
+    now = {d["path"]: d for d in data_files(_Paths([Path(r["path"]) for r in recorded]))}
+    out = []
+    for r in recorded:
+        cur = now.get(r["path"])
+        if not Path(r["path"]).exists():
+            out.append(f"{r['path']} is gone")
+        elif r.get("blake3") and cur and cur["blake3"] != r["blake3"]:
+            out.append(f"{r['path']} changed ({r['bytes']} -> {cur['bytes']} bytes, BLAKE3 {r['blake3'][:12]} -> "
+                       f"{cur['blake3'][:12]})")
+    return out
+
+
+class _Paths:
+    def __init__(self, files):
+        self.files = files
+
+
+def _rel(a, b) -> float:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def _value_err(a: float, b: float) -> float:
+    return abs(float(a) - float(b)) / max(abs(float(b)), 1.0)
+
+
+def _options(d: dict | None):
+    if not d:
+        return None
+    from ..program.training import StepOptions
+    d = dict(d)
+    for k in ("shard", "relay"):
+        d[k] = tuple(d[k])
+    if d.get("peft"):
+        d["peft"] = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d["peft"].items()))
+    return StepOptions(**d)
+
+
+def verify(run_id: str, store=None, device: str = "reference", tolerance: float | None = None) -> Verification:
+    """Re-execute run `run_id` of `store` on `device` (the reference path) and compare with its record.
+
+    tolerance: compare within this relative error instead of the tier's rule (0 still means bit for bit
+    only for a debug run recorded on the same backend; otherwise values are compared within 0).
+
+    Raises VerifyError for a run that cannot be verified (not finished, started from weights given in
+    Python); returns a Verification (`.ok`, `.checks`, `.differences`) otherwise.
+    """
+    from .. import determinism
+    from ..backends.device import device as pick
+    from ..spec import Spec
+    from .lifecycle import open_store
+    from .run import Run
+    st = open_store(store, create=False)
+    rec = st.get_run(run_id)
+    where = f"run {rec.id}"
+    if rec.state != "finished":
+        hint = f"resume it first: scellis resume {rec.id}" if rec.state == "interrupted" else "verify a finished run"
+        raise VerifyError(f"run {rec.id} is {rec.state}: only a finished run has results to verify", where=where,
+                          hint=hint)
+    ex = rec.extra or {}
+    if ex.get("pretrained"):
+        raise VerifyError(f"run {rec.id} started from weights passed in Python, which the store does not hold",
+                          where=where, hint="start runs to verify from the spec's initializers or a checkpoint")
+    if "steps" not in ex or "weights_hash" not in ex:
+        raise VerifyError(f"run {rec.id}'s record has no result to compare (steps, weights hash)", where=where,
+                          hint="it was recorded by an older engine")
+    dev = pick(device)
+    same_backend = (rec.device or {}).get("backend") == dev.backend
+    exact = same_backend and rec.tier == "debug"
+    tol = determinism.TOLERANCE.get(rec.tier, 0.0)
+    if not same_backend:
+        tol = max(tol, determinism.TOLERANCE["prod"])
+    if tolerance is not None:
+        if not tolerance >= 0:
+            raise VerifyError(f"tolerance must be a relative error >= 0, got {tolerance!r}", where="verify")
+        tol = float(tolerance)
+        exact = exact and tol == 0.0
+    out = Verification(rec.id, False, "exact" if exact else "tolerance", 0.0 if exact else tol,
+                       f"{dev.backend}:{dev.name}")
+    add = lambda name, ok, detail: out.checks.append(Check(name, bool(ok), detail))  # noqa: E731
+
+    # the spec, by its hash
+    th = st.ref(f"spec-{rec.spec_hash}")
+    if th is None or st.text_or_none(th) is None:
+        add("spec", False, f"the store has no text for spec {str(rec.spec_hash)[:12]}")
+        return out
+    try:
+        spec = Spec.from_text(st.get_text(th), source=ex.get("spec_source") or "<stored spec>",
+                              base_dir=ex.get("base_dir"))
+    except ScellisError as e:                       # e.g. its dataset file is gone: named with file:line:col
+        add("spec", False, e.diagnostic.format().replace("\n", " "))
+        _data_check(out, ex, add)
+        return out
+    add("spec", spec.hash == rec.spec_hash, f"hash {spec.hash[:12]}" + (
+        "" if spec.hash == rec.spec_hash else f", recorded {str(rec.spec_hash)[:12]}"))
+
+    # every recorded checkpoint re-hashes; the one the run resumed from is its starting point
+    bad, gone = [], []
+    for c in rec.checkpoints:
+        try:
+            st.load_checkpoint(c["hash"])
+        except ScellisError as e:
+            (gone if e.diagnostic.code in ("store-unknown", "store-missing") else bad).append(
+                f"{c['hash'][:12]} (step {c['step']}): {e.diagnostic.message}")
+    note = f"{len(rec.checkpoints) - len(bad) - len(gone)} of {len(rec.checkpoints)} re-hashed"
+    if gone:
+        note += f"; {len(gone)} collected by gc"
+    add("checkpoints", not bad, note + ("; corrupt: " + "; ".join(bad) if bad else ""))
+    start = None
+    if ex.get("resumed_from"):
+        try:
+            start = st.load_checkpoint(ex["resumed_from"])
+        except ScellisError as e:
+            add("start checkpoint", False, f"{ex['resumed_from'][:12]}: {e.diagnostic.message}")
+            return out
+
+    # the data on disk against the recorded hashes (nothing is re-executed on other data)
+    try:
+        run = Run(spec, device=dev, tier=rec.tier, steps=int(ex["steps"]), epochs=ex.get("epochs"),
+                  eval_every=ex.get("eval_every"), options=_options(ex.get("options")), resume=start)
+    except ScellisError as e:
+        changed = _changed_files(ex.get("data_files") or [])
+        add("dataset", False, "; ".join(changed + [e.diagnostic.format().replace("\n", " ")]))
+        return out
+    dh, sh = run.dataset.content_hash(), run.split.hash
+    if dh != rec.dataset_hash:
+        changed = _changed_files(ex.get("data_files") or [])
+        add("dataset", False, "the data differs from the record: " + ("; ".join(changed) if changed else
+            f"dataset {spec.data.get('dataset')!r} hashes to {dh[:12]}, recorded {str(rec.dataset_hash)[:12]}"))
+        return out
+    add("dataset", True, f"hash {dh[:12]}" + (f" ({len(ex.get('data_files') or [])} files)" if ex.get("data_files")
+                                               else ""))
+    add("split", sh == rec.split_hash, f"hash {sh[:12]}" + ("" if sh == rec.split_hash else
+                                                           f", recorded {str(rec.split_hash)[:12]}"))
+    if sh != rec.split_hash:
+        return out
+    if same_backend:
+        ph = run.plan.program_hash
+        add("program", ph == rec.program_hash, f"hash {ph[:12]}" + (
+            "" if ph == rec.program_hash else f", recorded {str(rec.program_hash)[:12]} (the engine compiles the "
+                                              "step differently now)"))
+
+    # re-execute and compare
+    for _ in run:
+        pass
+    r = run.result()
+    out.rerun = {"weights_hash": r["weights_hash"], "steps": r["steps"], "metrics": r["metrics"],
+                 "measured_peak_bytes": r["measured_peak_bytes"]}
+    add("steps", r["steps"] == ex["steps"], f"{r['steps']}" + ("" if r["steps"] == ex["steps"] else
+                                                             f", recorded {ex['steps']}"))
+    want_loss = list(ex.get("loss_history") or [])
+    if exact:
+        add("weights", r["weights_hash"] == ex["weights_hash"],
+            f"hash {r['weights_hash'][:12]}" + ("" if r["weights_hash"] == ex["weights_hash"] else
+                                                f", recorded {ex['weights_hash'][:12]}"))
+        diff = [i for i, (a, b) in enumerate(zip(r["loss_history"], want_loss)) if a != b]
+        ok = len(r["loss_history"]) == len(want_loss) and not diff
+        add("loss history", ok, f"{len(want_loss)} steps identical" if ok else
+            f"first difference at step {diff[0] + 1 if diff else min(len(want_loss), len(r['loss_history'])) + 1}")
+        bad_m = [k for k, v in (rec.metrics or {}).items() if r["metrics"].get(k) != v]
+        add("metrics", not bad_m, "identical" if not bad_m else
+            "; ".join(f"{k} {r['metrics'].get(k)} vs recorded {rec.metrics[k]}" for k in bad_m))
+        if rec.measured_peak_bytes is not None:
+            add("measured peak", r["measured_peak_bytes"] == rec.measured_peak_bytes,
+                f"{r['measured_peak_bytes']} bytes (recorded {rec.measured_peak_bytes})")
+    else:
+        final = rec.last_checkpoint
+        try:
+            want_w = st.load_checkpoint(final).weights
+        except ScellisError as e:
+            add("weights", False, f"final checkpoint {str(final)[:12]}: {e.diagnostic.message}")
+            want_w = None
+        if want_w is not None:
+            got_w = run.weights()
+            names = sorted(want_w)
+            if sorted(got_w) != names:
+                add("weights", False, f"parameter names differ: {sorted(set(got_w) ^ set(names))[:3]}")
+            else:
+                err = _rel(np.concatenate([got_w[k].ravel() for k in names]),
+                           np.concatenate([np.asarray(want_w[k]).ravel() for k in names]))
+                add("weights", err <= tol, f"relative error {err:.3g} (tolerance {tol:g})")
+        n = min(len(want_loss), len(r["loss_history"]))
+        err = max((_value_err(a, b) for a, b in zip(r["loss_history"], want_loss)), default=0.0)
+        add("loss history", len(want_loss) == len(r["loss_history"]) and err <= tol,
+            f"{n} steps, largest relative error {err:.3g}")
+        errs = {k: _value_err(r["metrics"][k], v) for k, v in (rec.metrics or {}).items()
+                if isinstance(v, (int, float)) and isinstance(r["metrics"].get(k), (int, float))}
+        worst = max(errs.items(), key=lambda kv: kv[1], default=(None, 0.0))
+        add("metrics", all(e <= tol for e in errs.values()), f"{len(errs)} compared, largest relative error "
+            f"{worst[1]:.3g}" + (f" ({worst[0]})" if worst[0] else ""))
+    out.ok = all(c.ok for c in out.checks)
+    return out
+
+
+def _data_check(out: Verification, ex: dict, add) -> None:
+    """When the spec no longer loads, still say which recorded data files changed or vanished."""
+    changed = _changed_files(ex.get("data_files") or [])
+    if changed:
+        add("dataset", False, "; ".join(changed))
