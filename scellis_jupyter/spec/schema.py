@@ -50,7 +50,7 @@ NODE_KEYS = ("name", "op", "in")
 RECIPE_KEYS = ("loss", "optimizer", "scheduler", "epochs", "steps", "batch_size", "precision", "clip_grad_norm",
                "clip_grad_value", "metrics", "determinism", "seed", "grad_accum_steps", "checkpointing", "peft", "ema",
                "swa_start", "swa_every",
-               "eval_every")
+               "eval_every", "regularizers", "sampling", "augment")
 OPTIMIZER_KEYS = ("name", "lr", "weight_decay", "betas", "beta1", "beta2", "momentum", "eps", "nesterov",
                   "dampening", "amsgrad")
 SCHEDULER_KEYS = ("name", "warmup_steps", "min_lr", "total_steps", "step_size", "gamma", "milestones", "cycles",
