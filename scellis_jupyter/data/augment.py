@@ -61,10 +61,10 @@ def _shift(shape, pixels=1):
     return fn
 
 
-def _hflip(shape, p=0.5):
+def _hflip(shape, prob=0.5):
     def fn(x, stream):
         u = (stream.bits(x.shape[0]).astype(np.float64) + 0.5) / 2.0 ** 32
-        flip = u < p
+        flip = u < prob
         out = x.copy()
         out[flip] = x[flip][..., ::-1]
         return out
@@ -76,8 +76,8 @@ AUGMENTATIONS: dict[str, Augmentation] = {a.name: a for a in (
                  False, _noise, "adds N(0, std^2) to every input value"),
     Augmentation("random_shift", {"pixels": Param(int, 1, lo=1, hi=64, doc="largest shift per axis")},
                  True, _shift, "moves each image by (dy, dx) uniform in [-pixels, pixels]^2, zeros shifted in"),
-    Augmentation("hflip", {"p": Param(float, 0.5, lo=0.0, hi=1.0, doc="probability of flipping an example")},
-                 True, _hflip, "mirrors each image left-right with probability p"),
+    Augmentation("hflip", {"prob": Param(float, 0.5, lo=0.0, hi=1.0, doc="probability of flipping an example")},
+                 True, _hflip, "mirrors each image left-right (last axis) with probability prob"),
 )}
 
 

@@ -337,3 +337,67 @@ def test_spectral_norm_buffers_are_planned_checkpointed_and_resumed(tmp_path):
     assert again.loss_history == whole.loss_history
     for k, b in whole.buffers().items():
         assert np.array_equal(again.buffers()[k], b), k
+
+
+# ---- exact resume with every kind of randomness on --------------------------------------------------------
+AUGMENTED = """
+name = "digits-augmented"
+[data]
+dataset = "digits"
+[model]
+input = { shape = [1, 8, 8], dtype = "f32" }
+nodes = [
+  { op = "flatten" },
+  { name = "fc1", op = "linear", out = 48 },
+  { op = "relu" },
+  { op = "dropout", p = 0.1 },
+  { name = "logits", op = "linear", out = 10 },
+]
+[recipe]
+loss = { name = "cross_entropy", label_smoothing = 0.05 }
+optimizer = { name = "adam", lr = 3e-3 }
+scheduler = { name = "cosine", warmup_steps = 5 }
+epochs = 2
+batch_size = 64
+metrics = ["accuracy"]
+determinism = "debug"
+seed = 3
+regularizers = [{ name = "mixup", alpha = 0.4, prob = 0.8 }, { name = "spectral_norm", layers = ["fc1"] },
+                { name = "weight_decay", decay = 1e-3, mode = "decoupled" }]
+augment = [{ name = "gaussian_noise", std = 0.05 }, { name = "random_shift", pixels = 1 }, { name = "hflip", prob = 0.3 }]
+sampling = { class_weights = [3.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5] }
+"""
+
+
+@pytest.mark.parametrize("device", ["reference", "wgpu"])
+def test_exact_resume_with_mixup_augmentation_and_weighted_sampling(tmp_path, run_python, device):
+    """Train N, checkpoint, resume in a new process to the horizon (2 epochs, so past an epoch end): the
+    same losses, weights, optimizer state, spectral-norm buffers and stream positions as one go."""
+    from test_run import RESUME                 # tests/train/test_run.py's resume-in-a-new-process script
+    import json
+    if device == "wgpu":
+        try:
+            sc.device("wgpu")
+        except sc.ScellisError as e:  # pragma: no cover
+            pytest.skip(f"no wgpu adapter: {e}")
+    n = 9
+    spec = tmp_path / "augmented.toml"
+    spec.write_text(AUGMENTED)
+    first = Run(Spec.from_file(spec), device=device, store=tmp_path / "s", steps=n)
+    list(first)
+    assert first.gen.positions["augment"] > 0 and first.loader.weights is not None
+    r = run_python(RESUME, first.checkpoints[-1][:12], str(tmp_path / "s"), device, SCELLIS_DEVICE=device)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    whole = Run(Spec.from_file(spec), device=device)
+    list(whole)
+    assert got["steps"] == whole.horizon == 2 * len(whole.loader)
+    assert got["loss"] == whole.loss_history
+    for k, v in whole.weights().items():
+        assert np.array_equal(np.asarray(got["w"][k], np.float32), v), k
+    for p, d in whole.optimizer_state().items():
+        for k, v in d.items():
+            assert np.array_equal(np.asarray(got["s"][f"{p}.{k}"], np.float32), v), (p, k)
+    assert {"fc1.weight.sn_u", "fc1.weight.sn_v"} <= set(got["s"])
+    assert got["rng"] == whole.gen.state_dict()
+    assert got["hist"] == whole.metric_history
