@@ -298,6 +298,11 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
                 forward_ids |= rinfo.pop("replay_ids")
                 info["recompute"] = rinfo
                 gj = [pg.get(n) for n in names]
+                # gradients wrt a regularizer-transformed weight (spectral norm's W / sigma) go back
+                # through the transform to the trained leaf
+                gj = [grad([params[n]], [base_of[n]], grad_outputs=[g])[0]
+                      if g is not None and n in reg.transforms and params[n] is not base_of[n] else g
+                      for g, n in zip(gj, names)]
             else:
                 vals = {-1: xj}
                 for i in stage_nodes:

@@ -401,3 +401,34 @@ def test_exact_resume_with_mixup_augmentation_and_weighted_sampling(tmp_path, ru
     assert {"fc1.weight.sn_u", "fc1.weight.sn_v"} <= set(got["s"])
     assert got["rng"] == whole.gen.state_dict()
     assert got["hist"] == whole.metric_history
+
+
+def _short(text, **repl):
+    text = text.replace("epochs = 2", "steps = 8").replace('scheduler = { name = "cosine", warmup_steps = 5 }\n', "")
+    for a, b in repl.items():
+        text = text.replace(a, b)
+    return text
+
+
+def test_activation_checkpointing_with_regularizers_is_bit_identical():
+    """Recomputed segments, the spectral-norm transform's gradient chained back to the trained weight."""
+    plain = Run(_short(AUGMENTED), device="reference")
+    ck = Run(_short(AUGMENTED, **{"seed = 3": 'seed = 3\ncheckpointing = "activations"'}), device="reference")
+    assert [s.loss for s in ck] == [s.loss for s in plain]
+    for k, v in plain.weights().items():
+        assert np.array_equal(ck.weights()[k], v), k
+    assert all(np.array_equal(ck.buffers()[k], v) for k, v in plain.buffers().items())
+
+
+def test_gradient_accumulation_with_mixup_is_the_big_batch():
+    """The mixing permutation spans the whole update batch; each micro-batch takes its rows of x~ and of
+    both target sets, so 2 x 32 accumulated is the 64 batch (up to f32 summation order)."""
+    nodrop = {'{ op = "dropout", p = 0.1 },': ""}
+    big = Run(_short(AUGMENTED, **nodrop), device="reference")
+    acc = Run(_short(AUGMENTED, **nodrop, **{"batch_size = 64": "batch_size = 32\ngrad_accum_steps = 2"}),
+              device="reference")
+    lb, la = [s.loss for s in big], [s.loss for s in acc]
+    np.testing.assert_allclose(la, lb, rtol=2e-5)
+    for k, v in big.weights().items():
+        np.testing.assert_allclose(acc.weights()[k], v, rtol=1e-4, atol=1e-5)
+    assert acc.gen.positions["augment"] == big.gen.positions["augment"]
