@@ -27,7 +27,7 @@ __all__ = ["KINDS", "FOLDERS", "CHECKS", "CatalogError", "Entry", "Param", "Stat
            "aggregation", "partitioner", "reducer", "Schedule"]
 
 # each kind's conformance checks register themselves with `checker` on import
-from . import initializers, metrics, peft, schedulers  # noqa: E402,F401
+from . import initializers, losses, metrics, peft, regularizers, schedulers  # noqa: E402,F401
 # importing the submodule `peft` (the Adaptation contract) bound its name here: the decorator keeps it;
 # `from scellis_jupyter.catalog.peft import Adaptation` still finds the module
 from .registry import peft  # noqa: E402,F811

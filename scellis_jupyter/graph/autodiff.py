@@ -328,7 +328,7 @@ def grad(outputs: list[Node], wrt: list[Node], grad_outputs: list[Node] | None =
     # only walk nodes on a path to some wrt node
     needs: set[int] = set()
     for n in order:
-        if n.id in want or any(i.id in needs for i in n.inputs):
+        if n.id in want or (any(i.id in needs for i in n.inputs) and not n.attrs.get("stop_gradient")):
             needs.add(n.id)
     grads: dict[int, Node] = {}
     multi: dict[int, dict[int, Node]] = {}

@@ -168,6 +168,14 @@ def reshape(x: Node, shape) -> Node:
     return make("reshape", [x], shape=shape)
 
 
+def stop_gradient(x: Node) -> Node:
+    """x itself in the forward; autodiff passes nothing through it (torch's .detach()).
+
+    An identity view marked `stop_gradient`, so every backend already runs it; graph.autodiff cuts there.
+    """
+    return make("reshape", [x], shape=tuple(x.shape), stop_gradient=True)
+
+
 def permute(x: Node, perm) -> Node:
     perm = tuple(perm)
     if perm == tuple(range(len(x.shape))):

@@ -13,7 +13,8 @@ from .. import determinism
 from ..errors import ScellisError
 
 GREEN_HEADROOM = 0.80         # green: the peak uses at most 80% of capacity
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "master_weights", "data")
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "master_weights", "data",
+              "buffers")
 
 
 class PlanError(ScellisError):
@@ -106,7 +107,7 @@ def step_peak(step, impl) -> tuple[int, dict, dict]:
     for leaf in step.leaves:
         size = impl.alloc_bytes(nb(leaf.node.shape, leaf.node.dtype))
         role = {"parameter": "parameters", "optimizer_state": "optimizer_state", "data": "data",
-                "master_weights": "master_weights"}.get(leaf.role, "workspace")
+                "master_weights": "master_weights", "buffer": "buffers"}.get(leaf.role, "workspace")
         bd[role] += size
     # the arena at its worst step (from the liveness plan), split by what lives there
     arena = prog.arena

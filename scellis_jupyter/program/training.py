@@ -25,7 +25,6 @@ from . import partition
 from .recompute import checkpointed_grads
 from .schedule import Program, compile_program
 
-LOSSES = ("cross_entropy", "mse")   # lowered here until every catalog loss entry is wired in
 PRECISIONS = ("fp32", "mixed-f16")
 CHECKPOINTING = ("none", "activations")
 DATA_PLACEMENTS = ("stream", "device")
@@ -119,26 +118,47 @@ class TrainStep:
         return sum(dt.nbytes(l.node.shape, l.node.dtype) for l in self.leaves if l.role == role)
 
 
-def _target(spec, graph, batch: int) -> Node:
-    task = (spec.dataset.task if spec.dataset is not None else "classification")
-    out = graph.output_shape
-    if spec.recipe.get("loss", "cross_entropy") == "cross_entropy" or task != "regression":
-        return F.placeholder((batch,) + tuple(out[:-1]), "i32", "y")
-    return F.placeholder((batch,) + tuple(out), "f32", "y")
+def recipe_loss(spec):
+    """The recipe's loss as a catalog instance (`recipe.loss` names it, `recipe.loss_params` configure it)."""
+    from ..catalog.losses import make_loss
+    r = spec.recipe
+    task = spec.dataset.task if spec.dataset is not None else "classification"
+    name = r.get("loss") or ("mse" if task == "regression" else "cross_entropy")
+    if isinstance(name, dict):
+        return make_loss(name)
+    return make_loss({"name": name, **dict(r.get("loss_params") or {})})
 
 
-def loss_node(name: str, pred: Node, y: Node) -> Node:
-    if pred.dtype == "f16":
-        pred = F.cast(pred, "f32")           # losses reduce in f32
-    if name == "cross_entropy":
-        lp = F.log_softmax(pred, -1)
-        picked = F.gather(lp, len(pred.shape) - 1, F.reshape(y, tuple(y.shape) + (1,)))
-        return F.neg(F.mean(picked))
-    if name == "mse":
-        d = F.sub(pred, F.reshape(y, pred.shape) if y.shape != pred.shape else y)
-        return F.mean(F.mul(d, d))
-    raise ScellisError(f"loss {name!r} has no training-step lowering yet", code="catalog",
-                       hint=did_you_mean(name, LOSSES) or f"available: {', '.join(LOSSES)}")
+def target_spec(spec, graph, loss=None):
+    """What the loss compares the model output with (catalog.losses.Target), per example."""
+    from ..catalog.losses import target_of
+    return target_of(loss if loss is not None else recipe_loss(spec), tuple(graph.output_shape))
+
+
+def _target(spec, graph, batch: int, loss=None) -> Node | None:
+    """The y placeholder the loss declares ([batch, *target shape], its dtype), or None without a target."""
+    t = target_spec(spec, graph, loss)
+    if t.kind == "none":
+        return None
+    return F.placeholder((batch,) + t.shape, t.dtype, "y")
+
+
+def loss_node(loss, pred: Node, y: Node | None) -> Node:
+    """The loss (a catalog name, a {name, **params} dict, or an instance) on pred and y, reduced in f32."""
+    from ..catalog.losses import loss_value, make_loss
+    return loss_value(make_loss(loss), pred, y)
+
+
+def _mixed_loss(loss, pred: Node, pairs: list) -> Node:
+    """sum_i w_i L(pred, t_i) over (weight, target) pairs; one pair of weight 1 is just L(pred, y)."""
+    from ..catalog.losses import loss_value
+    total = None
+    for w, t in pairs:
+        term = loss_value(loss, pred, t)
+        if not (isinstance(w, (int, float)) and w == 1.0):
+            term = F.mul(term, F.cast(w, term.dtype) if isinstance(w, Node) else float(w))
+        total = term if total is None else F.add(total, term)
+    return total
 
 
 def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=None,
@@ -188,15 +208,6 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         x = F.placeholder((b,) + tuple(graph.shapes[key[prev]]), wdt, "act_in")
         leaves_meta[x.id] = ("act_in", "data")
         x_in = x
-    y = None
-    if last:
-        y = _target(spec, graph, k * b)
-        if rows is not None:
-            ytab = F.placeholder((table.shape[0],) + tuple(y.shape[1:]), y.dtype, "data.y")
-            leaves_meta[ytab.id] = ("data.y", "data")
-            y = F.index_select(ytab, 0, rows)
-        else:
-            leaves_meta[y.id] = ("y", "data")
     lr = F.placeholder((), "f32", "lr")
     step = F.placeholder((), "f32", "step")
     leaves_meta[lr.id], leaves_meta[step.id] = ("lr", "scalar"), ("step", "scalar")
@@ -238,11 +249,56 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
 
     from ..rng.generator import StepGenerator
     gen = StepGenerator(int(spec.recipe.get("seed") or 0))
-    loss_name = spec.recipe.get("loss", "cross_entropy")
 
-    def loss_of(pred, target=None):
-        loss = loss_node(loss_name, pred, y if target is None else target)
-        return F.mul(loss, scale) if mixed else loss
+    # ---- the loss, its target, and the regularizers --------------------------------------------
+    from ..catalog.losses import make_loss
+    from ..catalog.regularizers import RegContext, regularization_of
+    loss = eval_loss = recipe_loss(spec)
+    loss_name = getattr(loss, "name", type(loss).__name__)
+    target = target_spec(spec, graph, loss)
+    reg = regularization_of(spec.recipe.get("regularizers"),
+                            RegContext(graph, loss, target, k * b, tuple(inp["shape"]), inp["dtype"], tuple(names)))
+    if reg.loss_params:
+        loss = make_loss({"name": loss_name, **dict(getattr(loss, "config", {}) or {}), **reg.loss_params})
+        target = target_spec(spec, graph, loss)
+    if getattr(loss, "reduction", "mean") == "none":
+        raise ScellisError(f"loss {loss_name!r} with reduction 'none' gives one loss per element; a training "
+                           f"step needs a number", code="plan", where="recipe.loss", hint='use reduction = "mean"')
+    y = None
+    if last and target.kind != "none" and rows is not None:
+        ytab = F.placeholder((table.shape[0],) + target.shape, target.dtype, "data.y")
+        leaves_meta[ytab.id] = ("data.y", "data")
+        y = F.index_select(ytab, 0, rows)
+    elif last and target.kind != "none":
+        y = F.placeholder((k * b,) + target.shape, target.dtype, "y")
+        leaves_meta[y.id] = ("y", "data")
+    reg_in: dict[str, Node] = {}
+    for si in reg.inputs:
+        reg_in[si.name] = F.placeholder(tuple(si.shape), si.dtype, si.name)
+        leaves_meta[reg_in[si.name].id] = (si.name, "data")
+    pairs = [(1.0, y)]                       # the loss is sum_i w_i L(pred, t_i) over these
+    if reg.mix is not None:
+        if stages > 1:
+            raise ScellisError("a batch-mixing regularizer (mixup, cutmix) across a layer relay is not supported",
+                               code="plan", where="recipe.regularizers", hint="use one of the two")
+        x_in, pairs = reg.mix(x_in, y, reg_in)
+    buffers: dict[str, Node] = {}
+    new_buffers: dict[str, Node] = {}
+    for bd in reg.buffers:
+        if bd.param not in params:
+            continue                         # another relay stage's weight
+        buffers[bd.leaf] = F.placeholder(tuple(bd.shape), bd.dtype, bd.leaf)
+        leaves_meta[buffers[bd.leaf].id] = (bd.leaf, "buffer")
+    for pname, fn in reg.transforms.items():
+        if pname not in params:
+            continue
+        mine = {bd.slot: buffers[bd.leaf] for bd in reg.buffers if bd.param == pname}
+        params[pname], upd = fn(params[pname], mine, training)
+        new_buffers.update({f"{pname}.{slot}": v for slot, v in upd.items()})
+
+    def loss_of(pred, target_pairs=None):
+        loss_v = _mixed_loss(loss, pred, pairs if target_pairs is None else target_pairs)
+        return F.mul(loss_v, scale) if mixed else loss_v
 
     # ---- forward and backward -------------------------------------------------------------------
     info: dict = {}
@@ -252,10 +308,10 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         # micro-batch's activations are alive at a time; gradients and the loss are their means
         forward_ids, losses, grads, prev = set(), [], None, ()
         for j in range(k):
-            xj, yj = x_in, y
+            xj, yj = x_in, pairs
             if k > 1:
                 xj = _rows(x_in, j * b, (j + 1) * b)
-                yj = _rows(y, j * b, (j + 1) * b)
+                yj = [(w, None if t is None else _rows(t, j * b, (j + 1) * b)) for w, t in pairs]
                 xj.after = prev
             if opts.checkpointing == "activations":
                 sj, pred, pg, rinfo = checkpointed_grads(graph, xj, params, names,
@@ -265,6 +321,11 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
                 forward_ids |= rinfo.pop("replay_ids")
                 info["recompute"] = rinfo
                 gj = [pg.get(n) for n in names]
+                # gradients wrt a regularizer-transformed weight (spectral norm's W / sigma) go back
+                # through the transform to the trained leaf
+                gj = [grad([params[n]], [base_of[n]], grad_outputs=[g])[0]
+                      if g is not None and n in reg.transforms and params[n] is not base_of[n] else g
+                      for g, n in zip(gj, names)]
             else:
                 vals = {-1: xj}
                 for i in stage_nodes:
@@ -371,7 +432,11 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             s = F.placeholder(d.shape, d.dtype, f"{n}.{d.name}")
             st[d.name] = s
             leaves_meta[s.id] = (f"{n}.{d.name}", "optimizer_state")
+        if reg.grad_hook is not None:
+            g = reg.grad_hook(n, g, master)
         new_m, new_st = opt.update(master, g, st, step, lr)
+        if reg.decay is not None:
+            new_m = reg.decay(n, new_m, master, lr)
         if finite is not None:
             new_m = F.where(finite, new_m, master)
             new_st = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
@@ -401,6 +466,11 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             donate[len(outs)] = a                # avg += rate * (w - avg): rate 0 keeps it
             outs.append(F.add(a, F.mul(F.sub(F.cast(new_m, "f32"), a), rates[avg])))
             out_names.append(f"state:{n}.{avg}")
+    for leaf_name, new in new_buffers.items():        # regularizer state (spectral norm's u, v)
+        old = buffers[leaf_name]
+        donate[len(outs)] = old
+        outs.append(F.where(finite, new, old) if finite is not None else new)
+        out_names.append(f"state:{leaf_name}")
     for name, base in gen.bases.items():
         leaves_meta[base.id] = (f"rng:{name}", "scalar")
     info["rng_advance"] = dict(gen.positions)       # words each stream moves per step
@@ -425,6 +495,9 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         info_peft.setdefault("total_params", total)
         info_peft.setdefault("factor", tr / max(total, 1))
         info["peft"] = info_peft
+    info["target"] = target
+    info["loss_fn"], info["eval_loss"], info["regularization"] = loss, eval_loss, reg
+    info["examples"] = _examples(target, reg, k * b)
     info.update({"optimizer": type(opt).__name__, "loss": loss_name, "owned": owned,
                  "stage_nodes": [key[i] for i in stage_nodes],
                  "classes": int(graph.output_shape[-1]) if y is not None and y.dtype == "i32" else None})
@@ -438,6 +511,23 @@ def dataset_rows(spec) -> int:
         return int(info.n_rows)
     from ..data import load_dataset
     return len(load_dataset(None, spec.data, spec.base_dir))
+
+
+def _examples(target, reg, batch: int) -> dict:
+    """Valid synthetic values for the step's data leaves (the planner's measured step, conformance checks):
+    targets the loss accepts, regularizer inputs as the regularizer draws them, normalized buffers."""
+    import numpy as np
+    from ..rng.generator import Generator
+    ex = {}
+    if target.kind != "none":
+        ex["y"] = lambda rng: target.example(rng, batch)
+    for si in reg.inputs:
+        ex[si.name] = (lambda name: lambda rng: reg.draw(Generator(int(rng.integers(1 << 30))).stream("augment"))[name])(
+            si.name)
+    for bd in reg.buffers:
+        ex[bd.leaf] = (lambda shape: lambda rng: (lambda v: (v / np.linalg.norm(v)).astype(np.float32))(
+            rng.standard_normal(shape)))(tuple(bd.shape))
+    return ex
 
 
 def _rows(t: Node, lo: int, hi: int) -> Node:

@@ -118,8 +118,7 @@ def _check_model_fits_data(ck: Checker, model, graph, info: DatasetInfo | None, 
     Why here: a model with 96 outputs for a 103-character text, or an embedding smaller than the token
     ids, plans fine and fails only at the first batch; the spec is where the user can fix it.
     """
-    if info is None or not info.n_classes or recipe.get("loss") not in ("cross_entropy", "nll", "focal",
-                                                                         "multi_margin"):
+    if info is None or not info.n_classes or not _class_targets(graph, recipe):
         return
     out = graph.spec.nodes[graph.output]
     classes = graph.output_shape[-1] if graph.output_shape else None
@@ -134,6 +133,20 @@ def _check_model_fits_data(ck: Checker, model, graph, info: DatasetInfo | None, 
                 ck.error(("model", "nodes", n.index, "vocab"), f"embedding vocab {n.attrs.get('vocab')} is smaller "
                          f"than the {info.n_classes} token ids of dataset {info.name!r}", kind="shape",
                          hint=f"vocab = {info.n_classes}")
+
+
+def _class_targets(graph, recipe: dict) -> bool:
+    """Whether the recipe's loss declares class-id targets for this model's output (asks the catalog)."""
+    from ..catalog.losses import make_loss, target_of
+    from ..errors import ScellisError
+    if recipe.get("loss") is None:
+        return False
+    try:
+        t = target_of(make_loss({"name": recipe["loss"], **(recipe.get("loss_params") or {})}),
+                      tuple(graph.output_shape))
+    except ScellisError:
+        return False                     # reported by _check_training_fits_model
+    return t.kind == "class"
 
 
 def canonical_json(obj: Any) -> str:
@@ -184,6 +197,7 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
     except SpecError as e:
         return [e.diagnostic], None
     _check_model_fits_data(ck, model, graph, info, recipe)
+    _check_training_fits_model(ck, graph, info, recipe, inp)
     if ck.diags:
         return ck.diags, None
     if name is None:
@@ -390,7 +404,7 @@ def _check_recipe(ck: Checker, v: Any, info: DatasetInfo | None) -> dict:
     ck.known_keys(t, path, RECIPE_KEYS)
     task = info.task if info is not None else None
     r: dict[str, Any] = {}
-    r["loss"] = ck.choice(t, "loss", path, KNOWN["loss"], "mse" if task == "regression" else "cross_entropy", "loss")
+    r["loss"], r["loss_params"] = _check_loss(ck, t, path, "mse" if task == "regression" else "cross_entropy")
     r["optimizer"] = _named_table(ck, t, "optimizer", path, "adamw", _check_optimizer)
     r["scheduler"] = _named_table(ck, t, "scheduler", path, "constant", _check_scheduler)
     r["epochs"] = ck.integer(t, "epochs", path, 1, 10 ** 6, 1)
@@ -411,6 +425,9 @@ def _check_recipe(ck: Checker, v: Any, info: DatasetInfo | None) -> dict:
     r["swa_every"] = ck.integer(t, "swa_every", path, 1, MAX_COUNT, None)
     if "loss_scale" in t:
         r["loss_scale"] = _check_loss_scale(ck, t, path, r["precision"])
+    r["regularizers"] = _check_entry_list(ck, t, "regularizers", path, "regularizer")
+    r["augment"] = _check_augment(ck, t, path)
+    r["sampling"] = _check_sampling(ck, t, path, info)
     return r
 
 
@@ -436,6 +453,176 @@ def _check_loss_scale(ck: Checker, t: dict, path: tuple, precision: str | None) 
             "growth_interval": ck.integer(tab, "growth_interval", p, 1, MAX_COUNT, 2000)}
 
 
+# ---- catalog entries named in the recipe: names from the registry (user entries too), params checked ----
+def _catalog_names(kind: str) -> tuple:
+    from ..catalog import registry
+    return tuple(e["name"] for e in registry.list_entries(kind))
+
+
+def _check_params(ck: Checker, entry, t: dict, p: tuple, skip: tuple = ("name",)) -> dict:
+    """A {name, **params} table against the entry's declared Params: unknown keys with did-you-mean, values
+    typed and in range, each error at its key's line:col. Returns the validated params."""
+    from ..catalog.registry import CatalogError
+    out = {}
+    for k, v in t.items():
+        if k in skip:
+            continue
+        if k not in entry.params:
+            hint = did_you_mean(k, entry.params) or (f"{entry.kind} {entry.name!r} takes: "
+                                                     f"{', '.join(entry.params) or 'no parameters'}")
+            ck.error(p + (k,), f"{entry.kind} {entry.name!r} has no parameter {k!r}", hint, value=False,
+                     kind="unknown-key", key=k)
+            continue
+        try:
+            out[k] = entry.params[k].validate(k, v, f"{entry.kind} {entry.name!r}")
+        except CatalogError as e:
+            ck.error(p + (k,), f"{entry.kind} {entry.name!r}: {e.diagnostic.message}", e.diagnostic.hint,
+                     kind="range", got=v)
+    return out
+
+
+def _check_named(ck: Checker, v: Any, p: tuple, kind: str, what: str) -> tuple[str | None, dict]:
+    """A catalog entry given as "name" or { name = "...", params... }: (name, validated params)."""
+    from ..catalog import registry
+    if isinstance(v, str):
+        name = ck.name_in(v, p, _catalog_names(kind), what)
+        return name, {}
+    t = ck.table(v, p, f' or a {what} name')
+    if t is None:
+        return None, {}
+    if not ck.required(t, "name", p):
+        return None, {}
+    name = ck.choice(t, "name", p, _catalog_names(kind), None, what)
+    if name is None:
+        return None, {}
+    return name, _check_params(ck, registry.get(kind, name), t, p)
+
+
+def _check_loss(ck: Checker, t: dict, path: tuple, default: str) -> tuple[str | None, dict]:
+    p = path + ("loss",)
+    if "loss" not in t:
+        return default, {}
+    name, params = _check_named(ck, t["loss"], p, "loss", "loss")
+    if params.get("reduction") == "none":
+        ck.error(p + ("reduction",), "reduction 'none' gives one loss per element; training needs a number",
+                 'use reduction = "mean" or "sum"', kind="range", got="none")
+    return name, params
+
+
+def _check_entry_list(ck: Checker, t: dict, key: str, path: tuple, kind: str) -> list:
+    """An array of catalog entries ({ name, params } or names): [{name, **params}, ...]."""
+    if key not in t:
+        return []
+    v = t[key]
+    p = path + (key,)
+    if not isinstance(v, list):
+        ck.error(p, f"recipe.{key} must be an array like [{{ name = \"...\" }}], got {show(v)} ({kind_of(v)})",
+                 kind="type", got=v)
+        return []
+    out, seen = [], set()
+    for j, item in enumerate(v):
+        name, params = _check_named(ck, item, p + (j,), kind, kind)
+        if name is None:
+            continue
+        if name in seen:
+            ck.error(p + (j,), f"{kind} {name!r} is listed twice", "keep one", value=False, kind="duplicate")
+        seen.add(name)
+        out.append({"name": name, **params})
+    return out
+
+
+def _check_augment(ck: Checker, t: dict, path: tuple) -> list:
+    from ..catalog.registry import CatalogError
+    from ..data.augment import AUGMENTATIONS, check_augmentation
+    if "augment" not in t:
+        return []
+    v, p = t["augment"], path + ("augment",)
+    if not isinstance(v, list):
+        ck.error(p, f"recipe.augment must be an array like [{{ name = \"hflip\" }}], got {show(v)} ({kind_of(v)})",
+                 kind="type", got=v)
+        return []
+    out = []
+    for j, item in enumerate(v):
+        q = p + (j,)
+        tab = {"name": item} if isinstance(item, str) else ck.table(item, q, " like { name = \"hflip\" }")
+        if tab is None or not ck.required(tab, "name", q):
+            continue
+        if not isinstance(tab["name"], str) or ck.name_in(tab["name"], q + (("name",) if isinstance(item, dict) else ()),
+                                                        AUGMENTATIONS, "augmentation") is None:
+            continue
+        try:
+            out.append({"name": tab["name"], **check_augmentation(tab)})
+        except CatalogError as e:
+            key = e.diagnostic.details.get("key")
+            ck.error(q + ((key,) if key and isinstance(item, dict) and key in tab else ()), e.diagnostic.message,
+                     e.diagnostic.hint, kind="range")
+    return out
+
+
+def _check_sampling(ck: Checker, t: dict, path: tuple, info: DatasetInfo | None) -> Any:
+    from ..data.augment import SAMPLING
+    if "sampling" not in t:
+        return None
+    v, p = t["sampling"], path + ("sampling",)
+    if isinstance(v, str):
+        got = ck.name_in(v, p, SAMPLING, "sampling")
+        if got == "balanced" and info is not None and info.task not in ("classification", "unknown"):
+            ck.error(p, f"balanced sampling needs class labels; dataset {info.name!r} is {info.task}", kind="invalid",
+                     hint="remove sampling")
+        return None if got == "uniform" else got
+    tab = ck.table(v, p, ' like "balanced" or { class_weights = [1.0, 3.0] }')
+    if tab is None:
+        return None
+    ck.known_keys(tab, p, ("class_weights",), "sampling")
+    if not ck.required(tab, "class_weights", p):
+        return None
+    w = tab["class_weights"]
+    q = p + ("class_weights",)
+    ok = isinstance(w, list) and w and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                           and math.isfinite(x) and x >= 0 for x in w) and sum(w) > 0
+    if not ok:
+        ck.error(q, f"{format_path(q)} must be an array of weights >= 0, not all 0, got {show(w)}", kind="range", got=w)
+        return None
+    if info is not None and info.n_classes and info.task == "classification" and len(w) != info.n_classes:
+        ck.error(q, f"{len(w)} class weights for the {info.n_classes} classes of dataset {info.name!r}",
+                 f"give one weight per class ({info.n_classes})", kind="shape", got=w)
+        return None
+    return {"class_weights": [float(x) for x in w]}
+
+
+def _check_training_fits_model(ck: Checker, graph, info: DatasetInfo | None, recipe: dict, inp: dict) -> None:
+    """The loss reads the model's output (multi-input losses need their [2, D] / [3, D] layout), each
+    regularizer applies to this model and loss, augmentations fit the input; errors at their entries."""
+    from ..catalog.losses import make_loss, target_of
+    from ..catalog.regularizers import RegContext
+    from ..catalog.registry import make
+    from ..data.augment import check_augmentation
+    from ..errors import ScellisError
+    name = recipe.get("loss")
+    if name is None:
+        return
+    try:
+        loss = make_loss({"name": name, **(recipe.get("loss_params") or {})})
+        target = target_of(loss, tuple(graph.output_shape))
+    except ScellisError as e:
+        ck.error(("recipe", "loss"), e.diagnostic.message, e.diagnostic.hint, kind="invalid")
+        return
+    ctx = RegContext(graph, loss, target, int(recipe.get("batch_size") or 32) * int(recipe.get("grad_accum_steps") or 1),
+                     tuple(inp["shape"]), inp["dtype"], tuple(p.name for p in graph.params))
+    for j, cfg in enumerate(recipe.get("regularizers") or []):
+        cfg = dict(cfg)
+        try:
+            make("regularizer", cfg.pop("name"), **cfg).apply(ctx)
+        except ScellisError as e:
+            ck.error(("recipe", "regularizers", j), e.diagnostic.message, e.diagnostic.hint, value=False,
+                     kind="invalid")
+    for j, cfg in enumerate(recipe.get("augment") or []):
+        try:
+            check_augmentation(cfg, tuple(inp["shape"]), inp["dtype"])
+        except ScellisError as e:
+            ck.error(("recipe", "augment", j), e.diagnostic.message, e.diagnostic.hint, value=False, kind="invalid")
+
+
 def _named_table(ck: Checker, t: dict, key: str, path: tuple, default: str, check) -> dict | None:
     """optimizer / scheduler: a name, or a table with `name` and hyperparameters; always a dict out."""
     p = path + (key,)
@@ -443,7 +630,7 @@ def _named_table(ck: Checker, t: dict, key: str, path: tuple, default: str, chec
         return check(ck, {"name": default}, p, implicit=True)
     v = t[key]
     if isinstance(v, str):
-        if ck.name_in(v, p, KNOWN[key], key) is None:
+        if ck.name_in(v, p, _catalog_names(key) if key == "optimizer" else KNOWN[key], key) is None:
             return None
         return check(ck, {"name": v}, p, implicit=True)
     tab = ck.table(v, p, f' or a {key} name like "{default}"')
@@ -453,12 +640,21 @@ def _named_table(ck: Checker, t: dict, key: str, path: tuple, default: str, chec
 
 
 def _check_optimizer(ck: Checker, t: dict, p: tuple, implicit: bool = False) -> dict:
-    ck.known_keys(t, p, OPTIMIZER_KEYS, "the optimizer")
+    """Built-in or user optimizer (names from the catalog registry); a user entry's own hyperparameters
+    are allowed and checked against its Params."""
+    from ..catalog import registry
+    entry = None
+    if isinstance(t.get("name"), str) and t["name"] in _catalog_names("optimizer"):
+        entry = registry.get("optimizer", t["name"])
+    own = tuple(k for k in (entry.params if entry is not None else {}) if k not in OPTIMIZER_KEYS)
+    ck.known_keys(t, p, OPTIMIZER_KEYS + own, "the optimizer")
     if not implicit:
         if not ck.required(t, "name", p):
             return {}
-        if ck.choice(t, "name", p, KNOWN["optimizer"], None, "optimizer") is None:
+        if ck.choice(t, "name", p, _catalog_names("optimizer"), None, "optimizer") is None:
             return {}
+    if own:
+        _check_params(ck, entry, {k: v for k, v in t.items() if k in own}, p)
     out = dict(t)
     out["lr"] = ck.number(t, "lr", p, 0.0, 100.0, 1e-3, lo_open=True)
     ck.number(t, "weight_decay", p, 0.0, 10.0)

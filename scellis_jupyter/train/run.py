@@ -139,9 +139,14 @@ class Run:
         st = self.step_prog
         self.mixed = st.options.precision == "mixed-f16"
         on_device = st.options.data == "device"
+        from ..data.augment import loader_options
         self.loader = self._Batches(self.dataset, self.split["train"], self.batch_size * st.options.accum, self.gen,
                                     shuffle=True, drop_last=True, rows_only=on_device,
-                                    memory_budget=None if on_device else self.spec.data.get("memory_budget"))
+                                    memory_budget=None if on_device else self.spec.data.get("memory_budget"),
+                                    **loader_options(self.spec.recipe, self.dataset, self.split["train"],
+                                                     tuple(self.spec.input["shape"]), self.spec.input["dtype"]))
+        self.target = st.info.get("target")           # what the loss declares it compares with (y's dtype, shape)
+        self.regularization = st.info.get("regularization")
         init = init_params(self.spec.graph, self.gen)
         if self._init_weights is not None:     # pretrained weights replace the drawn ones, by name
             init.update(_pretrained(self._init_weights, self._weights_mapping, init))
@@ -175,6 +180,12 @@ class Run:
                 if pname not in states:
                     states[pname] = initial_state(self.optimizer, tuple(np.shape(init[pname])), "f32")
                 self.values[leaf.name] = be.from_numpy(states[pname][slot], leaf.node.dtype)
+        reg = self.regularization
+        if reg is not None and reg.buffers:          # regularizer state (spectral norm's u, v) from the init stream
+            got = reg.init_buffers({k: np.asarray(v) for k, v in init.items()}, self.gen.stream("init"))
+            for leaf in st.leaves:
+                if leaf.role == "buffer":
+                    self.values[leaf.name] = be.from_numpy(np.asarray(got[leaf.name], np.float32), leaf.node.dtype)
         self._eval_progs: dict[int, Any] = {}
         self.step_peak: int | None = None
         self._evaluated = False
@@ -193,6 +204,8 @@ class Run:
         parts: dict[str, list] = {k: [] for k in leaves}
         for lo in range(0, n, step):
             xs, ys = ds.read(np.arange(lo, min(n, lo + step)))
+            if "data.y" in leaves and self.target is not None:
+                ys = self.target.check(ys, where=f"the dataset's rows {lo}..{min(n, lo + step) - 1}")
             for name, a in (("data.x", xs), ("data.y", ys)):
                 if name in leaves:
                     parts[name].append(np.asarray(a).astype(dt.to_numpy(leaves[name].dtype)))
@@ -238,6 +251,10 @@ class Run:
         be, st = self.impl, self.step_prog
         from ..rng.generator import base_words
         adv = st.info.get("rng_advance", {})
+        reg = self.regularization
+        drawn = reg.draw(self.gen.stream("augment")) if reg is not None and reg.draw is not None else {}
+        if self.target is not None and self.target.kind != "none" and st.options.data != "device":
+            y = self.target.check(y, where="Run: a training batch")
         leaves = []
         for leaf in st.leaves:
             n, name = leaf.node, leaf.name
@@ -249,6 +266,9 @@ class Run:
                 leaves.append(be.from_numpy(np.asarray(y).astype(dt.to_numpy(n.dtype)).reshape(n.shape), n.dtype))
             elif name == "batch_rows":
                 leaves.append(be.from_numpy(np.asarray(x, np.int32).reshape(n.shape), "i32"))
+            elif name in drawn:                  # regularizer inputs (mixup's lam and permutation, ...)
+                leaves.append(be.from_numpy(np.asarray(drawn[name]).astype(dt.to_numpy(n.dtype)).reshape(n.shape),
+                                            n.dtype))
             elif name == "lr":
                 leaves.append(be.from_numpy(np.asarray(lr, np.float32), "f32"))
             elif name == "step":
@@ -333,21 +353,28 @@ class Run:
     def _eval_program(self, b: int):
         from ..graph import functional as F
         from ..program.schedule import compile_program
-        from ..program.training import _target, forward_adapted, loss_node
+        from ..program.training import forward_adapted, loss_node
         prog = self._eval_progs.get(b)
         if prog is None:
             graph = self.spec.graph
             inp = self.spec.input
             st = self.step_prog
             x = F.placeholder((b,) + tuple(inp["shape"]), inp["dtype"], "x")
-            y = _target(self.spec, graph, b)
+            t = self.target
+            y = None if t.kind == "none" else F.placeholder((b,) + t.shape, t.dtype, "y")
             params = {}
             for leaf in st.leaves:
-                if leaf.role == "parameter":
+                if leaf.role in ("parameter", "buffer"):
                     params[leaf.name] = F.placeholder(leaf.node.shape, leaf.node.dtype, leaf.name)
+            weights = {k: v for k, v in params.items() if k not in self._buffer_names()}
+            reg = self.regularization
+            for pname, fn in (reg.transforms.items() if reg is not None else ()):
+                if pname in weights:             # spectral norm with the stored u, v (no power iteration)
+                    mine = {bd.slot: params[bd.leaf] for bd in reg.buffers if bd.param == pname}
+                    weights[pname] = fn(weights[pname], mine, False)[0]
             xin = F.cast(x, "f16") if self.mixed and x.dtype == "f32" else x
-            pred = forward_adapted(graph, xin, params, self.adaptation)
-            loss = loss_node(self.spec.recipe.get("loss", "cross_entropy"), pred, y)
+            pred = forward_adapted(graph, xin, weights, self.adaptation)
+            loss = loss_node(st.info["eval_loss"], pred, y)
             compiled, leaves = compile_program([F.cast(pred, "f32") if pred.dtype == "f16" else pred, loss],
                                                self.device.backend, self.tier)
             names = {id(v): k for k, v in params.items()}
@@ -385,9 +412,11 @@ class Run:
                 if name == "x":
                     feeds.append(self.impl.from_numpy(np.asarray(x, np.float32) if self.spec.input["dtype"] == "f32"
                                                       else np.asarray(x, np.int32), self.spec.input["dtype"]))
-                elif name == "y":
-                    ydt = "i32" if np.asarray(y).dtype.kind in "iu" else "f32"
-                    feeds.append(self.impl.from_numpy(np.asarray(y).astype(dt.to_numpy(ydt)), ydt))
+                elif name == "y":                # as the loss declares it (dtype and per-example shape)
+                    yv = self.target.check(y, where=f"Run.evaluate({part!r})")
+                    feeds.append(self.impl.from_numpy(yv, self.target.dtype))
+                elif name in self._buffer_names():
+                    feeds.append(self.values[name])
                 else:
                     feeds.append(self.values[name if weights == "current" else f"{name}.{weights}"])
             pred_s, loss_s = execute(prog, feeds, self.impl)
@@ -395,7 +424,7 @@ class Run:
             total += float(self.impl.to_numpy(loss_s)) * len(sel)
             count += len(sel)
             for m in metrics.values():
-                m.update(pred, np.asarray(y))
+                m.update(pred, np.asarray(y) if y is not None else None)
         out = {"loss": total / max(count, 1)}
         for k, m in metrics.items():
             v = m.compute()
@@ -426,10 +455,19 @@ class Run:
                            hint="set ema = 0.999 or swa_start = N in [recipe]")
         return out
 
+    def _buffer_names(self) -> set:
+        return {l.name for l in self.step_prog.leaves if l.role == "buffer"}
+
+    def buffers(self) -> dict[str, np.ndarray]:
+        """Regularizer state by leaf name (spectral norm's `<weight>.sn_u`, `.sn_v`); saved with the optimizer
+        state in checkpoints."""
+        return {n: np.array(self.impl.to_numpy(self.values[n])) for n in sorted(self._buffer_names())}
+
     def optimizer_state(self) -> dict[str, dict[str, np.ndarray]]:
+        """Optimizer slots per parameter (and regularizer buffers, which checkpoints keep beside them)."""
         out: dict[str, dict] = {}
         for leaf in self.step_prog.leaves:
-            if leaf.role == "optimizer_state":
+            if leaf.role in ("optimizer_state", "buffer"):
                 p, slot = leaf.name.rsplit(".", 1)
                 out.setdefault(p, {})[slot] = np.array(self.impl.to_numpy(self.values[leaf.name]))
         return out
@@ -487,7 +525,7 @@ class Run:
             elif leaf.role == "master_weights":
                 self.values[leaf.name] = be.from_numpy(np.asarray(w[leaf.name.removesuffix(".master")], np.float32),
                                                        "f32")
-            elif leaf.role == "optimizer_state":
+            elif leaf.role in ("optimizer_state", "buffer"):
                 p, slot = leaf.name.rsplit(".", 1)
                 self.values[leaf.name] = be.from_numpy(np.asarray(ost[p][slot]), n.dtype)
         g = Generator.from_state(ck.rng_state)

@@ -161,3 +161,29 @@ def test_two_layer_mlp_cross_entropy(ref, rng):
                               torch.tensor(labels))
     close(loss2, tloss2)
     assert loss2.item() < loss.item()
+
+
+@pytest.mark.parametrize("backend", ["reference", "wgpu"])
+def test_stop_gradient_is_torch_detach(backend, rng):
+    """F.stop_gradient: the value passes, the gradient does not (torch's .detach()), on both backends."""
+    from scellis_jupyter.executor.executor import realize
+    from scellis_jupyter.graph import functional as F
+    from scellis_jupyter.graph.autodiff import grad
+    from scellis_jupyter.graph.tensor import tensor
+    try:
+        dev = sc.device(backend)
+    except sc.ScellisError as e:  # pragma: no cover
+        pytest.skip(f"no {backend} device: {e}")
+    dtype, tdt = ("f64", torch.float64) if backend == "reference" else ("f32", torch.float32)
+    a = rng.standard_normal((3, 4))
+    x = tensor(a, dtype=dtype, device=dev).node
+    n = F.sqrt(F.sum_(F.mul(x, x), -1, keepdims=True))
+    y = F.sum_(F.mul(F.div(x, F.stop_gradient(n)), F.tanh(x)))
+    g, = grad([y], [x])
+    val, gx = realize([y, g], dev.impl)
+    tx = torch.tensor(a, dtype=tdt, requires_grad=True)
+    ty = (tx / tx.norm(dim=-1, keepdim=True).detach() * tx.tanh()).sum()
+    ty.backward()
+    tol = dict(rtol=RTOL, atol=ATOL) if dtype == "f64" else dict(rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(val.numpy(), ty.item(), **tol)
+    np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), **tol)

@@ -1,0 +1,372 @@
+"""What a regularizer entry hands the training-step builder, and the regularizer conformance suite.
+
+Why one small contract: mixup, cutmix, label smoothing, weight decay and spectral norm touch different
+places of a step, but each is one of: (a) per-step inputs the loop draws on the host from the Philox
+`augment` stream and feeds (mixup's lambda and permutation), so one compiled step serves every step and a
+resumed run replays the same draws; (b) a mix of the batch, x -> x~ with the loss becoming
+sum_i w_i L(pred, t_i); (c) loss hyperparameters (label smoothing); (d) a gradient hook before the
+optimizer (L2 weight decay) or a decay after it (decoupled weight decay), usable with any optimizer;
+(e) weight transforms with non-trained state (spectral norm's u and v): buffers the planner counts, the
+checkpoint saves and each step updates. The builder applies exactly this, so what the plan counts is
+what runs.
+
+A regularizer entry's instance has `apply(ctx: RegContext) -> Regularization`; an entry that does not fit
+the model, loss or data refuses with a CatalogError.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import ScellisError, did_you_mean
+from .registry import CatalogError, Entry, checker
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """A per-step input drawn on the host (leaf `reg:<regularizer>.<name>`); shape includes the batch."""
+
+    name: str
+    shape: tuple
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Non-trained state beside a parameter (leaf `<param>.<slot>`, role "buffer"): planned, checkpointed."""
+
+    param: str
+    slot: str
+    shape: tuple
+    dtype: str = "f32"
+
+    @property
+    def leaf(self) -> str:
+        return f"{self.param}.{self.slot}"
+
+
+@dataclass
+class RegContext:
+    """What a regularizer may look at: the model graph, the loss and its target, the step's batch."""
+
+    graph: Any
+    loss: Any                   # the loss instance (`.name`, `.config` when made by name)
+    target: Any                 # its Target for the model output
+    batch: int                  # examples per optimizer step (micro-batches included)
+    input_shape: tuple          # per-example input shape
+    input_dtype: str
+    trainable: tuple = ()       # names of the parameters the step trains
+
+
+@dataclass
+class Regularization:
+    """One regularizer's contribution to the step; every field is optional."""
+
+    inputs: list = field(default_factory=list)        # list[StepInput]
+    draw: Callable | None = None                      # draw(stream) -> {input name: array}, augment stream
+    mix: Callable | None = None                       # mix(x, y, inputs) -> (x~, [(weight, target), ...])
+    loss_params: dict = field(default_factory=dict)   # merged into the loss's hyperparameters
+    grad_hook: Callable | None = None                 # grad_hook(param name, g, w) -> g, before the optimizer
+    decay: Callable | None = None                     # decay(param name, updated, before, lr) -> updated
+    buffers: list = field(default_factory=list)       # list[Buffer]
+    init_buffers: Callable | None = None              # init(weights {name: array}, stream) -> {leaf: array}
+    transforms: dict = field(default_factory=dict)    # param -> fn(w, {slot: Node}, training) -> (w~, {slot: Node})
+    info: dict = field(default_factory=dict)
+
+
+# ---- helpers entries share ---------------------------------------------------------------------------
+def uniform(stream, n: int) -> np.ndarray:
+    """n uniforms in (0, 1), float64, one Philox word each (never exactly 0 or 1)."""
+    return (stream.bits(n).astype(np.float64) + 0.5) / 2.0 ** 32
+
+
+def beta(stream, a: float, b: float | None = None) -> float:
+    """One Beta(a, b) draw by the inverse CDF of one uniform: exactly one word per draw, so the stream
+    position after a step does not depend on the values drawn."""
+    from scipy.special import betaincinv
+    u = float(uniform(stream, 1)[0])
+    return float(betaincinv(a, a if b is None else b, u))
+
+
+def integer(stream, n: int) -> int:
+    """A uniform integer in [0, n) from one word (multiply-shift; bias below n / 2^32)."""
+    return int((int(stream.bits(1)[0]) * int(n)) >> 32)
+
+
+def permutation(stream, n: int) -> np.ndarray:
+    return stream.permutation(int(n)).astype(np.int32)
+
+
+def weight_params(graph, layers=None, where: str = "") -> list:
+    """ParamDecls of weights (role 'weight', rank >= 2) of the nodes whose key matches a `layers` glob
+    (all of them when None); a glob that matches no node is refused with did-you-mean."""
+    keys = [graph.spec.nodes[i].key for i in graph.order]
+    if layers is not None:
+        for pat in layers:
+            if not fnmatch.filter(keys, pat):
+                raise CatalogError(f"layer {pat!r} is not a node of this model", where=where,
+                                   hint=did_you_mean(pat, keys) or f"nodes: {', '.join(keys)}")
+    out = []
+    for p in graph.params:
+        node = p.name.rsplit(".", 1)[0]
+        if p.role != "weight" or len(p.shape) < 2:
+            continue
+        if layers is None or any(fnmatch.fnmatchcase(node, pat) or fnmatch.fnmatchcase(p.name, pat)
+                                 for pat in layers):
+            out.append(p)
+    return out
+
+
+def compose(regs: list, names: list) -> Regularization:
+    """Several regularizers as one: inputs and buffers side by side (inputs prefixed by the entry name),
+    at most one batch mix, loss hyperparameters merged, hooks chained, one transform per parameter."""
+    out = Regularization()
+    draws = []
+    for name, r in zip(names, regs):
+        if r.mix is not None:
+            if out.mix is not None:
+                raise CatalogError(f"{name!r} and {out.info['mix']!r} both mix the batch; use one",
+                                   where="recipe.regularizers")
+            out.info["mix"] = name
+            mix = r.mix
+            out.mix = (lambda m, pre: lambda x, y, ins: m(x, y, {k[len(pre):]: v for k, v in ins.items()
+                                                                 if k.startswith(pre)}))(mix, f"reg:{name}.")
+        out.inputs += [StepInput(f"reg:{name}.{i.name}", tuple(i.shape), i.dtype) for i in r.inputs]
+        if r.draw is not None:
+            draws.append((name, r.draw))
+        for k, v in r.loss_params.items():
+            if k in out.loss_params and out.loss_params[k] != v:
+                raise CatalogError(f"two regularizers set the loss's {k}", where="recipe.regularizers")
+            out.loss_params[k] = v
+        for hook in ("grad_hook", "decay"):
+            h = getattr(r, hook)
+            if h is not None:
+                prev = getattr(out, hook)
+                setattr(out, hook, h if prev is None else
+                        (lambda a, b: lambda n, *rest: b(n, a(n, *rest), *rest[1:]))(prev, h))
+        out.buffers += list(r.buffers)
+        for p, fn in r.transforms.items():
+            if p in out.transforms:
+                raise CatalogError(f"two regularizers transform weight {p!r}", where="recipe.regularizers")
+            out.transforms[p] = fn
+        if r.init_buffers is not None:
+            prev = out.init_buffers
+            out.init_buffers = (lambda a, b: lambda w, s: {**(a(w, s) if a else {}), **b(w, s)})(prev, r.init_buffers)
+        out.info[name] = dict(r.info)
+    if draws:
+        def draw(stream):
+            got = {}
+            for name, d in draws:
+                got.update({f"reg:{name}.{k}": v for k, v in d(stream).items()})
+            return got
+        out.draw = draw
+    seen = set()
+    for b in out.buffers:
+        if b.leaf in seen:
+            raise CatalogError(f"buffer {b.leaf!r} is declared twice", where="recipe.regularizers")
+        seen.add(b.leaf)
+    return out
+
+
+def regularization_of(recipe_regs: list, ctx: RegContext) -> Regularization:
+    """The recipe's `regularizers` list ({name, **params} each) applied to ctx, composed."""
+    from .registry import make
+    regs, names = [], []
+    for cfg in recipe_regs or []:
+        cfg = {"name": cfg} if isinstance(cfg, str) else dict(cfg)
+        name = cfg.pop("name")
+        if name in names:
+            raise CatalogError(f"regularizer {name!r} is listed twice", where="recipe.regularizers")
+        r = make("regularizer", name, **cfg).apply(ctx)
+        if not isinstance(r, Regularization):
+            raise CatalogError(f"regularizer {name!r}: apply() returned {type(r).__name__}, not a Regularization")
+        regs.append(r)
+        names.append(name)
+    return compose(regs, names)
+
+
+# ---- conformance -------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _provisional(entry: Entry):
+    """The entry registered under its name while it is checked (register() checks before it adds), so a
+    spec can name it; whatever was there before comes back afterwards."""
+    from . import registry
+    with registry._LOCK:
+        reg = registry._REG[entry.kind]
+        old = reg.get(entry.name)
+        reg[entry.name] = entry
+    try:
+        yield
+    finally:
+        with registry._LOCK:
+            if old is None:
+                reg.pop(entry.name, None)
+            else:
+                reg[entry.name] = old
+
+
+# small models the checks apply each regularizer to (it may refuse some, not all); cutmix needs images
+_CHECK_SPECS = {
+    "image-classifier": """
+[model]
+input = {{ shape = [1, 6, 5], dtype = "f32" }}
+nodes = [
+  {{ op = "flatten" }},
+  {{ name = "fc1", op = "linear", out = 7 }},
+  {{ op = "relu" }},
+  {{ name = "fc2", op = "linear", out = 3 }},
+]
+[recipe]
+loss = "cross_entropy"
+optimizer = {{ name = "sgd", lr = 0.1 }}
+batch_size = 4
+regularizers = [{reg}]
+""",
+    "regressor": """
+[model]
+input = {{ shape = [5], dtype = "f32" }}
+nodes = [
+  {{ name = "fc1", op = "linear", out = 6 }},
+  {{ op = "tanh" }},
+  {{ name = "fc2", op = "linear", out = 2 }},
+]
+[recipe]
+loss = "mse"
+optimizer = {{ name = "adam", lr = 0.01 }}
+batch_size = 4
+regularizers = [{reg}]
+""",
+}
+
+
+def _feeds(step, rng, draws: dict) -> dict:
+    """Synthetic inputs for one step: the declared examples, drawn regularizer inputs, random rest."""
+    ex = step.info.get("examples", {})
+    out = {}
+    for leaf in step.leaves:
+        n = leaf.node
+        if leaf.name in draws:
+            out[leaf.name] = draws[leaf.name]
+        elif leaf.name in ex:
+            out[leaf.name] = ex[leaf.name](rng)
+        elif leaf.name == "lr":
+            out[leaf.name] = np.float32(0.05)
+        elif leaf.name == "step":
+            out[leaf.name] = np.float32(1)
+        elif leaf.name.startswith("rng:"):
+            out[leaf.name] = np.zeros(2, np.uint32)
+        elif leaf.role == "optimizer_state":        # the optimizers' start (Adam's v must not be negative)
+            out[leaf.name] = np.zeros(n.shape, np.float32)
+        else:
+            out[leaf.name] = (rng.standard_normal(n.shape) * 0.3).astype(np.float32)
+    return out
+
+
+@checker("regularizer")
+def check_regularizer(entry: Entry) -> builtins.list[str]:
+    """apply() on small models; declared inputs drawn replayably from the augment stream; one training
+    step finite on the reference device; declared buffers initialized, carried and of their shapes;
+    the step's result depends only on its inputs."""
+    with _provisional(entry):
+        return _check_regularizer(entry)
+
+
+def _check_regularizer(entry: Entry) -> builtins.list[str]:
+    from ..program.training import build_train_step, run_numpy
+    from ..rng.generator import Generator
+    from ..spec import Spec
+    from .registry import _device
+    try:
+        entry.make()
+    except Exception as e:
+        return [f"instantiate: make() with default hyperparameters raised {type(e).__name__}: {e}"]
+    if not callable(getattr(entry.make(), "apply", None)):
+        return ["interface: a regularizer instance needs apply(ctx) -> Regularization"]
+    failed: builtins.list[str] = []
+    applied = 0
+    impl = _device("reference").impl
+    for model, text in _CHECK_SPECS.items():
+        at = f" ({model})"
+        try:
+            spec = Spec.from_text(text.format(reg=f'{{ name = "{entry.name}" }}'), source=f"<check {model}>")
+            step = build_train_step(spec, 4, "reference", "debug")
+        except ScellisError:
+            continue                             # a clear refusal: this regularizer does not fit that model
+        except Exception as e:
+            failed.append(f"apply-runs: building a step raised {type(e).__name__}: {e} (a refusal must be a "
+                          f"CatalogError){at}")
+            continue
+        applied += 1
+        reg = step.info["regularization"]
+        names = {l.name: l.node for l in step.leaves}
+        for si in reg.inputs:
+            if si.name not in names:
+                failed.append(f"inputs: declared input {si.name!r} is not read by the step{at}")
+        gen = Generator(7)
+        gen.positions["augment"] = 1000
+        d1 = reg.draw(gen.stream("augment")) if reg.draw else {}
+        moved = gen.positions["augment"] - 1000
+        gen.positions["augment"] = 1000
+        d2 = reg.draw(gen.stream("augment")) if reg.draw else {}
+        d3 = reg.draw(gen.stream("augment")) if reg.draw else {}
+        want = {si.name: si for si in reg.inputs}
+        if set(d1) != set(want):
+            failed.append(f"draws: draw() returned {sorted(d1)}, declared {sorted(want)}{at}")
+            continue
+        bad = [k for k, v in d1.items() if tuple(np.shape(v)) != tuple(want[k].shape)
+               or np.asarray(v).dtype != np.dtype({"f32": np.float32, "i32": np.int32}.get(want[k].dtype, "f4"))]
+        if bad:
+            failed.append(f"draws: {bad} do not have the declared shape and dtype{at}")
+            continue
+        if want and moved <= 0:
+            failed.append(f"draws: draw() did not take words from the augment stream{at}")
+        if any(not np.array_equal(d1[k], d2[k]) for k in d1):
+            failed.append(f"replayable: the same stream position drew different inputs (draw only from the "
+                          f"stream){at}")
+        if want and all(np.array_equal(d1[k], d3[k]) for k in d1) and any(np.size(v) > 1 for v in d1.values()):
+            failed.append(f"draws: the next step drew the same inputs again{at}")
+        bufs = {b.leaf: b for b in reg.buffers}
+        for b in reg.buffers:
+            leaf = names.get(b.leaf)
+            if leaf is None or tuple(leaf.shape) != tuple(b.shape):
+                failed.append(f"buffers: {b.leaf!r} is not a step input of shape {b.shape}{at}")
+        if bufs:
+            if reg.init_buffers is None:
+                failed.append(f"buffers: buffers declared but no init_buffers{at}")
+                continue
+            w0 = {p.name: np.random.default_rng(1).standard_normal(p.shape).astype(np.float32)
+                  for p in spec.graph.params}
+            init = reg.init_buffers(w0, Generator(3).stream("init"))
+            if set(init) != set(bufs) or any(tuple(np.shape(init[k])) != bufs[k].shape for k in bufs):
+                failed.append(f"buffers: init_buffers() gave {sorted(init)}, declared {sorted(bufs)}{at}")
+                continue
+            if any(f"state:{k}" not in step.outputs for k in bufs):
+                failed.append(f"buffers: the step does not output the new value of every buffer{at}")
+        rng = np.random.default_rng(0)
+        feeds = _feeds(step, rng, d1)
+        for k in bufs:
+            feeds[k] = init[k]
+        try:
+            out = run_numpy(step, feeds, impl)
+            again = run_numpy(step, {k: np.array(v, copy=True) for k, v in feeds.items()}, impl)
+        except Exception as e:
+            failed.append(f"step-runs: one training step raised {type(e).__name__}: {e}{at}")
+            continue
+        nonfinite = [k for k, v in out.items() if np.asarray(v).dtype.kind == "f" and not np.all(np.isfinite(v))]
+        if nonfinite:
+            failed.append(f"finite: non-finite {', '.join(nonfinite[:4])} after one step{at}")
+        if any(not np.array_equal(out[k], again[k]) for k in out):
+            failed.append(f"pure: the same step inputs gave different outputs{at}")
+    if not applied and not failed:
+        failed.append(f"applies: apply() refused every check model ({', '.join(_CHECK_SPECS)})")
+    return failed
+
+
+__all__ = ["StepInput", "Buffer", "RegContext", "Regularization", "uniform", "beta", "integer", "permutation",
+           "weight_params", "compose", "regularization_of", "check_regularizer"]
