@@ -88,7 +88,8 @@ def test_train_json_result(whole):
             "measured_peak_bytes", "predicted_peak_bytes", "device", "tier"} <= set(r)
     assert r["state"] == "finished" and r["steps"] == 2 * N == len(r["loss_history"])
     assert r["device"]["backend"] == "reference" and r["tier"] == "debug"
-    assert {"accuracy", "test_accuracy", "test_loss"} <= set(r["metrics"])          # test metrics included
+    assert {"val_accuracy", "test_accuracy", "test_loss"} <= set(r["metrics"])      # test metrics included
+    assert r["metrics"]["loss"] == r["loss_history"][-1]
     assert r["measured_peak_bytes"] == r["predicted_peak_bytes"] > 0
     st = Store.open(store, create=False)
     ck = st.load_checkpoint(r["final_checkpoint"])

@@ -336,7 +336,7 @@ class Run:
         self.loss_history.append(loss)
         self._record("loss", loss)
         metrics = {}
-        if self.metric_names and self.eval_every and self.step % self.eval_every == 0 and len(self.split["val"]):
+        if self.metric_names and self.eval_every and self.step % self.eval_every == 0 and self._has("val"):
             metrics = self.evaluate("val")
             self.schedule.observe(metrics.get("loss", loss), self.step - 1)
         dt_s = time.perf_counter() - t0
@@ -592,16 +592,20 @@ class Run:
 
     def _finish(self) -> None:
         self.final_metrics = {"loss": self.loss_history[-1] if self.loss_history else None}
-        if self.metric_names or len(self.split["test"]):
-            if len(self.split["val"]):
-                self.final_metrics.update(self.evaluate("val", record=False))
-            if len(self.split["test"]):
-                self.final_metrics.update(self.evaluate("test", record=False))
+        if self.metric_names or self._has("test"):
+            for part in ("val", "test"):       # prefixed, so the last training loss stays "loss"
+                if self._has(part):
+                    self.final_metrics.update({f"val_{k}" if part == "val" else k: v
+                                               for k, v in self.evaluate(part, record=False).items()})
         self.state = "finished"
         if self._handle is not None:
             self.checkpoint()
             self._stop_hb()
             self._handle.finish(**self._final_fields())
+
+    def _has(self, part: str) -> bool:
+        """The split has a non-empty `part` (a spec may leave out val or test)."""
+        return part in self.split.parts and len(self.split.parts[part]) > 0
 
     def interrupt(self, reason: str = "interrupted by the user") -> str | None:
         """Checkpoint now (between steps) and record the run as interrupted, so `resume` continues it exactly.

@@ -325,3 +325,14 @@ def test_dynamic_loss_scale_grows_and_backs_off_like_torch_grad_scaler(tmp_path)
 def test_loss_scale_needs_mixed_precision():
     with pytest.raises(sc.SpecError, match="mixed-f16"):
         sc.Spec.from_text(SHORT.replace("seed = 0", "seed = 0\nloss_scale = 128.0"))
+
+
+def test_a_split_without_val_trains_and_reports_the_training_loss_apart_from_test_metrics():
+    spec = SHORT.replace("split = { train = 0.8, val = 0.1, test = 0.1 }", "split = { train = 0.9, test = 0.1 }")
+    run = Run(spec, device="reference", steps=3)
+    r = run.run_to_end()
+    assert r["metrics"]["loss"] == run.loss_history[-1]
+    assert {"test_loss", "test_accuracy", "test_f1"} <= set(r["metrics"]) and not any(
+        k.startswith("val_") for k in r["metrics"])
+    full = Run(SHORT, device="reference", steps=3).run_to_end()
+    assert full["metrics"]["loss"] == full["loss_history"][-1] and "val_accuracy" in full["metrics"]
