@@ -57,6 +57,9 @@ class Run:
         from ..backends.device import Device, device as pick
         from ..plan.plan import _spec_of, plan as make_plan
         self.spec = spec = _spec_of(spec)
+        if spec.kind == "gan":
+            raise RunError(f"spec {spec.name!r} trains two networks adversarially (kind \"gan\")", where="Run",
+                           hint="train it with GANRun(spec)")
         r = spec.recipe
         self.device = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
         self.store = _open_store(store)
