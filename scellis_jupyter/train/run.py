@@ -348,13 +348,14 @@ class Run:
             x, y = self.dataset.read(sel)
             prog, order = self._eval_program(len(sel))
             feeds = []
-            for name in order:
+            for j, name in enumerate(order):
+                leaf = prog.values[prog.leaves[j]]     # batches come as read: shape them as the step does
                 if name == "x":
-                    feeds.append(self.impl.from_numpy(np.asarray(x, np.float32) if self.spec.input["dtype"] == "f32"
-                                                      else np.asarray(x, np.int32), self.spec.input["dtype"]))
+                    xa = np.asarray(x, np.float32) if self.spec.input["dtype"] == "f32" else np.asarray(x, np.int32)
+                    feeds.append(self.impl.from_numpy(xa.reshape(leaf.shape), self.spec.input["dtype"]))
                 elif name == "y":
                     ydt = "i32" if np.asarray(y).dtype.kind in "iu" else "f32"
-                    feeds.append(self.impl.from_numpy(np.asarray(y).astype(dt.to_numpy(ydt)), ydt))
+                    feeds.append(self.impl.from_numpy(np.asarray(y).astype(dt.to_numpy(ydt)).reshape(leaf.shape), ydt))
                 else:
                     feeds.append(self.values[name if weights == "current" else f"{name}.{weights}"])
             pred_s, loss_s = execute(prog, feeds, self.impl)

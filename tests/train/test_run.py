@@ -260,3 +260,60 @@ def test_checkpointing_setting_trains_bit_identically_with_less_planned_memory()
     for k, v in a.weights().items():
         assert np.array_equal(b.weights()[k], v)
     assert b.result()["measured_peak_bytes"] == b.plan.peak_bytes
+
+
+CNN_EVAL = """
+name = "cnn-eval"
+[data]
+dataset = "digits"
+input = { shape = [1, 8, 8], dtype = "f32" }
+[model]
+nodes = [{ op = "conv2d", out = 4, kernel = 3, padding = 1 }, { op = "relu" }, { op = "max_pool2d", kernel = 2 },
+         { op = "flatten" }, { op = "linear", out = 10 }]
+[recipe]
+optimizer = { name = "sgd", lr = 0.1 }
+batch_size = 16
+steps = 3
+metrics = ["accuracy"]
+determinism = "debug"
+"""
+REG_EVAL = """
+name = "reg-eval"
+[data]
+dataset = "synthetic_regression"
+n_rows = 200
+n_features = 5
+[model]
+nodes = [{ op = "linear", out = 8 }, { op = "tanh" }, { op = "linear", out = 1 }]
+[recipe]
+optimizer = { name = "sgd", lr = 0.05 }
+batch_size = 16
+steps = 3
+determinism = "debug"
+"""
+
+
+def test_evaluation_shapes_batches_like_the_step_image_input_and_one_output_regression():
+    """Regression test: evaluation fed batches as read ([n, 64] into a [n, 1, 8, 8] model; [n] targets
+    against [n, 1] predictions, which broadcast to [n, n]). The val loss and accuracy are recomputed here
+    from the run's weights with torch (CNN) and numpy (MLP) in float64."""
+    torch = pytest.importorskip("torch")
+    run = Run(CNN_EVAL, device="reference")
+    list(run)
+    w = {k: torch.tensor(v.astype(np.float64)) for k, v in run.weights().items()}
+    x, y = run.dataset.read(run.split["val"])
+    xt = torch.tensor(np.asarray(x, np.float64)).reshape(-1, 1, 8, 8)
+    h = torch.nn.functional.conv2d(xt, w["0.conv2d.weight"], w["0.conv2d.bias"], padding=1)
+    h = torch.nn.functional.max_pool2d(torch.relu(h), 2).flatten(1)
+    logits = h @ w["4.linear.weight"].T + w["4.linear.bias"]
+    yt = torch.tensor(np.asarray(y, np.int64))
+    m = run.final_metrics
+    np.testing.assert_allclose(m["loss"], torch.nn.functional.cross_entropy(logits, yt).item(), rtol=1e-5)
+    assert m["accuracy"] == pytest.approx((logits.argmax(1) == yt).double().mean().item())
+    reg = Run(REG_EVAL, device="reference")
+    list(reg)
+    w = {k: v.astype(np.float64) for k, v in reg.weights().items()}
+    x, y = reg.dataset.read(reg.split["val"])
+    pred = np.tanh(np.asarray(x, np.float64) @ w["0.linear.weight"].T + w["0.linear.bias"]) @ w["2.linear.weight"].T \
+        + w["2.linear.bias"]
+    np.testing.assert_allclose(reg.final_metrics["loss"], np.mean((pred[:, 0] - y) ** 2), rtol=1e-5)
