@@ -324,6 +324,46 @@ class Run:
             prog = self._eval_progs[b] = (compiled, order)
         return prog
 
+    def predict(self, x, weights: str = "current") -> np.ndarray:
+        """The model's output (eval mode: no dropout) for a batch `x` of examples shaped like the data's
+        ([n, *input shape], or rows that reshape to it), with the current (or "ema"/"swa") weights."""
+        from ..executor.executor import execute
+        from ..graph import functional as F
+        from ..program.schedule import compile_program
+        from ..program.training import forward_adapted
+        if weights not in ("current", "ema", "swa"):
+            raise RunError(f"weights={weights!r} is not 'current', 'ema' or 'swa'", where="Run.predict")
+        inp = self.spec.input
+        x = np.asarray(x)
+        n = x.shape[0] if x.ndim else 0
+        per = int(np.prod(inp["shape"]))
+        if n < 1 or x.size != n * per:
+            raise RunError(f"predict needs a batch of examples of shape {list(inp['shape'])}, got {list(x.shape)}",
+                           where="Run.predict", hint="pass x[None] for a single example")
+        key = ("predict", n)
+        if key not in self._eval_progs:
+            xp = F.placeholder((n,) + tuple(inp["shape"]), inp["dtype"], "x")
+            params = {l.name: F.placeholder(l.node.shape, l.node.dtype, l.name) for l in self.step_prog.leaves
+                      if l.role == "parameter"}
+            xin = F.cast(xp, "f16") if self.mixed and xp.dtype == "f32" else xp
+            out = forward_adapted(self.spec.graph, xin, params, self.adaptation)
+            prog, leaves = compile_program([F.cast(out, "f32") if out.dtype == "f16" else out],
+                                           self.device.backend, self.tier)
+            names = {id(v): k for k, v in params.items()}
+            self._eval_progs[key] = (prog, [names.get(id(ln), "x") for ln in leaves])
+        prog, order = self._eval_progs[key]
+        self._evaluated = True
+        feeds = []
+        for j, name in enumerate(order):
+            if name == "x":
+                leaf = prog.values[prog.leaves[j]]
+                feeds.append(self.impl.from_numpy(x.astype(dt.to_numpy(inp["dtype"])).reshape(leaf.shape),
+                                                  inp["dtype"]))
+            else:
+                feeds.append(self.values[name if weights == "current" else f"{name}.{weights}"])
+        (out,) = execute(prog, feeds, self.impl)
+        return np.array(self.impl.to_numpy(out))
+
     def evaluate(self, part: str = "val", record: bool = True, weights: str = "current") -> dict:
         """Metrics (and mean loss) of the current weights on a split part, accumulated over batches.
 

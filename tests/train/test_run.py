@@ -310,6 +310,9 @@ def test_evaluation_shapes_batches_like_the_step_image_input_and_one_output_regr
     m = run.final_metrics
     np.testing.assert_allclose(m["loss"], torch.nn.functional.cross_entropy(logits, yt).item(), rtol=1e-5)
     assert m["accuracy"] == pytest.approx((logits.argmax(1) == yt).double().mean().item())
+    np.testing.assert_allclose(run.predict(x[:7]), logits[:7].numpy(), rtol=1e-4, atol=1e-5)   # Run.predict
+    with pytest.raises(sc.ScellisError, match="predict needs a batch"):
+        run.predict(np.zeros(5))
     reg = Run(REG_EVAL, device="reference")
     list(reg)
     w = {k: v.astype(np.float64) for k, v in reg.weights().items()}
