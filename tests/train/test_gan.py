@@ -56,7 +56,8 @@ seed = 0
 determinism = "debug"
 """
 SHORT = RING.replace("steps = 1200", "steps = 40").replace("batch_size = 128", "batch_size = 32") \
-    .replace("n_rows = 4000", "n_rows = 400")
+    .replace("n_rows = 4000", "n_rows = 400") \
+    .replace('{ op = "linear", out = 1,', '{ op = "dropout", p = 0.25 }, { op = "linear", out = 1,')
 
 
 def modes(x, k=8, std=0.1):
@@ -137,6 +138,12 @@ def test_noise_comes_from_its_philox_stream_and_advances_every_step():
     run = GANRun(SHORT, device="reference", steps=3)
     per = {n: st.info["rng_advance"]["noise"] for n, st in run.steps.items()}
     assert per == {"discriminator": 2 * 32 * 8, "generator": 2 * 32 * 8}      # Box-Muller: two words a value
+    # the discriminator's dropout has its own stream, named by network; it draws for real and fake
+    # batches in its own step, and for the fakes in the generator's step (the discriminator trains in
+    # train mode, frozen but not in eval mode)
+    drop = "discriminator/dropout/4.dropout"
+    assert run.steps["discriminator"].info["rng_advance"][drop] == 2 * 32 * 64
+    assert run.steps["generator"].info["rng_advance"] == {"noise": 2 * 32 * 8, drop: 32 * 64}
     run.d_steps = 2
     list(run)
     assert run.gen.positions["noise"] == 3 * (2 * per["discriminator"] + per["generator"])
