@@ -304,6 +304,10 @@ class GANRun(Run):
         raise RunError("a GAN run has no validation loss", where="GANRun.evaluate",
                        hint="draw run.sample(n) and compare it with the data (e.g. an MMD)")
 
+    def predict(self, *a, **kw):
+        raise RunError("a GAN run has two networks, not one model to predict with", where="GANRun.predict",
+                       hint="run.generate(z) maps noise through the generator; run.sample(n) draws the noise too")
+
     # ---- state: weights, checkpoints, records ----------------------------------------------------------
     def weights(self, network: str | None = None) -> dict[str, np.ndarray]:
         """Both networks' weights by leaf name ('generator/0.linear.weight'), or one network's by its own

@@ -231,6 +231,8 @@ def test_one_model_and_two_model_loops_refuse_each_other():
     run = GANRun(SHORT, device="reference", steps=1)
     with pytest.raises(sc.ScellisError, match="no validation loss"):
         run.evaluate()
+    with pytest.raises(sc.ScellisError, match="run.generate"):
+        run.predict(np.zeros((2, 2)))
     with pytest.raises(sc.ScellisError, match=r"noise must have shape \[n, 8\]"):
         run.generate(np.zeros((3, 4)))
     run.d_steps = run.g_steps = 0
