@@ -21,8 +21,6 @@ is checked here, before compute, and reported at the line:col where the user typ
 """
 from __future__ import annotations
 
-from typing import Any
-
 from .model import ModelGraph, ModelSpec, build_graph
 from .schema import Checker, SpecError
 
@@ -149,8 +147,3 @@ def build_networks(ck: Checker, models: dict[str, ModelSpec], data_input: dict |
 def _at(ms: ModelSpec, node, message: str, hint: str):
     from ..errors import Diagnostic
     return Diagnostic("spec", message, ms.where(node), hint, {"kind": "shape"})
-
-
-def network_summary(graphs: dict[str, ModelGraph]) -> dict[str, Any]:
-    """Parameter counts per network (for reprs and plans)."""
-    return {k: g.param_count for k, g in graphs.items()}
