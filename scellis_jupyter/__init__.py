@@ -1,7 +1,7 @@
 """Scellis for Jupyter: plan, train, checkpoint and reproduce models on any GPU through WebGPU.
 
 Public surface: `sc.device`, `sc.tensor`, `sc.ops`, `sc.rng`, determinism tiers, `sc.Spec`, `sc.plan`,
-and the run lifecycle: `sc.Run`, `sc.train`, `sc.resume`, `sc.runs`, `sc.verify`, `sc.Detached` (what
+and the run lifecycle: `sc.Run` (`sc.GANRun` for kind = "gan"), `sc.train`, `sc.resume`, `sc.runs`, `sc.verify`, `sc.Detached` (what
 `sc.train(spec, detach=True)` returns). Runs are recorded in the store: `--store DIR` / `store=`, else
 $SCELLIS_STORE, else `.scellis/` in the current directory.
 """
@@ -18,9 +18,10 @@ from .plan import Plan, plan
 from .spec import Spec, SpecError
 from .train.detach import Detached
 from .train.lifecycle import resume, runs, train
-from .train.run import Run
+from .train.gan import GANRun, GANStep
+from .train.run import Run, StepResult
 from .train.verify import verify
 
 __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set_tier", "tier", "TIERS",
-           "ScellisError", "Diagnostic", "Spec", "SpecError", "plan", "Plan", "Run", "train", "resume", "runs",
+           "ScellisError", "Diagnostic", "Spec", "SpecError", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
            "verify", "Detached", "__version__"]

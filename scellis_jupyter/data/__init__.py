@@ -10,7 +10,8 @@ import os
 
 from ..errors import did_you_mean
 from .builtin import NAMES as BUILTIN_NAMES
-from .builtin import PydocTopics, builtin, synthetic_classification, synthetic_regression, tabular
+from .builtin import (PydocTopics, builtin, ring_centers, synthetic_classification, synthetic_regression,
+                      synthetic_ring, tabular)
 from .dataset import ArrayDataset, DataError, Dataset, resolve
 from .files import CsvDataset, ImageFolder, NpyDataset, NpzDataset, ParquetDataset, load_file
 from .loader import Batches
@@ -44,4 +45,4 @@ def load_dataset(name_or_path: str | os.PathLike | None = None, data_table: dict
 
 __all__ = ["load_dataset", "split", "Split", "Batches", "DataError", "Dataset", "ArrayDataset", "PydocTopics",
            "CsvDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "ImageFolder", "builtin", "tabular",
-           "synthetic_classification", "synthetic_regression", "BUILTIN_NAMES"]
+           "synthetic_classification", "synthetic_regression", "synthetic_ring", "ring_centers", "BUILTIN_NAMES"]

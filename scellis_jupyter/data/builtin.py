@@ -15,7 +15,8 @@ from ..spec.datasets import _TABULAR, pydoc_text, pydoc_vocab
 from .dataset import ArrayDataset, DataError, Dataset, hash_arrays
 
 TABULAR = tuple(_TABULAR)
-NAMES = TABULAR + ("pydoc_topics", "synthetic_classification", "synthetic_regression")
+RING_RADIUS = 2.0
+NAMES = TABULAR + ("pydoc_topics", "synthetic_classification", "synthetic_regression", "synthetic_ring")
 
 
 def tabular(name: str) -> ArrayDataset:
@@ -128,6 +129,28 @@ def synthetic_regression(n_rows: int = 1000, n_features: int = 20, noise: float 
     return ArrayDataset(x.astype(np.float32), y.astype(np.float32), name=name, task="regression")
 
 
+def synthetic_ring(n_rows: int = 2000, n_classes: int = 8, noise: float = 0.1, seed: int = 0,
+                   radius: float = RING_RADIUS) -> ArrayDataset:
+    """A ring of Gaussians in 2-D (the classic GAN mode-coverage set): mode m sits at angle 2*pi*m/n_classes
+    on a circle of `radius`; x = center[y] + noise * N(0, I). y is the mode (balanced, Philox-shuffled).
+
+    Drawn from the `data` stream of Generator(seed), in the order label permutation, noise.
+    """
+    name = "synthetic_ring"
+    n_rows, n_classes = _positive(name, n_rows, "n_rows"), _positive(name, n_classes, "n_classes", 2)
+    noise = _noise(name, noise)
+    s = Generator(seed).stream("data")
+    y = (np.arange(n_rows) % n_classes)[s.permutation(n_rows)].astype(np.int32)
+    x = ring_centers(n_classes, radius)[y] + noise * s.normal((n_rows, 2)).astype(np.float64)
+    return ArrayDataset(x.astype(np.float32), y, name=name, task="classification", n_classes=n_classes)
+
+
+def ring_centers(n_modes: int, radius: float = RING_RADIUS) -> np.ndarray:
+    """The modes of `synthetic_ring`, (n_modes, 2) float64."""
+    a = 2.0 * np.pi * np.arange(n_modes) / n_modes
+    return radius * np.stack([np.cos(a), np.sin(a)], axis=1)
+
+
 def builtin(name: str, data: dict | None = None) -> Dataset:
     """A built-in dataset by name, parameterised by the spec's [data] table (seq_len, n_rows, ...)."""
     data = data or {}
@@ -142,5 +165,7 @@ def builtin(name: str, data: dict | None = None) -> Dataset:
     if name == "synthetic_regression":
         return synthetic_regression(data.get("n_rows", 1000), data.get("n_features", 20),
                                     data.get("noise", 0.1), seed)
+    if name == "synthetic_ring":
+        return synthetic_ring(data.get("n_rows", 2000), data.get("n_classes", 8), data.get("noise", 0.1), seed)
     raise DataError(f"{name!r} is not a built-in dataset", hint=did_you_mean(name, NAMES)
                     or f"built-ins: {', '.join(NAMES)}")

@@ -51,6 +51,7 @@ class Plan:
     extras: dict = field(default_factory=dict)   # named bytes inside the breakdown (uniform block, staging)
     step: object = field(default=None, repr=False, compare=False)
     options: dict = field(default_factory=dict)  # the step options planned (checkpointing, precision, ...)
+    notes: list = field(default_factory=list)    # what a chosen setting costs (e.g. checkpointing's recompute)
 
     @property
     def fits(self) -> bool:
@@ -73,6 +74,8 @@ class Plan:
             lines.append(f"    {k:16} {mib(self.breakdown.get(k, 0))}")
         for k, v in self.extras.items():
             lines.append(f"      incl. {k:18} {v} B")
+        for n in self.notes:
+            lines.append(f"  note: {n}")
         for w in self.warnings:
             lines.append(f"  warning: {w}")
         for f in self.fixes:
@@ -151,20 +154,16 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
 
     options: a `StepOptions` (checkpointing, precision, shard, relay); default from the spec's recipe.
     """
-    from ..backends.device import device as pick, Device
     from ..program.training import StepOptions, build_train_step
     spec = _spec_of(spec)
+    if getattr(spec, "kind", "supervised") == "gan":
+        if options is not None:
+            raise PlanError("step options (checkpointing, precision, shard, relay) do not apply to a GAN spec",
+                            where="sc.plan(options=...)", hint="plan it without options")
+        from .adversarial import plan_gan
+        return plan_gan(spec, device, memory=memory, batch_size=batch_size, tier=tier, fixes=fixes)
     opts = options if options is not None else StepOptions.from_spec(spec)
-    dev = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
-    mem = memory if memory is not None else (spec.plan or {}).get("memory")
-    if mem is not None:
-        if not isinstance(mem, int) or mem <= 0:
-            raise PlanError(f"memory must be a positive number of bytes, got {mem!r}", where="memory")
-        capacity, source = int(mem), "declared"
-    else:
-        capacity, source = int(dev.memory_bytes), dev.memory_source
-    bs = int(batch_size if batch_size is not None else spec.recipe.get("batch_size", 32))
-    t, _ = determinism.resolve(tier or spec.recipe.get("determinism"))
+    dev, capacity, source, bs, t = _context(spec, device, memory, batch_size, tier)
     impl = dev.impl
 
     if opts.precision == "mixed-f16" and not _has_f16(dev):
@@ -186,6 +185,37 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
         return st, peak, bd, ex
 
     st, peak, bd, ex = at(bs)
+    warnings = _device_warnings(dev, t, [st.program])
+    device_warned = bool(warnings)
+    mem_verdict, verdict = _verdicts(peak, capacity, warnings)
+    out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
+               spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe())
+    if opts.checkpointing == "activations" and opts.relay[1] == 1:
+        note, cost = _recompute_cost(st, at(bs, _replace(opts, checkpointing="none")))
+        out.notes.append(note)
+        out.options["recompute"] = cost
+    if fixes and mem_verdict != "green":
+        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green", opts, dev)
+    return out
+
+
+def _context(spec, device, memory, batch_size, tier):
+    """(device, capacity bytes, capacity source, batch size, tier) of a plan request."""
+    from ..backends.device import device as pick, Device
+    dev = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
+    mem = memory if memory is not None else (spec.plan or {}).get("memory")
+    if mem is not None:
+        if not isinstance(mem, int) or mem <= 0:
+            raise PlanError(f"memory must be a positive number of bytes, got {mem!r}", where="memory")
+        capacity, source = int(mem), "declared"
+    else:
+        capacity, source = int(dev.memory_bytes), dev.memory_source
+    bs = int(batch_size if batch_size is not None else spec.recipe.get("batch_size", 32))
+    t, _ = determinism.resolve(tier or spec.recipe.get("determinism"))
+    return dev, capacity, source, bs, t
+
+
+def _device_warnings(dev, t: str, programs) -> list[str]:
     warnings = []
     if dev.backend == "reference":
         warnings.append("reference device (numpy on the CPU): correct but slow; no GPU was chosen")
@@ -193,23 +223,35 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
         warnings.append(f"{dev.adapter_type} adapter {dev.name!r}: not a GPU, runs are slow")
     if t == "fast":
         warnings.append("tier 'fast': results are reproducible only within tolerance")
-    limit = getattr(impl, "binding_limit", None)
+    limit = getattr(dev.impl, "binding_limit", None)
     if limit:
-        big = [v for v in st.program.values if v.nbytes > limit]
+        big = [v for p in programs for v in p.values if v.nbytes > limit]
         if big:
             warnings.append(f"{len(big)} tensors exceed the {limit}-byte storage binding limit and are split "
                             f"(largest {max(v.nbytes for v in big)} bytes)")
-    device_warned = bool(warnings)
+    return warnings
+
+
+def _verdicts(peak: int, capacity: int, warnings: list) -> tuple[str, str]:
+    """(memory verdict, overall verdict): green turns yellow when the device itself warns."""
     mem_verdict = verdict = _verdict(peak, capacity)
     if verdict == "green" and warnings:
         verdict = "yellow"
     elif verdict == "yellow":
         warnings.insert(0, f"little headroom: the peak is {100 * peak / capacity:.0f}% of capacity")
-    out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
-               spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe())
-    if fixes and mem_verdict != "green":
-        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green", opts, dev)
-    return out
+    return mem_verdict, verdict
+
+
+def _recompute_cost(st, plain) -> tuple[str, dict]:
+    """What recomputing activations costs and saves, against the same step without it (a re-plan)."""
+    from ..program.cost import program_flops
+    pst, ppeak = plain[0], plain[1]
+    extra = program_flops(st.program) / max(program_flops(pst.program), 1) - 1
+    kernels = len(st.program.steps) - len(pst.program.steps)
+    segs = st.info.get("recompute", {}).get("segments")
+    cost = {"segments": segs, "extra_compute": round(extra, 4), "extra_kernels": kernels, "peak_without": ppeak}
+    return (f"activation checkpointing recomputes {segs} segments in the backward: +{100 * extra:.0f}% compute, "
+            f"+{kernels} kernels; peak without it {ppeak / 2**20:.2f} MiB"), cost
 
 
 def _has_f16(dev) -> bool:

@@ -374,25 +374,9 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         inv = F.reciprocal(scale)
         grads = [F.mul(F.cast(g, "f32"), inv) for g in grads]
     if opts.guard or mixed:
-        total = None
-        for g in reversed(grads):           # last layer first: see the update loop below
-            s = F.sum_(g)
-            total = s if total is None else F.add(total, s)
-        finite = F.eq(F.sub(total, total), 0.0) if total is not None else None
+        finite = all_finite(grads)
     grad_ids = {g.id for g in grads}
-    clip = spec.recipe.get("clip_grad_norm")
-    if clip and grads:
-        total = None
-        for g in reversed(grads):
-            s = F.sum_(F.mul(g, g))
-            total = s if total is None else F.add(total, s)
-        cs = F.minimum(F.div(float(clip), F.add(F.sqrt(total), 1e-6)), F.scalar(1.0))
-        grads = [F.mul(g, cs) for g in grads]
-        grad_ids |= {g.id for g in grads}
-    cv = spec.recipe.get("clip_grad_value")
-    if cv:
-        grads = [F.clamp(g, -float(cv), float(cv)) for g in grads]
-        grad_ids |= {g.id for g in grads}
+    grads = clip_grads(grads, spec.recipe.get("clip_grad_norm"), spec.recipe.get("clip_grad_value"), grad_ids)
 
     # ---- outputs: loss / relay tensors, then the updates this rank owns -------------------------
     outs, out_names, donate = [], [], {}
@@ -528,6 +512,36 @@ def _examples(target, reg, batch: int) -> dict:
         ex[bd.leaf] = (lambda shape: lambda rng: (lambda v: (v / np.linalg.norm(v)).astype(np.float32))(
             rng.standard_normal(shape)))(tuple(bd.shape))
     return ex
+
+
+def all_finite(grads: list[Node]) -> Node | None:
+    """A bool scalar: every gradient element is finite (the sum of all of them minus itself is 0, which
+    inf and NaN are not), summed last layer first like the update loop takes them."""
+    total = None
+    for g in reversed(grads):
+        s = F.sum_(g)
+        total = s if total is None else F.add(total, s)
+    return F.eq(F.sub(total, total), 0.0) if total is not None else None
+
+
+def clip_grads(grads: list[Node], norm: float | None = None, value: float | None = None,
+               grad_ids: set | None = None) -> list[Node]:
+    """torch.nn.utils.clip_grad_norm_ (the total 2-norm over all gradients scaled down to `norm`, with
+    torch's 1e-6 in the denominator) and then clip_grad_value_ (each element clamped to [-value, value]).
+    New gradient node ids are added to `grad_ids` (the planner's "gradients" role)."""
+    added = grad_ids if grad_ids is not None else set()
+    if norm and grads:
+        total = None
+        for g in reversed(grads):
+            s = F.sum_(F.mul(g, g))
+            total = s if total is None else F.add(total, s)
+        cs = F.minimum(F.div(float(norm), F.add(F.sqrt(total), 1e-6)), F.scalar(1.0, total.dtype))
+        grads = [F.mul(g, cs) for g in grads]
+        added |= {g.id for g in grads}
+    if value:
+        grads = [F.clamp(g, -float(value), float(value)) for g in grads]
+        added |= {g.id for g in grads}
+    return grads
 
 
 def _rows(t: Node, lo: int, hi: int) -> Node:

@@ -72,6 +72,9 @@ def dataset_info(name_or_path: str, data: dict | None = None, *, where: str = ""
     if name == "synthetic_regression":
         return DatasetInfo(name, int(data.get("n_rows", 1000)), (int(data.get("n_features", 20)),), "f32",
                            None, "regression")
+    if name == "synthetic_ring":
+        return DatasetInfo(name, int(data.get("n_rows", 2000)), (2,), "f32", int(data.get("n_classes", 8)),
+                           "classification")
     path = Path(name)
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path

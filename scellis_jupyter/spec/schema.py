@@ -27,7 +27,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
     "init": ("xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal",
              "truncated_normal", "sparse", "normal", "uniform", "constant", "zeros", "ones", "pretrained"),
     "dataset": ("digits", "iris", "wine", "breast_cancer", "pydoc_topics", "synthetic_classification",
-                "synthetic_regression"),
+                "synthetic_regression", "synthetic_ring"),
     "peft": ("lora", "qlora", "prefix_tuning", "bitfit", "ia3", "prompt_tuning"),
 }
 
@@ -51,7 +51,8 @@ NODE_KEYS = ("name", "op", "in")
 RECIPE_KEYS = ("loss", "optimizer", "scheduler", "epochs", "steps", "batch_size", "precision", "clip_grad_norm",
                "clip_grad_value", "metrics", "determinism", "seed", "grad_accum_steps", "checkpointing", "peft", "ema",
                "swa_start", "swa_every",
-               "eval_every", "loss_scale", "regularizers", "sampling", "augment")
+               "eval_every", "loss_scale", "regularizers", "sampling", "augment", "kind", "generator",
+               "discriminator", "noise", "d_steps", "g_steps")
 LOSS_SCALE_KEYS = ("init", "growth_factor", "backoff_factor", "growth_interval")
 OPTIMIZER_KEYS = ("name", "lr", "weight_decay", "betas", "beta1", "beta2", "momentum", "eps", "nesterov",
                   "dampening", "amsgrad")

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import blake3
 
 from ..errors import Diagnostic, did_you_mean
+from . import adversarial as adv
 from .datasets import DatasetInfo, dataset_info
 from .layers import LAYERS, check_attrs
 from .locate import Locator, format_path
@@ -46,6 +47,8 @@ class Spec:
     hash: str = ""
     base_dir: str | None = field(default=None, repr=False, compare=False)
     _locator: Locator | None = field(default=None, repr=False, compare=False)
+    kind: str = "supervised"          # recipe.kind: "gan" trains the two networks of `models`
+    models: dict = field(default_factory=dict)   # network name -> ModelSpec ([model.generator], ...)
 
     # ---- construction ---------------------------------------------------------------------------------
     @classmethod
@@ -97,18 +100,37 @@ class Spec:
     @functools.cached_property
     def graph(self) -> ModelGraph:
         """The model graph on this spec's input (names resolved, shapes inferred, parameters declared)."""
+        if self.models:
+            raise SpecError(f"spec {self.name!r} describes {len(self.models)} networks "
+                            f"({', '.join(self.models)}), not one model", where=self.locate(("model",)),
+                            hint="use spec.graphs[name]; train it with GANRun")
         inp = self.input
         if inp is None:
             raise SpecError("the model's input shape is unknown", where=self.locate(("model",)),
                             hint='declare [model] input = { shape = [...], dtype = "f32" }')
         return build_graph(self.model, inp["shape"], inp["dtype"])
 
+    @functools.cached_property
+    def graphs(self) -> dict[str, ModelGraph]:
+        """Every network's graph by name: {"generator": ..., "discriminator": ...}, or {"model": graph}."""
+        if not self.models:
+            return {"model": self.graph}
+        ck = Checker(self._locator or Locator(self.text), self.source)
+        out = adv.build_networks(ck, self.models, _input_of(ModelSpec(()), self.data, self.dataset))
+        if ck.diags:
+            raise SpecError.from_diagnostics(ck.diags)
+        return out
+
     def to_dict(self) -> dict:
-        return {"name": self.name, "data": copy.deepcopy(self.data), "model": self.model.to_dict(),
+        model = ({k: m.to_dict() for k, m in self.models.items()} if self.models else self.model.to_dict())
+        return {"name": self.name, "data": copy.deepcopy(self.data), "model": model, "kind": self.kind,
                 "recipe": copy.deepcopy(self.recipe), "plan": dict(self.plan), "hash": self.hash,
                 "source": self.source}
 
     def __repr__(self) -> str:
+        if self.models:
+            nets = ", ".join(f"{k} {len(m.nodes)} nodes" for k, m in self.models.items())
+            return f"Spec({self.name!r}, {self.kind}: {nets}, hash={self.hash[:12]})"
         return f"Spec({self.name!r}, {len(self.model.nodes)} nodes, hash={self.hash[:12]})"
 
 
@@ -175,7 +197,7 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
     name = ck.string(raw, "name", (), None)
     ck.string(raw, "description", (), None)
     data = _check_data(ck, raw.get("data"))
-    model = _check_model(ck, raw)
+    model, models = _check_model(ck, raw)
     info = None
     if data is not None and "dataset" in data and not ck.diags:
         try:
@@ -185,8 +207,21 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
             ck.diags.append(e.diagnostic)
     recipe = _check_recipe(ck, raw.get("recipe"), info)
     plan = _check_plan(ck, raw.get("plan"))
+    if not ck.diags:
+        adv.check_kind(ck, recipe["kind"], models, raw)
     if ck.diags:
         return sorted(ck.diags, key=_text_order), None
+    if models:
+        graphs = adv.build_networks(ck, models, _input_of(ModelSpec(()), data or {}, info))
+        if ck.diags:
+            return sorted(ck.diags, key=_text_order), None
+        if name is None:
+            name = Path(source).stem if source and not source.startswith("<") else "spec"
+        spec = Spec(name, data or {}, model, recipe, plan, text, source, spec_hash(raw),
+                    str(base_dir) if base_dir is not None else None, ck.locator, kind=recipe["kind"], models=models)
+        spec.__dict__["dataset"] = info
+        spec.__dict__["graphs"] = graphs
+        return [], spec
     inp = _input_of(model, data or {}, info)
     if inp is None:
         ck.error(("model",), "the model's input shape is unknown", value=False, kind="missing",
@@ -281,6 +316,9 @@ def _check_data(ck: Checker, v: Any) -> dict | None:
             if k in t:
                 ck.error(path + (k,), f"{k!r} applies to synthetic datasets only, not {ds!r}", value=False,
                          kind="unknown-key", hint=f"remove {k}, or use dataset = \"synthetic_classification\"")
+    if ds == "synthetic_ring" and "n_features" in t:
+        ck.error(path + ("n_features",), "synthetic_ring is 2-D: its examples have 2 features", value=False,
+                 kind="unknown-key", hint="remove n_features (n_classes sets the number of modes)")
     if "split" in t:
         out["split"] = _check_split(ck, t["split"], path + ("split",))
     else:
@@ -322,21 +360,28 @@ def _check_split(ck: Checker, v: Any, path: tuple) -> dict | None:
     return {k: fr[k] for k in SPLIT_KEYS if k in fr}
 
 
-def _check_model(ck: Checker, raw: dict) -> ModelSpec:
+def _check_model(ck: Checker, raw: dict) -> tuple[ModelSpec, dict[str, ModelSpec]]:
+    """[model] as one network, or as the named networks of a two-network model ([model.generator], ...)."""
     path = ("model",)
     if "model" not in raw:
         ck.required(raw, "model", ())
-        return ModelSpec((), source=ck.source)
+        return ModelSpec((), source=ck.source), {}
     t = ck.table(raw["model"], path)
     if t is None:
-        return ModelSpec((), source=ck.source)
+        return ModelSpec((), source=ck.source), {}
+    if any(k in t for k in adv.NETWORKS):
+        return ModelSpec((), source=ck.source), adv.check_networks(ck, t, path, _check_model_table)
+    return _check_model_table(ck, t, path), {}
+
+
+def _check_model_table(ck: Checker, t: dict, path: tuple) -> ModelSpec:
     ck.known_keys(t, path, MODEL_KEYS)
     nodes: list[NodeSpec] = []
     if ck.required(t, "nodes", path):
         arr = t["nodes"]
         npath = path + ("nodes",)
         if not isinstance(arr, list) or not arr:
-            ck.error(npath, f"model.nodes must be a non-empty array of tables like {{ op = \"linear\", out = 10 }},"
+            ck.error(npath, f"{format_path(npath)} must be a non-empty array of tables like {{ op = \"linear\", out = 10 }},"
                      f" got {show(arr)}", kind="type")
         else:
             for i, node in enumerate(arr):
@@ -404,7 +449,12 @@ def _check_recipe(ck: Checker, v: Any, info: DatasetInfo | None) -> dict:
     ck.known_keys(t, path, RECIPE_KEYS)
     task = info.task if info is not None else None
     r: dict[str, Any] = {}
-    r["loss"], r["loss_params"] = _check_loss(ck, t, path, "mse" if task == "regression" else "cross_entropy")
+    r["kind"] = ck.choice(t, "kind", path, adv.KINDS, "supervised", "recipe kind")
+    gan = r["kind"] == "gan"
+    if gan:
+        r["loss"], r["loss_params"] = ck.choice(t, "loss", path, adv.GAN_LOSSES, "non_saturating", "GAN loss"), {}
+    else:
+        r["loss"], r["loss_params"] = _check_loss(ck, t, path, "mse" if task == "regression" else "cross_entropy")
     r["optimizer"] = _named_table(ck, t, "optimizer", path, "adamw", _check_optimizer)
     r["scheduler"] = _named_table(ck, t, "scheduler", path, "constant", _check_scheduler)
     r["epochs"] = ck.integer(t, "epochs", path, 1, 10 ** 6, 1)
@@ -423,11 +473,15 @@ def _check_recipe(ck: Checker, v: Any, info: DatasetInfo | None) -> dict:
     r["ema"] = ck.number(t, "ema", path, 0.0, 1.0, None, lo_open=True, hi_open=True)
     r["swa_start"] = ck.integer(t, "swa_start", path, 0, MAX_COUNT, None)
     r["swa_every"] = ck.integer(t, "swa_every", path, 1, MAX_COUNT, None)
-    if "loss_scale" in t:
-        r["loss_scale"] = _check_loss_scale(ck, t, path, r["precision"])
-    r["regularizers"] = _check_entry_list(ck, t, "regularizers", path, "regularizer")
-    r["augment"] = _check_augment(ck, t, path)
-    r["sampling"] = _check_sampling(ck, t, path, info)
+    if gan:
+        adv.check_gan_recipe(ck, t, path, r)
+    else:
+        adv.refuse_gan_keys(ck, t, path)
+        if "loss_scale" in t:
+            r["loss_scale"] = _check_loss_scale(ck, t, path, r["precision"])
+        r["regularizers"] = _check_entry_list(ck, t, "regularizers", path, "regularizer")
+        r["augment"] = _check_augment(ck, t, path)
+        r["sampling"] = _check_sampling(ck, t, path, info)
     return r
 
 

@@ -111,8 +111,12 @@ def format_event(ev: dict) -> str | None:
         return line
     if kind == "step":
         width = len(str(ev.get("total_steps", ev["step"])))
-        line = (f"step {ev['step']:>{width}}/{ev.get('total_steps', '?')}  epoch {ev['epoch'] + 1:<3} "
-                f"loss {ev['loss']:.4f}  lr {ev['lr']:.2e}")
+        line = f"step {ev['step']:>{width}}/{ev.get('total_steps', '?')}  epoch {ev['epoch'] + 1:<3} "
+        if "d_loss" in ev:
+            line += (f"d_loss {ev['d_loss']:.4f}  g_loss {ev['g_loss']:.4f}  lr_d {ev['lr_d']:.2e}  "
+                     f"lr_g {ev['lr_g']:.2e}")
+        else:
+            line += f"loss {ev['loss']:.4f}  lr {ev['lr']:.2e}"
         if ev.get("skipped"):
             line += f"  skipped {ev['skipped']}"
         for k, v in (ev.get("metrics") or {}).items():       # validation metrics
@@ -221,10 +225,15 @@ def drive(run: Run, *, progress: bool | Callable[[dict], None] = True) -> dict:
         try:
             for s in it:
                 now = time.monotonic()
-                if s.metrics or s.step % every == 0 or s.step >= run.total_steps or now - last > 10.0:
+                if getattr(s, "metrics", None) or s.step % every == 0 or s.step >= run.total_steps or now - last > 10.0:
                     last = now
-                    emit({"event": "step", "step": s.step, "total_steps": run.total_steps, "epoch": s.epoch,
-                          "loss": s.loss, "lr": s.lr, "skipped": run.skipped, "metrics": s.metrics})
+                    ev = {"event": "step", "step": s.step, "total_steps": run.total_steps, "epoch": s.epoch,
+                          "skipped": run.skipped}
+                    if hasattr(s, "d_loss"):      # a GAN round: both networks' losses and rates
+                        ev.update(d_loss=s.d_loss, g_loss=s.g_loss, lr_d=s.lr_d, lr_g=s.lr_g)
+                    else:
+                        ev.update(loss=s.loss, lr=s.lr, metrics=s.metrics)
+                    emit(ev)
                 if sig.reason is not None and run.step < run.total_steps:
                     run.interrupt(sig.reason)
                     emit({"event": "interrupt", "step": run.step, "reason": sig.reason})
@@ -259,9 +268,17 @@ def train(spec, *, store=None, detach: bool = False, progress: bool | Callable[[
     if detach:
         from .detach import launch
         return launch(st, {"kind": "train", "spec": _spec_job(spec), "kwargs": _detach_kwargs(kw)}, run_id=run_id)
-    run = Run(spec, store=st, run_id=run_id, **kw)
+    run = run_class(spec)(spec, store=st, run_id=run_id, **kw)
     drive(run, progress=progress)
     return run
+
+
+def run_class(spec) -> type:
+    """The loop a spec trains with: `GANRun` for kind = "gan", else `Run`."""
+    if getattr(spec, "kind", "supervised") == "gan":
+        from .gan import GANRun
+        return GANRun
+    return Run
 
 
 def resume(ref: str, *, store=None, spec=None, steps: int | None = None, detach: bool = False,
@@ -318,7 +335,7 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
     kw.setdefault("tier", ex.get("tier"))
     if rex.get("checkpoint_every"):
         kw.setdefault("checkpoint_every", rex["checkpoint_every"])
-    run = Run(spec, store=st, resume=ck.hash, steps=steps, run_id=run_id, **kw)
+    run = run_class(spec)(spec, store=st, resume=ck.hash, steps=steps, run_id=run_id, **kw)
     if run._handle is not None:
         run._handle.update(extra=dict(run._handle.record.extra, resumed_from_run=origin))
         if origin:

@@ -60,6 +60,9 @@ class Run:
         from ..backends.device import Device, device as pick
         from ..plan.plan import _spec_of, plan as make_plan
         self.spec = spec = _spec_of(spec)
+        if spec.kind == "gan":
+            raise RunError(f"spec {spec.name!r} trains two networks adversarially (kind \"gan\")", where="Run",
+                           hint="train it with GANRun(spec)")
         r = spec.recipe
         self.device = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
         self.store = _open_store(store)
@@ -384,6 +387,46 @@ class Run:
             prog = self._eval_progs[b] = (compiled, order)
         return prog
 
+    def predict(self, x, weights: str = "current") -> np.ndarray:
+        """The model's output (eval mode: no dropout) for a batch `x` of examples shaped like the data's
+        ([n, *input shape], or rows that reshape to it), with the current (or "ema"/"swa") weights."""
+        from ..executor.executor import execute
+        from ..graph import functional as F
+        from ..program.schedule import compile_program
+        from ..program.training import forward_adapted
+        if weights not in ("current", "ema", "swa"):
+            raise RunError(f"weights={weights!r} is not 'current', 'ema' or 'swa'", where="Run.predict")
+        inp = self.spec.input
+        x = np.asarray(x)
+        n = x.shape[0] if x.ndim else 0
+        per = int(np.prod(inp["shape"]))
+        if n < 1 or x.size != n * per:
+            raise RunError(f"predict needs a batch of examples of shape {list(inp['shape'])}, got {list(x.shape)}",
+                           where="Run.predict", hint="pass x[None] for a single example")
+        key = ("predict", n)
+        if key not in self._eval_progs:
+            xp = F.placeholder((n,) + tuple(inp["shape"]), inp["dtype"], "x")
+            params = {l.name: F.placeholder(l.node.shape, l.node.dtype, l.name) for l in self.step_prog.leaves
+                      if l.role == "parameter"}
+            xin = F.cast(xp, "f16") if self.mixed and xp.dtype == "f32" else xp
+            out = forward_adapted(self.spec.graph, xin, params, self.adaptation)
+            prog, leaves = compile_program([F.cast(out, "f32") if out.dtype == "f16" else out],
+                                           self.device.backend, self.tier)
+            names = {id(v): k for k, v in params.items()}
+            self._eval_progs[key] = (prog, [names.get(id(ln), "x") for ln in leaves])
+        prog, order = self._eval_progs[key]
+        self._evaluated = True
+        feeds = []
+        for j, name in enumerate(order):
+            if name == "x":
+                leaf = prog.values[prog.leaves[j]]
+                feeds.append(self.impl.from_numpy(x.astype(dt.to_numpy(inp["dtype"])).reshape(leaf.shape),
+                                                  inp["dtype"]))
+            else:
+                feeds.append(self.values[name if weights == "current" else f"{name}.{weights}"])
+        (out,) = execute(prog, feeds, self.impl)
+        return np.array(self.impl.to_numpy(out))
+
     def evaluate(self, part: str = "val", record: bool = True, weights: str = "current") -> dict:
         """Metrics (and mean loss) of the current weights on a split part, accumulated over batches.
 
@@ -408,13 +451,14 @@ class Run:
             x, y = self.dataset.read(sel)
             prog, order = self._eval_program(len(sel))
             feeds = []
-            for name in order:
+            for j, name in enumerate(order):
+                leaf = prog.values[prog.leaves[j]]     # batches come as read: shape them as the step does
                 if name == "x":
-                    feeds.append(self.impl.from_numpy(np.asarray(x, np.float32) if self.spec.input["dtype"] == "f32"
-                                                      else np.asarray(x, np.int32), self.spec.input["dtype"]))
+                    xa = np.asarray(x, np.float32) if self.spec.input["dtype"] == "f32" else np.asarray(x, np.int32)
+                    feeds.append(self.impl.from_numpy(xa.reshape(leaf.shape), self.spec.input["dtype"]))
                 elif name == "y":                # as the loss declares it (dtype and per-example shape)
                     yv = self.target.check(y, where=f"Run.evaluate({part!r})")
-                    feeds.append(self.impl.from_numpy(yv, self.target.dtype))
+                    feeds.append(self.impl.from_numpy(yv.reshape(leaf.shape), self.target.dtype))
                 elif name in self._buffer_names():
                     feeds.append(self.values[name])
                 else:
@@ -499,20 +543,24 @@ class Run:
             self._handle.checkpoint(h, self.step, self.epoch)
         return h
 
-    def _resume(self, ref) -> None:
-        from ..rng.generator import Generator
+    def _checkpoint_to_resume(self, ref):
+        """The checkpoint `ref` names (or is), refused with a diff when it was made from another spec."""
         from ..store import Checkpoint, check_spec
         if isinstance(ref, Checkpoint):
-            ck = ref
-            if ck.spec_hash != self.spec.hash:
-                check_spec(ck, self.spec.hash)
-        else:
-            if self.store is None:
-                raise RunError("resuming needs the store that holds the checkpoint", where="Run",
-                               hint="pass store=")
-            ck = self.store.load_checkpoint(ref)
-            self._keep_spec_text()
-            check_spec(ck, self.spec.hash, lambda h: self.store.text_or_none(self.store.ref(f"spec-{h}") or "-"))
+            if ref.spec_hash != self.spec.hash:
+                check_spec(ref, self.spec.hash)
+            return ref
+        if self.store is None:
+            raise RunError("resuming needs the store that holds the checkpoint", where=type(self).__name__,
+                           hint="pass store=")
+        ck = self.store.load_checkpoint(ref)
+        self._keep_spec_text()
+        check_spec(ck, self.spec.hash, lambda h: self.store.text_or_none(self.store.ref(f"spec-{h}") or "-"))
+        return ck
+
+    def _resume(self, ref) -> None:
+        from ..rng.generator import Generator
+        ck = self._checkpoint_to_resume(ref)
         be = self.impl
         w, ost = ck.weights, ck.optimizer_state
         for leaf in self.step_prog.leaves:
@@ -703,11 +751,6 @@ def _open_store(store):
     return store if isinstance(store, Store) else Store.open(store)
 
 
-def train(spec, **kw) -> dict:
-    """Run `spec` to the end (see Run for the keywords); returns the run's result summary."""
-    return Run(spec, **kw).run_to_end()
-
-
 def spec_of_checkpoint(store, ref: str):
     """The spec a checkpoint was made from, rebuilt from the text the store keeps."""
     from ..spec import Spec
@@ -720,13 +763,3 @@ def spec_of_checkpoint(store, ref: str):
     ex = ck.extra or {}
     return Spec.from_text(st.get_text(th), source=ex.get("spec_source") or "<stored spec>",
                           base_dir=ex.get("base_dir")), ck, st
-
-
-def resume(ref: str, store=None, steps: int | None = None, **kw) -> "Run":
-    """A Run continuing from a checkpoint (hash, prefix, ref or run id) in `store`, to `steps` in total
-    (default: the schedule's horizon). Iterate it, or call `.run_to_end()`."""
-    import os
-    store = store if store is not None else os.environ.get("SCELLIS_STORE", ".scellis")
-    spec, ck, st = spec_of_checkpoint(store, ref)
-    horizon = (ck.extra or {}).get("horizon")
-    return Run(spec, store=st, resume=ck.hash, steps=steps if steps is not None else horizon, **kw)

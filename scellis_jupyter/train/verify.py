@@ -203,8 +203,13 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
 
     # the data on disk against the recorded hashes (nothing is re-executed on other data)
     try:
-        run = Run(spec, device=dev, tier=rec.tier, steps=int(ex["steps"]), epochs=ex.get("epochs"),
-                  eval_every=ex.get("eval_every"), options=_options(ex.get("options")), resume=start)
+        if spec.kind == "gan":
+            from .gan import GANRun
+            run = GANRun(spec, device=dev, tier=rec.tier, steps=int(ex["steps"]), epochs=ex.get("epochs"),
+                         resume=start)
+        else:
+            run = Run(spec, device=dev, tier=rec.tier, steps=int(ex["steps"]), epochs=ex.get("epochs"),
+                      eval_every=ex.get("eval_every"), options=_options(ex.get("options")), resume=start)
     except ScellisError as e:
         changed = _changed_files(ex.get("data_files") or [])
         add("dataset", False, "; ".join(changed + [e.diagnostic.format().replace("\n", " ")]))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import scellis_jupyter as sc
-from scellis_jupyter.train.run import Run, resume
+from scellis_jupyter.train.run import Run
 
 try:
     WG = sc.device("wgpu")
@@ -82,8 +82,8 @@ def test_dropout_draws_new_masks_every_step_and_positions_advance():
 RESUME = r'''
 import json, sys
 import numpy as np
-from scellis_jupyter.train.run import resume
-run = resume(sys.argv[1], store=sys.argv[2], device=sys.argv[3])
+from scellis_jupyter.train import prepare_resume
+run = prepare_resume(sys.argv[1], store=sys.argv[2], device=sys.argv[3])
 run.run_to_end()
 out = {k: v.tolist() for k, v in run.weights().items()}
 st = {f"{p}.{k}": v.tolist() for p, d in run.optimizer_state().items() for k, v in d.items()}
@@ -336,3 +336,63 @@ def test_a_split_without_val_trains_and_reports_the_training_loss_apart_from_tes
         k.startswith("val_") for k in r["metrics"])
     full = Run(SHORT, device="reference", steps=3).run_to_end()
     assert full["metrics"]["loss"] == full["loss_history"][-1] and "val_accuracy" in full["metrics"]
+
+
+CNN_EVAL = """
+name = "cnn-eval"
+[data]
+dataset = "digits"
+input = { shape = [1, 8, 8], dtype = "f32" }
+[model]
+nodes = [{ op = "conv2d", out = 4, kernel = 3, padding = 1 }, { op = "relu" }, { op = "max_pool2d", kernel = 2 },
+         { op = "flatten" }, { op = "linear", out = 10 }]
+[recipe]
+optimizer = { name = "sgd", lr = 0.1 }
+batch_size = 16
+steps = 3
+metrics = ["accuracy"]
+determinism = "debug"
+"""
+REG_EVAL = """
+name = "reg-eval"
+[data]
+dataset = "synthetic_regression"
+n_rows = 200
+n_features = 5
+[model]
+nodes = [{ op = "linear", out = 8 }, { op = "tanh" }, { op = "linear", out = 1 }]
+[recipe]
+optimizer = { name = "sgd", lr = 0.05 }
+batch_size = 16
+steps = 3
+determinism = "debug"
+"""
+
+
+def test_evaluation_shapes_batches_like_the_step_image_input_and_one_output_regression():
+    """Regression test: evaluation fed batches as read ([n, 64] into a [n, 1, 8, 8] model; [n] targets
+    against [n, 1] predictions, which broadcast to [n, n]). The val loss and accuracy are recomputed here
+    from the run's weights with torch (CNN) and numpy (MLP) in float64."""
+    torch = pytest.importorskip("torch")
+    run = Run(CNN_EVAL, device="reference")
+    list(run)
+    w = {k: torch.tensor(v.astype(np.float64)) for k, v in run.weights().items()}
+    x, y = run.dataset.read(run.split["val"])
+    xt = torch.tensor(np.asarray(x, np.float64)).reshape(-1, 1, 8, 8)
+    h = torch.nn.functional.conv2d(xt, w["0.conv2d.weight"], w["0.conv2d.bias"], padding=1)
+    h = torch.nn.functional.max_pool2d(torch.relu(h), 2).flatten(1)
+    logits = h @ w["4.linear.weight"].T + w["4.linear.bias"]
+    yt = torch.tensor(np.asarray(y, np.int64))
+    m = run.final_metrics
+    np.testing.assert_allclose(m["val_loss"], torch.nn.functional.cross_entropy(logits, yt).item(), rtol=1e-5)
+    assert m["val_accuracy"] == pytest.approx((logits.argmax(1) == yt).double().mean().item())
+    np.testing.assert_allclose(run.predict(x[:7]), logits[:7].numpy(), rtol=1e-4, atol=1e-5)   # Run.predict
+    with pytest.raises(sc.ScellisError, match="predict needs a batch"):
+        run.predict(np.zeros(5))
+    reg = Run(REG_EVAL, device="reference")
+    list(reg)
+    w = {k: v.astype(np.float64) for k, v in reg.weights().items()}
+    x, y = reg.dataset.read(reg.split["val"])
+    pred = np.tanh(np.asarray(x, np.float64) @ w["0.linear.weight"].T + w["0.linear.bias"]) @ w["2.linear.weight"].T \
+        + w["2.linear.bias"]
+    np.testing.assert_allclose(reg.final_metrics["val_loss"], np.mean((pred[:, 0] - y) ** 2), rtol=1e-5)
