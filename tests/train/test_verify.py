@@ -138,13 +138,13 @@ def test_prod_tier_is_compared_within_its_tolerance(project):
 def test_a_wgpu_run_verifies_on_the_reference_path_within_tolerance(project):
     spec, csv, st = project
     # the cross-device gap grows with the steps (measured here: the largest loss/metric error is ~6e-6 after
-    # 6 steps, ~1.5e-5 after 12, ~3e-5 after 30), so a short run is what prod's 1e-5 can hold
-    run = sc.train(str(spec), store=st, device=WG, progress=False, steps=4)
+    # 6 steps, ~1.5e-5 after 12, ~3e-5 after 30): prod's 1e-5 per step, times the steps taken, holds it
+    run = sc.train(str(spec), store=st, device=WG, progress=False, steps=30)
     v = sc.verify(run.run_id, store=st)
     assert v.ok and v.mode == "tolerance" and v.tolerance == 1e-5 and v.device.startswith("reference"), v.lines()
     assert "program" not in {c.name for c in v.checks}            # compiled for another backend
     (w,) = [c for c in v.checks if c.name == "weights"]
-    assert w.detail.startswith("relative error ") and 0 < float(w.detail.split()[2]) <= 1e-5
+    assert w.detail.startswith("relative error ") and 0 < float(w.detail.split()[2]) <= 30 * 1e-5
     tight = sc.verify(run.run_id, store=st, tolerance=1e-8)      # not the same numbers: a tighter bound fails
     assert not tight.ok and {"weights", "loss history"} <= {c.name for c in tight.differences}
 
