@@ -132,7 +132,8 @@ class Run:
         self.mixed = st.options.precision == "mixed-f16"
         self.loader = self._Batches(self.dataset, self.split["train"], self.batch_size * st.options.accum, self.gen,
                                     shuffle=True, drop_last=True)
-        init = init_params(self.spec.graph, self.gen)
+        from ..spec.pretrained import pretrained_overrides   # [model.pretrained]: weights from a file, by name
+        init = init_params(self.spec.graph, self.gen, overrides=pretrained_overrides(self.spec))
         if self._init_weights is not None:     # pretrained weights replace the drawn ones, by name
             init.update(_pretrained(self._init_weights, self._weights_mapping, init))
         self.adaptation = st.options.adaptation(self.spec.graph)
