@@ -66,14 +66,14 @@ def _ids(r: np.random.Generator, lengths) -> np.ndarray:
     return ids
 
 
-def _ours(graph, state, ids, grad_out=None):
-    leaves = {p.name: sc.tensor(state[_ours_to_theirs(p.name)].detach().numpy(), dtype="f64", device=REF,
+def _ours(graph, state, ids, grad_out=None, dev=REF, dtype="f64"):
+    leaves = {p.name: sc.tensor(state[_ours_to_theirs(p.name)].detach().numpy(), dtype=dtype, device=dev,
                                 requires_grad=grad_out is not None) for p in graph.params}
-    x = sc.tensor(ids, dtype="i32", device=REF)
-    out = Tensor._from_node(graph.forward(x.node, {k: t.node for k, t in leaves.items()}), REF)
+    x = sc.tensor(ids, dtype="i32", device=dev)
+    out = Tensor._from_node(graph.forward(x.node, {k: t.node for k, t in leaves.items()}), dev)
     if grad_out is None:
         return out.numpy(), None
-    out.backward(sc.tensor(grad_out, dtype="f64", device=REF))
+    out.backward(sc.tensor(grad_out, dtype=dtype, device=dev))
     return out.numpy(), {k: t.grad.numpy() for k, t in leaves.items()}
 
 
@@ -116,6 +116,22 @@ def test_forward_and_gradients_match_hf_bert(bert, pool):
     for name, gr in grads.items():              # (the key bias has no effect on softmax: its gradient is ~0)
         tg = params[_ours_to_theirs(name)].grad
         _close(gr, np.zeros_like(gr) if tg is None else tg.numpy(), 1e-10, scale)
+
+
+@pytest.mark.slow
+def test_wgpu_forward_and_gradients_match_reference(bert):
+    """f32 on Mesa llvmpipe vs the reference path: the masked attention kernels forward and backward, the
+    embedding gather's scatter-add gradient, the masked pooling; tolerance 1e-5 of the largest value."""
+    r = np.random.default_rng(4)
+    ids = _ids(r, [L, 3, 6])
+    graph = _spec().graph
+    g = r.standard_normal((3, D))
+    a, ga = _ours(graph, bert.state_dict(), ids, g, sc.device("wgpu"), "f32")
+    b, gb = _ours(graph, bert.state_dict(), ids, g, REF, "f32")
+    _close(a, b, 1e-5)
+    scale = max(float(np.max(np.abs(v))) for v in gb.values())
+    for k in ga:
+        _close(ga[k], gb[k], 1e-5, scale)
 
 
 def test_padding_does_not_change_the_embedding(bert):
