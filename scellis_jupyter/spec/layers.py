@@ -694,7 +694,8 @@ def _bert_block_fwd(xs, p, a, ctx):
 
 register(Layer(
     "bert_block",
-    {"heads": Attr("int", REQUIRED, 1, 1024), "hidden": Attr("int", 0, 0, MAX_SIZE), "pad_id": Attr("int", 0, 0, MAX_SIZE),
+    {"heads": Attr("int", REQUIRED, 1, 1024), "hidden": Attr("int", 0, 0, MAX_SIZE),
+     "pad_id": Attr("int", 0, 0, MAX_SIZE),
      "activation": Attr("str", "gelu", choices=("gelu", "relu", "silu", "tanh")), "eps": _BERT_EPS,
      "dropout": _BERT_DROP, "init": Attr("str", "xavier_uniform", catalog="init")},
     _bert_block_infer, _bert_block_fwd, _bert_block_params, arity=(1, 2),

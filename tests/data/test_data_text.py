@@ -164,7 +164,8 @@ def test_spec_with_text_data_plans_and_trains(tok):
 
 @pytest.mark.parametrize("data,key,needle", [
     ('dataset = "pydoc_sentences"\nseq_len = 12', "[data]", "needs a tokenizer"),
-    ('dataset = "pydoc_sentences"\ntokenizer = "missing.json"', "tokenizer =", "tokenizer 'missing.json' does not exist"),
+    ('dataset = "pydoc_sentences"\ntokenizer = "missing.json"', "tokenizer =",
+     "tokenizer 'missing.json' does not exist"),
     ('dataset = "digits"\ntokenizer = "x.json"', "tokenizer =", "dataset 'digits' is not text"),
     ('dataset = "pydoc_sentences"\ntokenizer = "TOK"\nn_rows = 100000', "dataset =", "asks 25000 rows of class 0"),
     ('dataset = "digits"\ntext = "sentence"', "text =", "has no tokenizer"),
