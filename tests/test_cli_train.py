@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -239,7 +240,12 @@ def test_full_disk_mid_run_is_a_clear_error_and_the_store_resumes(spec_file, who
 
 def test_read_only_store_is_a_clear_error_and_changes_nothing(spec_file, whole, tmp_path):
     st = tmp_path / "copy"
-    shutil.copytree(whole[1], st)
+    # fold the index's write-ahead log into the database first: the -wal/-shm files come and go as this
+    # process's own connections to the store close, so copying them races with garbage collection
+    con = sqlite3.connect(whole[1] / "index.sqlite")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    shutil.copytree(whole[1], st, ignore=shutil.ignore_patterns("index.sqlite-wal", "index.sqlite-shm"))
     files = lambda: sorted(p.name for p in (st / "objects").rglob("*") if p.is_file())  # noqa: E731
     before, runs = files(), [x.id for x in Store.open(st, create=False).list_runs()]
     r = cli("readonly", "0", "train", str(spec_file), "--store", str(st), "--steps", "2", code=FAULTY)

@@ -16,6 +16,7 @@ from .dataset import ArrayDataset, DataError, Dataset, resolve
 from .files import CsvDataset, ImageFolder, NpyDataset, NpzDataset, ParquetDataset, load_file
 from .loader import Batches
 from .split import Split, split
+from .text import TextDataset, load_text, load_tokenizer, pydoc_sentences_dataset, text_file_dataset
 
 
 def load_dataset(name_or_path: str | os.PathLike | None = None, data_table: dict | None = None,
@@ -24,6 +25,7 @@ def load_dataset(name_or_path: str | os.PathLike | None = None, data_table: dict
 
     Keys used: dataset (when name_or_path is None), seq_len (pydoc_topics), n_rows, n_features, n_classes,
     noise, seed (synthetic sets), target (CSV/Parquet column name; for .npy a labels .npy path), sep,
+    tokenizer and text (text datasets: pydoc_sentences or a .csv/.tsv/.jsonl, tokenized to seq_len ids),
     input.shape = [C, H, W] or image_size (image folders). Relative paths are taken from base_dir.
     """
     data = dict(data_table or {})
@@ -33,6 +35,8 @@ def load_dataset(name_or_path: str | os.PathLike | None = None, data_table: dict
             raise DataError("no dataset named", where="[data]",
                             hint=f'set dataset = "<built-in or path>"; built-ins: {", ".join(BUILTIN_NAMES)}')
     name = os.fspath(name_or_path)
+    if data.get("tokenizer") is not None or name == "pydoc_sentences":    # text, tokenized to seq_len ids
+        return load_text(name, data, base_dir)
     if name in BUILTIN_NAMES:
         return builtin(name, data)
     path = resolve(name, base_dir)
@@ -45,4 +49,5 @@ def load_dataset(name_or_path: str | os.PathLike | None = None, data_table: dict
 
 __all__ = ["load_dataset", "split", "Split", "Batches", "DataError", "Dataset", "ArrayDataset", "PydocTopics",
            "CsvDataset", "NpyDataset", "NpzDataset", "ParquetDataset", "ImageFolder", "builtin", "tabular",
-           "synthetic_classification", "synthetic_regression", "synthetic_ring", "ring_centers", "BUILTIN_NAMES"]
+           "synthetic_classification", "synthetic_regression", "synthetic_ring", "ring_centers", "BUILTIN_NAMES",
+           "TextDataset", "load_text", "load_tokenizer", "pydoc_sentences_dataset", "text_file_dataset"]

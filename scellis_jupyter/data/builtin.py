@@ -16,7 +16,8 @@ from .dataset import ArrayDataset, DataError, Dataset, hash_arrays
 
 TABULAR = tuple(_TABULAR)
 RING_RADIUS = 2.0
-NAMES = TABULAR + ("pydoc_topics", "synthetic_classification", "synthetic_regression", "synthetic_ring")
+NAMES = TABULAR + ("pydoc_topics", "synthetic_classification", "synthetic_regression", "synthetic_ring",
+                   "pydoc_sentences")
 
 
 def tabular(name: str) -> ArrayDataset:
@@ -158,6 +159,9 @@ def builtin(name: str, data: dict | None = None) -> Dataset:
         return tabular(name)
     if name == "pydoc_topics":
         return PydocTopics(data.get("seq_len", 128))
+    if name == "pydoc_sentences":                     # text: needs a tokenizer (data/text.py)
+        from .text import load_text
+        return load_text(name, data)
     seed = data.get("seed", 0)
     if name == "synthetic_classification":
         return synthetic_classification(data.get("n_rows", 1000), data.get("n_features", 20),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,79 @@ def pydoc_vocab() -> str:
     return PYDOC_VOCAB
 
 
+# Sentences of the pydoc topics, labelled by the part of the language reference a topic belongs to. The
+# aggregate topics (compound, specialnames, types: they repeat others) and the debugger are left out.
+# Why this task: it is real English prose on neighbouring subjects (a `with` statement vs context
+# managers, an operator vs the special method behind it), so a sentence embedding must carry meaning, and
+# it ships with every CPython, so it needs no download.
+PYDOC_GROUPS = {
+    "statements": ("assert", "assignment", "augassign", "break", "continue", "del", "global", "nonlocal", "pass",
+                   "raise", "return", "yield", "import", "if", "while", "for", "try", "with", "else", "class",
+                   "function", "async"),
+    "expressions": ("atom-identifiers", "atom-literals", "attribute-references", "await", "binary", "bitwise",
+                    "booleans", "calls", "comparisons", "conversions", "exprlists", "lambda", "operator-summary",
+                    "power", "shifting", "slicings", "subscriptions", "unary", "in", "floating", "imaginary",
+                    "integers", "strings", "formatstrings", "identifiers", "lists", "dict"),
+    "builtin types": ("typesseq", "typesseq-mutable", "typesmapping", "typesmethods", "typesmodules",
+                      "typesfunctions", "string-methods", "bltin-code-objects", "bltin-ellipsis-object",
+                      "bltin-null-object", "bltin-type-objects", "truth"),
+    "data model": ("attribute-access", "customization", "sequence-types", "numeric-types", "callable-types",
+                   "context-managers", "specialattrs", "objects", "id-classes", "naming", "execmodel",
+                   "dynamic-features", "exceptions"),
+}
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+
+
+def _prose_sentences(text: str) -> list[str]:
+    """Sentences of 6..40 words from the prose paragraphs of a topic (code, grammar and examples skipped)."""
+    out = []
+    for para in re.split(r"\n\s*\n", text):
+        lines = para.split("\n")
+        if any(ln.strip().startswith((">>>", "...")) or "::=" in ln for ln in lines):
+            continue
+        for s in _SENTENCE_END.split(" ".join(ln.strip() for ln in lines)):
+            s = " ".join(s.split())
+            if 6 <= len(s.split()) <= 40 and s[-1] in ".!?:" and sum(c.isalpha() for c in s) > 0.6 * len(s):
+                out.append(s)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def pydoc_sentences() -> tuple[tuple[str, ...], tuple[int, ...], tuple[str, ...]]:
+    """(sentences, labels, class names): every prose sentence of the grouped topics, in group then topic order,
+    duplicates dropped (first kept). Topics missing from this CPython's docs are skipped."""
+    from pydoc_data.topics import topics
+    texts, labels, seen = [], [], set()
+    for label, group in enumerate(PYDOC_GROUPS.values()):
+        for key in group:
+            for s in _prose_sentences(topics.get(key, "")):
+                if s not in seen:
+                    seen.add(s)
+                    texts.append(s)
+                    labels.append(label)
+    return tuple(texts), tuple(labels), tuple(PYDOC_GROUPS)
+
+
+def balanced_rows(labels, n_rows: int | None, n_classes: int) -> list[int]:
+    """Row indices of a class-balanced subset of `n_rows` (n_rows // n_classes per class, evenly spaced
+    within each class); all rows when n_rows is None. Deterministic: no random draw."""
+    if n_rows is None:
+        return list(range(len(labels)))
+    per = n_rows // n_classes
+    out = []
+    for c in range(n_classes):
+        rows = [i for i, y in enumerate(labels) if y == c]
+        if per > len(rows):
+            raise SpecError(f"n_rows = {n_rows} asks {per} rows of class {c}, which has {len(rows)}",
+                            hint=f"n_rows at most {n_classes * min(_counts(labels, n_classes))}", kind="range")
+        out += [rows[(j * len(rows)) // per] for j in range(per)]
+    return sorted(out)
+
+
+def _counts(labels, n_classes: int) -> list[int]:
+    return [sum(1 for y in labels if y == c) for c in range(n_classes)]
+
+
 def dataset_info(name_or_path: str, data: dict | None = None, *, where: str = "",
                  base_dir: str | os.PathLike | None = None) -> DatasetInfo:
     """Metadata of a built-in dataset or a file; `data` is the spec's [data] table (seq_len, n_rows, ...)."""
@@ -66,6 +140,14 @@ def dataset_info(name_or_path: str, data: dict | None = None, *, where: str = ""
         seq_len = int(data.get("seq_len", 128))
         text = pydoc_text()
         return DatasetInfo(name, (len(text) - 1) // seq_len, (seq_len,), "i32", len(pydoc_vocab()), "lm")
+    if name == "pydoc_sentences":
+        seq_len = int(data.get("seq_len", 128))
+        _, labels, classes = pydoc_sentences()
+        try:
+            rows = len(balanced_rows(labels, data.get("n_rows"), len(classes)))
+        except SpecError as e:
+            raise SpecError(e.diagnostic.message, where=where, hint=e.diagnostic.hint, kind="range") from None
+        return DatasetInfo(name, rows, (seq_len,), "i32", len(classes), "classification")
     if name == "synthetic_classification":
         return DatasetInfo(name, int(data.get("n_rows", 1000)), (int(data.get("n_features", 20)),), "f32",
                            int(data.get("n_classes", 2)), "classification")
@@ -84,7 +166,63 @@ def dataset_info(name_or_path: str, data: dict | None = None, *, where: str = ""
         raise SpecError(f"dataset {name!r} is neither a built-in dataset nor an existing file ({path})",
                         where=where, hint=hint or f"built-ins: {', '.join(KNOWN['dataset'])}",
                         kind="unknown-dataset", path=str(path))
+    if data.get("tokenizer") is not None:
+        return _text_file_info(path, data)
     return _file_info(path, data)
+
+
+def text_table(path: Path, text_col: str, target_col: str) -> tuple[list[str], list[str]]:
+    """(texts, raw labels) of a CSV/TSV (header row naming the columns) or JSON Lines file."""
+    import csv
+    import json
+    suffix = path.suffix.lower()
+    texts, labels = [], []
+    with open(path, encoding="utf-8", newline="") as f:
+        if suffix in (".jsonl", ".ndjson"):
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise SpecError(f"{path.name}:{lineno}: not JSON: {e.msg}", where=f"{path}:{lineno}",
+                                    kind="invalid") from None
+                if not isinstance(row, dict) or text_col not in row or target_col not in row:
+                    raise SpecError(f"{path.name}:{lineno}: each line needs fields {text_col!r} and {target_col!r}",
+                                    where=f"{path}:{lineno}", hint="set text = ... and target = ... in [data]",
+                                    kind="invalid")
+                texts.append(str(row[text_col]))
+                labels.append(str(row[target_col]))
+            return texts, labels
+        if suffix not in (".csv", ".tsv"):
+            raise SpecError(f"text dataset {path.name!r} must be .csv, .tsv or .jsonl", where=str(path),
+                            kind="invalid")
+        reader = csv.reader(f, delimiter="\t" if suffix == ".tsv" else ",")
+        header = next(reader, None)
+        if not header:
+            raise SpecError(f"{path.name} is empty (no header row)", where=str(path), kind="invalid")
+        header = [h.strip() for h in header]
+        for col in (text_col, target_col):
+            if col not in header:
+                raise SpecError(f"{path.name} has no column {col!r}", where=f"{path}:1",
+                                hint=did_you_mean(col, header) or f"columns: {', '.join(header)}", kind="invalid")
+        ti, yi = header.index(text_col), header.index(target_col)
+        for lineno, row in enumerate(reader, 2):
+            if not row or not any(c.strip() for c in row):
+                continue
+            if len(row) != len(header):
+                raise SpecError(f"{path.name}:{lineno}: {len(row)} fields, the header has {len(header)}",
+                                where=f"{path}:{lineno}", hint="quote fields that contain the delimiter",
+                                kind="invalid")
+            texts.append(row[ti])
+            labels.append(row[yi].strip())
+    return texts, labels
+
+
+def _text_file_info(path: Path, data: dict) -> DatasetInfo:
+    texts, labels = text_table(path, data.get("text", "text"), data.get("target", "label"))
+    return DatasetInfo(path.name, len(texts), (int(data.get("seq_len", 128)),), "i32", len(set(labels)),
+                       "classification")
 
 
 def _file_info(path: Path, data: dict) -> DatasetInfo:

@@ -569,3 +569,178 @@ def _check_attr(layer: Layer, k: str, spec: Attr, node: dict, path: tuple, ck: C
         raise AssertionError(spec.type)
     return r
 
+
+
+# ---- BERT-style encoders --------------------------------------------------------------------------------
+# Parameter names are the ones BERT checkpoints use (word_embeddings.weight, attention.self.query.weight,
+# output.LayerNorm.bias, ...), so a BERT-family checkpoint loads by renaming node prefixes only (see
+# spec/pretrained.py). The padding mask comes from the token ids themselves (id != pad_id): a node that
+# needs it takes the ids as its second input (`in = ["prev", "x"]`), so padded positions are never
+# attended to and never pooled, and a sentence embeds the same at any padded length.
+_ID_DTYPES = ("i32", "u32")
+
+
+def _ids_of(op: str, shape: tuple, dtype: str, seq: int | None = None) -> None:
+    if dtype not in _ID_DTYPES:
+        raise DTypeError(f"{op} needs integer token ids, got {dtype}",
+                         hint="declare input = { shape = [seq_len], dtype = \"i32\" }")
+    _rank(op, shape, 1, 1, " [seq] of token ids")
+    if seq is not None and shape[0] != seq:
+        raise ShapeError(f"{op}: token ids have length {shape[0]} but the hidden states have {seq} positions",
+                         hint="pass the model input x (the ids of these positions) as the second input")
+
+
+def _pad_mask(ids: Node, pad_id: int) -> Node:
+    """bool [B, L]: True at real tokens."""
+    return F.ne(ids, pad_id)
+
+
+def _bert_emb_infer(s, d, a):
+    _ids_of("bert_embeddings", s[0], d[0])
+    if s[0][0] > a["max_len"]:
+        raise ShapeError(f"sequence length {s[0][0]} exceeds max_len {a['max_len']}",
+                         hint=f"raise max_len to at least {s[0][0]} or shorten seq_len")
+    return (s[0][0], a["dim"]), "f32"
+
+
+def _bert_emb_params(s, a):
+    v, d, L, t, init = a["vocab"], a["dim"], a["max_len"], a["type_vocab"], a["init"]
+    return [ParamDecl("word_embeddings.weight", (v, d), init, v, d, "embedding"),
+            ParamDecl("position_embeddings.weight", (L, d), init, L, d, "embedding"),
+            ParamDecl("token_type_embeddings.weight", (t, d), init, t, d, "embedding"),
+            ParamDecl("LayerNorm.weight", (d,), "ones", d, d, "norm"),
+            ParamDecl("LayerNorm.bias", (d,), "zeros", d, d, "norm")]
+
+
+def _drop(t: Node, p: float, ctx: LayerCtx, name: str) -> Node:
+    if not ctx.training or p == 0.0:
+        return t
+    return F.dropout(t, p, ctx.gen(name), True)
+
+
+def _bert_emb_fwd(xs, p, a, ctx):
+    ids = xs[0]
+    L, d = ids.shape[1], a["dim"]
+    h = F.embedding(p["word_embeddings.weight"], ids)                                   # [B, L, D]
+    h = F.add(h, F.getitem(p["position_embeddings.weight"], (slice(0, L),)))           # positions 0..L-1
+    h = F.add(h, F.getitem(p["token_type_embeddings.weight"], (slice(0, 1),)))         # segment 0
+    h = F.layer_norm(h, d, p["LayerNorm.weight"], p["LayerNorm.bias"], a["eps"])
+    return _drop(h, a["dropout"], ctx, "")
+
+
+_BERT_EPS = Attr("float", 1e-12, 0.0, 1.0, lo_open=True, hi_open=True)
+_BERT_DROP = Attr("float", 0.0, 0.0, 1.0, hi_open=True)
+register(Layer(
+    "bert_embeddings",
+    {"vocab": Attr("int", REQUIRED, 1, MAX_SIZE), "dim": Attr("int", REQUIRED, 1, MAX_SIZE),
+     "max_len": Attr("int", 512, 1, MAX_SIZE), "type_vocab": Attr("int", 2, 1, MAX_SIZE), "eps": _BERT_EPS,
+     "dropout": _BERT_DROP, "init": Attr("str", "normal", catalog="init")},
+    _bert_emb_infer, _bert_emb_fwd, _bert_emb_params,
+    doc="token ids [seq] -> LayerNorm(word + position + token-type-0 embeddings) [seq, dim] (BERT)"))
+
+
+def _bert_block_infer(s, d, a):
+    _float_in("bert_block", d[:1])
+    _rank("bert_block", s[0], 2, 2, " [seq, dim]")
+    dim = s[0][1]
+    if dim % a["heads"]:
+        raise ShapeError(f"bert_block dim {dim} is not divisible by heads={a['heads']}",
+                         hint=f"pick heads among the divisors of {dim}")
+    if len(s) == 2:
+        _ids_of("bert_block", s[1], d[1], s[0][0])
+    return tuple(s[0]), d[0]
+
+
+def _bert_block_params(s, a):
+    d = s[0][1]
+    h = a["hidden"] or 4 * d
+    init = a["init"]
+    out = []
+    for n in ("attention.self.query.", "attention.self.key.", "attention.self.value.", "attention.output.dense."):
+        out += _linear_params(n, d, d, init, True)
+    out += _norm_params("attention.output.LayerNorm.", d, "layer_norm")
+    out += _linear_params("intermediate.dense.", d, h, init, True)
+    out += _linear_params("output.dense.", h, d, init, True)
+    out += _norm_params("output.LayerNorm.", d, "layer_norm")
+    return out
+
+
+def _bert_self_attention(x: Node, p: dict, heads: int, mask: Node | None) -> Node:
+    b, L, d = x.shape
+    dh = d // heads
+
+    def split(t: Node) -> Node:  # [B, L, D] -> [B, H, L, Dh]
+        return F.permute(F.reshape(t, (b, L, heads, dh)), (0, 2, 1, 3))
+
+    q, k, v = (split(_lin(x, p, f"attention.self.{n}.")) for n in ("query", "key", "value"))
+    y = F.attention(q, k, v, mask=mask)
+    return F.reshape(F.permute(y, (0, 2, 1, 3)), (b, L, d))
+
+
+def _bert_block_fwd(xs, p, a, ctx):
+    x = xs[0]
+    d, eps = x.shape[-1], a["eps"]
+    mask = None
+    if len(xs) == 2:                                   # key padding mask [B, 1, 1, L], broadcast over heads/queries
+        ids = xs[1]
+        mask = F.reshape(_pad_mask(ids, a["pad_id"]), (ids.shape[0], 1, 1, ids.shape[1]))
+    att = _lin(_bert_self_attention(x, p, a["heads"], mask), p, "attention.output.dense.")
+    h = F.layer_norm(F.add(x, _drop(att, a["dropout"], ctx, "attn")), d, p["attention.output.LayerNorm.weight"],
+                     p["attention.output.LayerNorm.bias"], eps)
+    m = _lin(_act(_lin(h, p, "intermediate.dense."), a["activation"]), p, "output.dense.")
+    return F.layer_norm(F.add(h, _drop(m, a["dropout"], ctx, "mlp")), d, p["output.LayerNorm.weight"],
+                        p["output.LayerNorm.bias"], eps)
+
+
+register(Layer(
+    "bert_block",
+    {"heads": Attr("int", REQUIRED, 1, 1024), "hidden": Attr("int", 0, 0, MAX_SIZE),
+     "pad_id": Attr("int", 0, 0, MAX_SIZE),
+     "activation": Attr("str", "gelu", choices=("gelu", "relu", "silu", "tanh")), "eps": _BERT_EPS,
+     "dropout": _BERT_DROP, "init": Attr("str", "xavier_uniform", catalog="init")},
+    _bert_block_infer, _bert_block_fwd, _bert_block_params, arity=(1, 2),
+    doc="post-LN encoder layer: h = LN(x + attn(x)), LN(h + mlp(h)); in = [hidden, ids] masks ids == pad_id "
+        "(hidden = 0: 4 x dim; gelu is exact)"))
+
+
+def _masked_mean_infer(s, d, a):
+    _float_in("masked_mean_pool", d[:1])
+    _rank("masked_mean_pool", s[0], 2, 2, " [seq, dim]")
+    if len(s) == 2:
+        _ids_of("masked_mean_pool", s[1], d[1], s[0][0])
+    return (s[0][1],), d[0]
+
+
+def _masked_mean_fwd(xs, p, a, ctx):
+    h = xs[0]
+    if len(xs) == 1:
+        return F.mean(h, 1)
+    b, L, _ = h.shape
+    m = F.where(_pad_mask(xs[1], a["pad_id"]), F.scalar(1.0, h.dtype), F.scalar(0.0, h.dtype))   # [B, L]
+    total = F.sum_(F.mul(h, F.reshape(m, (b, L, 1))), 1)                                        # [B, D]
+    count = F.maximum(F.sum_(m, 1, keepdims=True), F.scalar(1e-9, h.dtype))                      # [B, 1]
+    return F.div(total, count)
+
+
+register(Layer("masked_mean_pool", {"pad_id": Attr("int", 0, 0, MAX_SIZE)}, _masked_mean_infer, _masked_mean_fwd,
+               arity=(1, 2),
+               doc="mean over the real tokens: in = [hidden [seq, dim], ids [seq]] skips ids == pad_id -> [dim]"))
+
+
+def _l2_infer(s, d, a):
+    _float_in("l2_normalize", d)
+    _rank("l2_normalize", s[0], 1)
+    _axis("l2_normalize", a["axis"], len(s[0]))
+    return tuple(s[0]), d[0]
+
+
+def _l2_fwd(xs, p, a, ctx):
+    x = xs[0]
+    ax = _batched_axis(x, a["axis"])
+    norm = F.sqrt(F.sum_(F.mul(x, x), ax, keepdims=True))
+    return F.div(x, F.maximum(norm, F.scalar(a["eps"], x.dtype)))
+
+
+register(Layer("l2_normalize", {"axis": Attr("int", -1, -64, 63),
+                                "eps": Attr("float", 1e-12, 0.0, 1.0, lo_open=True, hi_open=True)},
+               _l2_infer, _l2_fwd, doc="x / max(||x||_2, eps) along axis (torch.nn.functional.normalize)"))

@@ -56,6 +56,7 @@ class ModelSpec:
     input: dict | None = None          # {"shape": tuple, "dtype": str} when declared
     source: str = "<spec>"
     output_pos: tuple[int, int] | None = field(default=None, compare=False, repr=False)
+    pretrained: Any = None             # spec.pretrained.Pretrained: where initial weights come from
 
     @classmethod
     def from_list(cls, nodes: list[dict], output: str | None = None, input: dict | None = None) -> "ModelSpec":
@@ -98,6 +99,8 @@ class ModelSpec:
             d["output"] = self.output
         if self.input is not None:
             d["input"] = {"shape": list(self.input["shape"]), "dtype": self.input["dtype"]}
+        if self.pretrained is not None:
+            d["pretrained"] = self.pretrained.to_dict()
         return d
 
 

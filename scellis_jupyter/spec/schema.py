@@ -27,7 +27,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
     "init": ("xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal",
              "truncated_normal", "sparse", "normal", "uniform", "constant", "zeros", "ones", "pretrained"),
     "dataset": ("digits", "iris", "wine", "breast_cancer", "pydoc_topics", "synthetic_classification",
-                "synthetic_regression", "synthetic_ring"),
+                "synthetic_regression", "synthetic_ring", "pydoc_sentences"),
     "peft": ("lora", "qlora", "prefix_tuning", "bitfit", "ia3", "prompt_tuning"),
 }
 
@@ -42,9 +42,9 @@ MAX_COUNT = 10 ** 9         # steps, rows, warmup steps
 
 TOP_KEYS = ("name", "description", "data", "model", "recipe", "plan")
 DATA_KEYS = ("dataset", "split", "seq_len", "n_rows", "n_features", "n_classes", "noise", "input", "target",
-             "shuffle", "placement", "memory_budget")
+             "shuffle", "placement", "memory_budget", "tokenizer", "text")
 PLACEMENTS = ("stream", "device")
-MODEL_KEYS = ("nodes", "output", "input")
+MODEL_KEYS = ("nodes", "output", "input", "pretrained")
 SPLIT_KEYS = ("train", "val", "test")
 INPUT_KEYS = ("shape", "dtype")
 NODE_KEYS = ("name", "op", "in")

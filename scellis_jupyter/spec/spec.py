@@ -26,6 +26,9 @@ from .datasets import DatasetInfo, dataset_info
 from .layers import LAYERS, check_attrs
 from .locate import Locator, format_path
 from .model import ModelGraph, ModelSpec, NodeSpec, build_graph
+from .pretrained import check_against as check_pretrained
+from .pretrained import check_table as check_pretrained_table
+from .resources import resolve_resource
 from .schema import (CHECKPOINTING, DATA_KEYS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, LOSS_SCALE_KEYS, MAX_COUNT,
                      MAX_SIZE, MODEL_KEYS, NAME_RE, OPTIMIZER_KEYS, PEFT_KEYS, PLACEMENTS, PLAN_KEYS, PRECISIONS,
                      RECIPE_KEYS, SCHEDULER_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, show)
@@ -197,7 +200,7 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
     name = ck.string(raw, "name", (), None)
     ck.string(raw, "description", (), None)
     data = _check_data(ck, raw.get("data"))
-    model, models = _check_model(ck, raw)
+    model, models = _check_model(ck, raw, base_dir)
     info = None
     if data is not None and "dataset" in data and not ck.diags:
         try:
@@ -205,6 +208,12 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
                                 base_dir=base_dir)
         except SpecError as e:
             ck.diags.append(e.diagnostic)
+        if isinstance(data.get("tokenizer"), str) and not ck.diags:
+            try:
+                resolve_resource(data["tokenizer"], base_dir, where=ck.where(("data", "tokenizer"), True),
+                                 what="tokenizer")
+            except SpecError as e:
+                ck.diags.append(e.diagnostic)
     recipe = _check_recipe(ck, raw.get("recipe"), info)
     plan = _check_plan(ck, raw.get("plan"))
     if not ck.diags:
@@ -233,6 +242,8 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
         return [e.diagnostic], None
     _check_model_fits_data(ck, model, graph, info, recipe)
     _check_training_fits_model(ck, graph, info, recipe, inp)
+    if model.pretrained is not None and not ck.diags:
+        check_pretrained(ck, model.pretrained, graph)
     if ck.diags:
         return ck.diags, None
     if name is None:
@@ -313,7 +324,7 @@ def _check_data(ck: Checker, v: Any) -> dict | None:
         ck.required(t, "dataset", path)
     if ds is not None and not ds.startswith("synthetic_"):
         for k in SYNTHETIC_ONLY:
-            if k in t:
+            if k in t and not (k == "n_rows" and ds == "pydoc_sentences"):
                 ck.error(path + (k,), f"{k!r} applies to synthetic datasets only, not {ds!r}", value=False,
                          kind="unknown-key", hint=f"remove {k}, or use dataset = \"synthetic_classification\"")
     if ds == "synthetic_ring" and "n_features" in t:
@@ -326,6 +337,7 @@ def _check_data(ck: Checker, v: Any) -> dict | None:
     ck.integer(t, "seq_len", path, 1, 2 ** 20)
     if ds == "pydoc_topics":
         out.setdefault("seq_len", 128)
+    _check_text_data(ck, t, path, ds, out)
     ck.integer(t, "n_rows", path, 1, MAX_COUNT)
     ck.integer(t, "n_features", path, 1, MAX_SIZE)
     ck.integer(t, "n_classes", path, 2, MAX_SIZE)
@@ -338,6 +350,25 @@ def _check_data(ck: Checker, v: Any) -> dict | None:
     if "input" in t:
         out["input"] = _check_input(ck, t["input"], path + ("input",))
     return out
+
+
+def _check_text_data(ck: Checker, t: dict, path: tuple, ds: str | None, out: dict) -> None:
+    """tokenizer / text: a text dataset is tokenized to seq_len ids (data/text.py)."""
+    tok = ck.string(t, "tokenizer", path)
+    ck.string(t, "text", path)
+    if ds == "pydoc_sentences" and "tokenizer" not in t:
+        ck.error(path, "dataset 'pydoc_sentences' is text: [data] needs a tokenizer", value=False, kind="missing",
+                 key="tokenizer", hint='tokenizer = "tokenizer.json" (a Hugging Face tokenizers file, or '
+                 '"package:<pkg>/<path>")')
+    if tok is not None:
+        out.setdefault("seq_len", 128)
+        if ds is not None and ds in KNOWN["dataset"] and ds != "pydoc_sentences":
+            ck.error(path + ("tokenizer",), f"dataset {ds!r} is not text; a tokenizer applies to text datasets "
+                     "(pydoc_sentences, or a .csv/.tsv/.jsonl file with a text column)", value=False,
+                     kind="unknown-key")
+    elif "text" in t:
+        ck.error(path + ("text",), "text names the text column of a tokenized dataset, but [data] has no "
+                 "tokenizer", value=False, kind="missing", hint='add tokenizer = "tokenizer.json"')
 
 
 def _check_split(ck: Checker, v: Any, path: tuple) -> dict | None:
@@ -360,7 +391,7 @@ def _check_split(ck: Checker, v: Any, path: tuple) -> dict | None:
     return {k: fr[k] for k in SPLIT_KEYS if k in fr}
 
 
-def _check_model(ck: Checker, raw: dict) -> tuple[ModelSpec, dict[str, ModelSpec]]:
+def _check_model(ck: Checker, raw: dict, base_dir=None) -> tuple[ModelSpec, dict[str, ModelSpec]]:
     """[model] as one network, or as the named networks of a two-network model ([model.generator], ...)."""
     path = ("model",)
     if "model" not in raw:
@@ -370,11 +401,12 @@ def _check_model(ck: Checker, raw: dict) -> tuple[ModelSpec, dict[str, ModelSpec
     if t is None:
         return ModelSpec((), source=ck.source), {}
     if any(k in t for k in adv.NETWORKS):
-        return ModelSpec((), source=ck.source), adv.check_networks(ck, t, path, _check_model_table)
-    return _check_model_table(ck, t, path), {}
+        return ModelSpec((), source=ck.source), adv.check_networks(
+            ck, t, path, lambda c, tab, p: _check_model_table(c, tab, p, base_dir))
+    return _check_model_table(ck, t, path, base_dir), {}
 
 
-def _check_model_table(ck: Checker, t: dict, path: tuple) -> ModelSpec:
+def _check_model_table(ck: Checker, t: dict, path: tuple, base_dir=None) -> ModelSpec:
     ck.known_keys(t, path, MODEL_KEYS)
     nodes: list[NodeSpec] = []
     if ck.required(t, "nodes", path):
@@ -391,7 +423,8 @@ def _check_model_table(ck: Checker, t: dict, path: tuple) -> ModelSpec:
     output = ck.string(t, "output", path)
     inp = _check_input(ck, t["input"], path + ("input",)) if "input" in t else None
     out_pos = ck.locator.locate(path + ("output",), True) if "output" in t else None
-    return ModelSpec(tuple(nodes), output, inp, ck.source, out_pos)
+    pre = check_pretrained_table(ck, t["pretrained"], path + ("pretrained",), base_dir) if "pretrained" in t else None
+    return ModelSpec(tuple(nodes), output, inp, ck.source, out_pos, pre)
 
 
 def _check_node(ck: Checker, node: Any, path: tuple, i: int) -> NodeSpec | None:

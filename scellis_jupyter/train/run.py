@@ -150,7 +150,8 @@ class Run:
                                                      tuple(self.spec.input["shape"]), self.spec.input["dtype"]))
         self.target = st.info.get("target")           # what the loss declares it compares with (y's dtype, shape)
         self.regularization = st.info.get("regularization")
-        init = init_params(self.spec.graph, self.gen)
+        from ..spec.pretrained import pretrained_overrides   # [model.pretrained]: weights from a file, by name
+        init = init_params(self.spec.graph, self.gen, overrides=pretrained_overrides(self.spec))
         if self._init_weights is not None:     # pretrained weights replace the drawn ones, by name
             init.update(_pretrained(self._init_weights, self._weights_mapping, init))
         self.adaptation = st.options.adaptation(self.spec.graph)

@@ -495,7 +495,7 @@ def test_tabular_sizes_match_scikit_learn(name, loader):
 def test_known_tables_are_complete():
     assert len(KNOWN["optimizer"]) == 9 and "int8adam" in KNOWN["optimizer"]
     assert len(KNOWN["loss"]) == 16 and len(KNOWN["scheduler"]) == 14 and len(KNOWN["metric"]) == 10
-    assert len(KNOWN["init"]) == 13 and len(KNOWN["peft"]) == 6 and len(KNOWN["dataset"]) == 8
+    assert len(KNOWN["init"]) == 13 and len(KNOWN["peft"]) == 6 and len(KNOWN["dataset"]) == 9
     assert math.isclose(sum(Spec.from_text(EXAMPLE).data["split"].values()), 1.0)
 
 

@@ -45,6 +45,8 @@ CASES = {  # batch, lq, lk, d, dv, causal, mask shape
     "causal-multiblock": ((3,), 67, 67, 16, 16, True, None),
     "mask-per-batch": ((2, 3), 9, 10, 8, 6, True, (2, 1, 9, 10)),
     "mask-per-key": ((2, 2), 5, 33, 8, 8, False, (1, 33)),
+    "key-padding": ((3, 4), 11, 11, 8, 8, False, (3, 1, 1, 11)),   # BERT: [B, 1, 1, Lk] over heads and queries
+    "key-padding-multiblock": ((2, 2), 40, 40, 16, 16, False, (2, 1, 1, 40)),
     "causal-lq>lk-empty-rows": ((2,), 12, 5, 8, 4, True, None),   # rows 0..6 see no key: out 0, grads 0
     "no-batch": ((), 19, 23, 12, 12, True, None),
     "head1-stats-scratch": ((2,), 9, 7, 1, 2, True, (9, 7)),   # dq region too small for (lse, delta)
