@@ -30,3 +30,12 @@ def test_ci_runs_the_readme_test_command():
     assert got.stdout.strip() == want
     assert want == _blocks(SETUP)[1].strip()
     assert "set -euo pipefail" in (ROOT / ".ci/run").read_text()
+
+
+def test_the_spec_shown_in_the_readme_reads_and_plans():
+    import scellis_jupyter as sc
+    text = re.findall(r"```toml\n(.*?)```", README.split("### What a spec holds", 1)[1], re.S)[0]
+    spec = sc.Spec.from_text(text, source="README.md")
+    assert spec.data["placement"] == "device" and spec.recipe["regularizers"][0]["name"] == "mixup"
+    p = sc.plan(spec, device="reference")
+    assert p.peak_bytes > 0 and p.options["precision"] == "mixed-f16" and p.options["data"] == "device"
