@@ -51,7 +51,7 @@ NODE_KEYS = ("name", "op", "in")
 RECIPE_KEYS = ("loss", "optimizer", "scheduler", "epochs", "steps", "batch_size", "precision", "clip_grad_norm",
                "clip_grad_value", "metrics", "determinism", "seed", "grad_accum_steps", "checkpointing", "peft", "ema",
                "swa_start", "swa_every",
-               "eval_every", "loss_scale", "regularizers", "sampling", "augment", "kind", "generator",
+               "eval_every", "max_skipped_steps", "loss_scale", "regularizers", "sampling", "augment", "kind", "generator",
                "discriminator", "noise", "d_steps", "g_steps")
 LOSS_SCALE_KEYS = ("init", "growth_factor", "backoff_factor", "growth_interval")
 OPTIMIZER_KEYS = ("name", "lr", "weight_decay", "betas", "beta1", "beta2", "momentum", "eps", "nesterov",

@@ -495,6 +495,7 @@ def _check_recipe(ck: Checker, v: Any, info: DatasetInfo | None) -> dict:
     r["batch_size"] = ck.integer(t, "batch_size", path, 1, 2 ** 20, 32)
     r["grad_accum_steps"] = ck.integer(t, "grad_accum_steps", path, 1, 65536, 1)
     r["eval_every"] = ck.integer(t, "eval_every", path, 1, MAX_COUNT, None)
+    r["max_skipped_steps"] = ck.integer(t, "max_skipped_steps", path, 1, MAX_COUNT, None)
     r["precision"] = ck.choice(t, "precision", path, PRECISIONS, "fp32", "precision")
     r["clip_grad_norm"] = ck.number(t, "clip_grad_norm", path, 0.0, 1e6, None, lo_open=True)
     r["clip_grad_value"] = ck.number(t, "clip_grad_value", path, 0.0, 1e6, None, lo_open=True)

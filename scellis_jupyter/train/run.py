@@ -55,7 +55,7 @@ class Run:
 
     def __init__(self, spec, *, device=None, store=None, tier: str | None = None, steps: int | None = None,
                  epochs: int | None = None, checkpoint_every: int | None = None, eval_every: int | None = None,
-                 resume: str | None = None, memory: int | None = None, options=None, max_skipped: int = 10,
+                 resume: str | None = None, memory: int | None = None, options=None, max_skipped: int | None = None,
                  run_id: str | None = None, weights=None, weights_mapping: dict | None = None):
         from ..backends.device import Device, device as pick
         from ..plan.plan import _spec_of, plan as make_plan
@@ -66,7 +66,9 @@ class Run:
         r = spec.recipe
         self.device = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
         self.store = _open_store(store)
-        self.max_skipped = int(max_skipped)
+        # non-finite steps in a row before the run stops (NaN storm): the argument, else the recipe
+        self.max_skipped = int(max_skipped if max_skipped is not None
+                               else spec.recipe.get("max_skipped_steps") or 10)
         self._handle = None
         self._hb = None
         self.plan = make_plan(spec, self.device, memory=memory, tier=tier, options=options)

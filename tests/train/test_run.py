@@ -158,6 +158,9 @@ def test_nan_storm_stops_the_run_with_a_reason(tmp_path):
     run = Run(spec, device="reference", max_skipped=3)
     steps = list(run)
     assert len(steps) == 3 and all(s.skipped for s in steps)
+    from_recipe = Run(spec.replace('determinism = "debug"', 'determinism = "debug"\nmax_skipped_steps = 5'),
+                      device="reference")
+    assert len(list(from_recipe)) == 5 and "5 steps in a row" in from_recipe.result()["stop_reason"]
     r = run.result()
     assert "NaN storm" in r["stop_reason"] and r["skipped_steps"] == 3
     assert all(np.isfinite(v).all() for v in run.weights().values())
