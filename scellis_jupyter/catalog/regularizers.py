@@ -18,7 +18,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import fnmatch
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 

@@ -76,7 +76,7 @@ def step_parts(step, impl) -> dict:
 def gan_peak(steps: dict, impl) -> tuple[int, dict, dict, dict, dict]:
     """(peak, breakdown, extras, per-network summary, deciding steps) of a GAN's two step Programs."""
     parts = {net: step_parts(st, impl) for net, st in steps.items()}
-    d, g = parts["discriminator"], parts["generator"]
+    d = parts["discriminator"]
     params = d["leaf"]["parameter"]              # the discriminator step binds both networks' weights
     state = {net: parts[net]["leaf"]["optimizer_state"] for net in parts}
     arena_net = max(parts, key=lambda n: parts[n]["arena"])

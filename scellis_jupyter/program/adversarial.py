@@ -24,7 +24,7 @@ from ..graph.node import Node, toposort
 from ..rng.generator import StepGenerator
 from ..spec.adversarial import GAN_LOSSES, NETWORKS
 from .schedule import compile_program
-from .training import Leaf, StepOptions, TrainStep, all_finite, clip_grads
+from .training import StepOptions, TrainStep, all_finite, clip_grads, compile_step
 
 NOISE_STREAM = "noise"
 
@@ -197,17 +197,7 @@ def build_gan_step(spec, network: str, batch_size: int, backend: str, tier: str,
             out_names.append(f"state:{leaf_name(network, n)}.{slot}")
     for name, base in gen.bases.items():
         meta[base.id] = (f"rng:{name}", "scalar")
-    prog, leaf_nodes, index = compile_program(outs, backend, tier, donate=donate, return_index=True)
-    leaves = [Leaf(*meta.get(ln.id, (ln.attrs.get("name", ""), "data")), ln) for ln in leaf_nodes]
-    roles: dict[int, str] = {}
-    for nid, vi in index.items():
-        if prog.values[vi].kind != "compute":
-            continue
-        role = "activations" if nid in forward_ids else "gradients" if nid in grad_ids else None
-        if role and roles.get(vi) != "activations":
-            roles[vi] = role
-    for vi in prog.steps:
-        roles.setdefault(vi, "workspace")
+    prog, leaves, roles = compile_step(outs, backend, tier, donate, meta, forward_ids, grad_ids)
     trained = [leaf_name(network, n) for n in names]
     info = {"network": network, "optimizer": type(opt).__name__, "loss": loss_name,
             "rng_advance": dict(gen.positions), "trained": trained,

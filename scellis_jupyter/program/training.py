@@ -458,20 +458,7 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     for name, base in gen.bases.items():
         leaves_meta[base.id] = (f"rng:{name}", "scalar")
     info["rng_advance"] = dict(gen.positions)       # words each stream moves per step
-    prog, leaf_nodes, index = compile_program(outs, backend, tier, donate=donate, return_index=True)
-    leaves = []
-    for ln in leaf_nodes:
-        name, role = leaves_meta.get(ln.id, (ln.attrs.get("name", ""), "data"))
-        leaves.append(Leaf(name, role, ln))
-    roles: dict[int, str] = {}
-    for nid, vi in index.items():
-        if prog.values[vi].kind != "compute":
-            continue
-        role = "activations" if nid in forward_ids else "gradients" if nid in grad_ids else None
-        if role and roles.get(vi) != "activations":
-            roles[vi] = role
-    for vi in prog.steps:
-        roles.setdefault(vi, "workspace")
+    prog, leaves, roles = compile_step(outs, backend, tier, donate, leaves_meta, forward_ids, grad_ids)
     if info_peft is not None:
         total = sum(math.prod(p.shape) for p in stage_params)
         tr = sum(math.prod(base_of[n].shape) for n in names)
@@ -542,6 +529,24 @@ def clip_grads(grads: list[Node], norm: float | None = None, value: float | None
         grads = [F.clamp(g, -float(value), float(value)) for g in grads]
         added |= {g.id for g in grads}
     return grads
+
+
+def compile_step(outs: list, backend: str, tier: str, donate: dict, meta: dict, forward_ids: set,
+                 grad_ids: set) -> tuple[Program, list[Leaf], dict[int, str]]:
+    """Compile a step's outputs; name its leaves from `meta` (node id -> (name, role)) and give each
+    computed value the planner's role: activations (forward), gradients, or workspace."""
+    prog, leaf_nodes, index = compile_program(outs, backend, tier, donate=donate, return_index=True)
+    leaves = [Leaf(*meta.get(ln.id, (ln.attrs.get("name", ""), "data")), ln) for ln in leaf_nodes]
+    roles: dict[int, str] = {}
+    for nid, vi in index.items():
+        if prog.values[vi].kind != "compute":
+            continue
+        role = "activations" if nid in forward_ids else "gradients" if nid in grad_ids else None
+        if role and roles.get(vi) != "activations":
+            roles[vi] = role
+    for vi in prog.steps:
+        roles.setdefault(vi, "workspace")
+    return prog, leaves, roles
 
 
 def _rows(t: Node, lo: int, hi: int) -> Node:

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..program.adversarial import NETWORKS, generate_program, leaf_name, network_optimizer, sample_program
-from .run import SPLIT, Run, RunError, _open_store
+from .run import Run, RunError, _open_store
 
 
 @dataclass
@@ -134,15 +134,8 @@ class GANRun(Run):
 
     # ---- setup -----------------------------------------------------------------------------------------
     def _setup_data(self) -> None:
-        from ..data import Batches, load_dataset, split
-        spec = self.spec
-        self.dataset = load_dataset(None, spec.data, spec.base_dir)
-        fractions = dict(spec.data.get("split") or SPLIT)
-        strat = getattr(self.dataset, "task", "") == "classification"
-        self.split = split(self.dataset, fractions, seed=self.seed, stratify=strat)
-        if len(self.split["train"]) < self.batch_size:
-            raise RunError(f"the train split has {len(self.split['train'])} examples, fewer than one batch of "
-                           f"{self.batch_size}", where="recipe.batch_size", hint="lower batch_size")
+        from ..data import Batches
+        self._load_and_split(self.batch_size)
         self.loader = Batches(self.dataset, self.split["train"], self.batch_size, self.gen, shuffle=True,
                               drop_last=True)
 

@@ -126,17 +126,23 @@ class Run:
 
     # ---- setup -----------------------------------------------------------------------------------------
     def _setup_data(self) -> None:
-        from ..data import Batches, load_dataset, split
+        from ..data import Batches
+        self.batch_size = self.step_prog.batch_size
+        self._load_and_split(self.batch_size * self.step_prog.options.accum)
+        self._Batches = Batches
+
+    def _load_and_split(self, batch_examples: int) -> None:
+        """The spec's dataset and its (stratified for classification) split; refuses a train part smaller
+        than one batch of `batch_examples`."""
+        from ..data import load_dataset, split
         spec = self.spec
         self.dataset = load_dataset(None, spec.data, spec.base_dir)
         fractions = dict(spec.data.get("split") or SPLIT)
         strat = getattr(self.dataset, "task", "") == "classification"
         self.split = split(self.dataset, fractions, seed=int(spec.recipe.get("seed") or 0), stratify=strat)
-        self.batch_size = self.step_prog.batch_size
-        if len(self.split["train"]) < self.batch_size * self.step_prog.options.accum:
+        if len(self.split["train"]) < batch_examples:
             raise RunError(f"the train split has {len(self.split['train'])} examples, fewer than one batch of "
-                           f"{self.batch_size}", where="recipe.batch_size", hint="lower batch_size")
-        self._Batches = Batches
+                           f"{batch_examples}", where="recipe.batch_size", hint="lower batch_size")
 
     def _setup_model(self) -> None:
         from ..catalog import initial_state, make
