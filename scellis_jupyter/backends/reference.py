@@ -76,6 +76,7 @@ class ReferenceBackend:
 
     def write(self, s: Storage, arr: np.ndarray) -> None:
         raw = self._raw(s)
+        arr = np.asarray(arr).reshape(s.shape)
         raw[...] = arr.astype(raw.dtype, copy=False) if s.dtype != "bool" else (arr != 0)
 
     def read(self, s: Storage) -> np.ndarray:
@@ -84,6 +85,9 @@ class ReferenceBackend:
 
     def to_numpy(self, s: Storage) -> np.ndarray:
         return np.array(self.read(s), copy=True)
+
+    def read_many(self, storages) -> list[np.ndarray]:
+        return [self.to_numpy(s) for s in storages]
 
     # ---- execution ----------------------------------------------------------------------------------
     def begin(self, prog, roots=None) -> bool:

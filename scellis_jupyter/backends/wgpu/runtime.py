@@ -185,16 +185,58 @@ class WgpuBackend:
                 raise DTypeError("f16 needs the adapter feature 'shader-f16', which this adapter lacks",
                                  where=f"device {self.label}", hint="use f32 (precision='fp32')")
 
+    def write(self, s: Storage, arr: np.ndarray) -> None:
+        """New contents for an existing storage (same shape and dtype), so its buffer and the bind groups
+        over it stay: a loop feeding each step's inputs this way replays its recorded dispatches. A pass
+        still open may read the buffer, and a queued write lands before it: that pass is submitted first."""
+        self._dtype_ok(s.dtype)
+        arr = np.asarray(arr)
+        if arr.size != (int(np.prod(s.shape, dtype=np.int64)) if s.shape else 1):
+            raise DTypeError(f"{dt.nbytes(arr.shape, s.dtype)} bytes for a storage of {s.nbytes} "
+                             f"(shape {list(arr.shape)}, not {list(s.shape)})", where=f"device {self.label}")
+        data = _encode(np.ascontiguousarray(arr.reshape(s.shape)), s.dtype)
+        if self._pass is not None:
+            self.flush()
+        if data.nbytes:
+            raw = data.tobytes()
+            self.queue.write_buffer(s.buffer, s.offset, raw + b"\0" * ((-len(raw)) % 4))
+
     def to_numpy(self, s: Storage) -> np.ndarray:
-        self.flush()
-        n = int(np.prod(s.shape, dtype=np.int64)) if s.shape else 1
-        if s.nbytes == 0 or n == 0:
-            return np.zeros(s.shape, dt.to_numpy(s.dtype))
-        size = align(s.nbytes, 4)
-        self.staging_peak = max(self.staging_peak, size)
+        return self.read_many([s])[0]
+
+    def read_many(self, storages: Sequence[Storage]) -> list[np.ndarray]:
+        """Several storages in one round trip: their copies join the open pass's command buffer, one
+        submit, one map of one staging buffer (a step's loss and its finite flag cost one wait, not two)."""
         self._check_lost()
-        raw = bytes(self.queue.read_buffer(s.buffer, s.offset, size))
-        return _decode(raw, s.shape, s.dtype, n)
+        sizes = [align(s.nbytes, 4) if s.nbytes else 0 for s in storages]
+        total = sum(sizes)
+        if total == 0:
+            self.flush()
+            return [np.zeros(s.shape, dt.to_numpy(s.dtype)) for s in storages]
+        self.staging_peak = max(self.staging_peak, total)
+        tmp = self.device.create_buffer(size=total, usage=0x0001 | 0x0008)     # MAP_READ | COPY_DST
+        if self._pass is not None:
+            self._pass.end()
+            enc, self._pass, self._encoder = self._encoder, None, None
+        else:
+            enc = self.device.create_command_encoder()
+        off = 0
+        for st, size in zip(storages, sizes):
+            if size:
+                enc.copy_buffer_to_buffer(st.buffer, st.offset, tmp, off, size)
+            off += size
+        self.queue.submit([enc.finish()])
+        tmp.map_sync("READ")
+        raw = bytes(tmp.read_mapped())
+        tmp.unmap()
+        tmp.destroy()
+        out, off = [], 0
+        for st, size in zip(storages, sizes):
+            n = int(np.prod(st.shape, dtype=np.int64)) if st.shape else 1
+            out.append(_decode(raw[off:off + size], st.shape, st.dtype, n) if size and n
+                       else np.zeros(st.shape, dt.to_numpy(st.dtype)))
+            off += size
+        return out
 
     def _check_lost(self) -> None:
         if self._lost is not None:

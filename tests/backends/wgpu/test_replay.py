@@ -67,3 +67,40 @@ def test_pool_reuses_a_dropped_output():
     z = (x + 2.0).realize()
     assert z.node.storage.buffer.uid == uid
     np.testing.assert_array_equal(z.numpy(), a + np.float32(2.0))
+
+
+def test_write_in_place_keeps_the_buffer_and_orders_after_an_open_pass():
+    from scellis_jupyter.executor.executor import execute
+    from scellis_jupyter.program.schedule import compile_program
+    xp = F.placeholder((9, 5), "f32", "x")
+    wp = F.placeholder((5, 7), "f32", "w")
+    prog, leaves = compile_program([_model(xp, wp)], "wgpu", "debug")
+    impl = WG.fresh_impl()
+    a0, b = R.standard_normal((9, 5)).astype(np.float32), R.standard_normal((5, 7)).astype(np.float32)
+    xs, ws = impl.from_numpy(a0, "f32"), impl.from_numpy(b, "f32")
+    feeds = lambda: [xs if ln is xp else ws for ln in leaves]  # noqa: E731
+    (y0,) = execute(prog, feeds(), impl)         # still in the open pass, not submitted
+    a1 = R.standard_normal((9, 5)).astype(np.float32)
+    buf = xs.buffer
+    impl.write(xs, a1)                           # must not reach the pass that reads the old contents
+    assert xs.buffer is buf
+    (y1,) = execute(prog, feeds(), impl)
+    got0, got1, back = impl.read_many([y0, y1, xs])
+    np.testing.assert_allclose(got0, _want(a0, b), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got1, _want(a1, b), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(back, a1)
+    with pytest.raises(sc.ScellisError, match="bytes for a storage"):
+        impl.write(xs, np.zeros((3, 5), np.float32))
+    assert [v.tolist() for v in impl.read_many([])] == []
+
+
+def test_read_many_matches_single_reads_for_mixed_dtypes_and_sizes():
+    impl = WG.fresh_impl()
+    arrays = [(np.arange(7, dtype=np.float32), "f32"), (np.array(3, np.int32), "i32"),
+              (np.zeros((0, 4), np.float32), "f32"), (np.array([1, 0, 1], bool), "bool"),
+              (R.standard_normal(5).astype(np.float16), "f16")]
+    st = [impl.from_numpy(a, d) for a, d in arrays]
+    for (a, _), got, one in zip(arrays, impl.read_many(st), (impl.to_numpy(s) for s in st)):
+        np.testing.assert_array_equal(got, a)
+        np.testing.assert_array_equal(one, a)
+        assert got.shape == a.shape
