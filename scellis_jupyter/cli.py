@@ -527,7 +527,9 @@ def main(argv: list[str] | None = None) -> int:
         args = _parse(argv)
         return args.run(args)
     except ScellisError as e:
-        print(e.diagnostic.format(), file=sys.stderr)
+        # a spec with several mistakes reports each (in text order), in the one format
+        for d in getattr(e, "diagnostics", None) or [e.diagnostic]:
+            print(d.format(), file=sys.stderr)
         return EXIT_REFUSED if e.diagnostic.code == "plan-red" else EXIT_ERROR
     except KeyboardInterrupt:
         print("scellis: interrupted", file=sys.stderr)

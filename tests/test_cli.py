@@ -126,3 +126,15 @@ def test_catalog_unknown_kind(capsys):
     err = capsys.readouterr().err
     assert err.startswith("error[catalog] at scellis catalog: unknown catalog kind 'optimzer'")
     assert "did you mean 'optimizer'" in err
+
+
+def test_every_spec_mistake_is_reported_in_text_order(tmp_path, capsys):
+    from scellis_jupyter.cli import main
+    f = tmp_path / "two.toml"
+    f.write_text('[data]\ndataset = "digits"\n[model]\nnodes = [{ op = "linaer", out = 10 }]\n'
+                 '[recipe]\nloss = "cross_entropi"\n')
+    assert main(["plan", str(f), "--device", "reference"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    heads = [l for l in err if l.startswith("error[")]
+    assert heads == [f"error[spec] at {f}:4:17: unknown op 'linaer'",
+                     f"error[spec] at {f}:6:8: unknown loss 'cross_entropi'"], err
