@@ -631,6 +631,10 @@ class Run:
             fields.update(dataset_hash=self.dataset.content_hash(), split_hash=self.split.hash)
             fields["extra"].update(self._args, horizon=self.horizon, eval_every=self.eval_every,
                                    seed=self.seed, data_files=data_files(self.dataset))
+            pre = getattr(self.spec.model, "pretrained", None)
+            if pre is not None:             # the weights file is an input too: pinned by its BLAKE3
+                from .verify import _Paths
+                fields["extra"]["pretrained_files"] = data_files(_Paths([pre.path]))
         if run_id:
             fields["id"] = run_id
         self._keep_spec_text()

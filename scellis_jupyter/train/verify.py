@@ -201,6 +201,14 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
             add("start checkpoint", False, f"{ex['resumed_from'][:12]}: {e.diagnostic.message}")
             return out
 
+    # pretrained weights the spec loads ([model.pretrained]) against their recorded BLAKE3
+    if ex.get("pretrained_files"):
+        changed = _changed_files(ex["pretrained_files"])
+        add("pretrained weights", not changed, "; ".join(changed) if changed else
+            f"{len(ex['pretrained_files'])} file(s), BLAKE3 {ex['pretrained_files'][0]['blake3'][:12]}")
+        if changed:
+            return out
+
     # the data on disk against the recorded hashes (nothing is re-executed on other data)
     try:
         if spec.kind == "gan":

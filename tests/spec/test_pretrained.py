@@ -9,9 +9,12 @@ a file that is not safetensors, an unknown key) is a SpecError at the line:col o
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+import scellis_jupyter as sc
 from safetensors.numpy import save_file
 
 from scellis_jupyter.rng import Generator
@@ -145,3 +148,17 @@ def test_no_file_key(folder):
     text = _text().replace('file = "w.safetensors"\n', "")
     err = _error(folder, text)
     assert "needs 'file'" in err.diagnostic.message
+
+
+def test_the_weights_file_is_pinned_in_the_run_record_and_verify_names_a_changed_one(folder):
+    spec = _spec(folder)
+    run = sc.train(spec, store=folder / "st", device="reference", steps=3, progress=False)
+    (rec,) = sc.runs(folder / "st")
+    pinned = rec.extra["pretrained_files"]
+    assert [Path(p["path"]).name for p in pinned] == ["w.safetensors"] and len(pinned[0]["blake3"]) == 64
+    assert sc.verify(run.run_id, store=folder / "st").ok
+    changed = dict(FILE, **{"encoder.0.dense.bias": FILE["encoder.0.dense.bias"] + 1.0})
+    save_file(changed, str(folder / "w.safetensors"))
+    v = sc.verify(run.run_id, store=folder / "st")
+    assert not v.ok and [c.name for c in v.differences] == ["pretrained weights"]
+    assert "w.safetensors changed" in v.differences[0].detail
