@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import scellis_jupyter as sc
 from safetensors.numpy import save_file
 
+import scellis_jupyter as sc
 from scellis_jupyter.rng import Generator
 from scellis_jupyter.spec import Spec, SpecError
 from scellis_jupyter.spec.pretrained import pretrained_overrides
