@@ -209,24 +209,18 @@ def cmd_show(args) -> int:
     return EXIT_OK
 
 
+def _nonnegative_float(text: str, what: str = "a number") -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what} >= 0")
+    return v
+
+
 def _nonnegative(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = -1.0
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
-    return v
-
-
-def _nonnegative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = -1.0
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
-    return v
+    return _nonnegative_float(text, "a number of seconds")
 
 
 def _args_gc(p: argparse.ArgumentParser) -> None:

@@ -156,20 +156,11 @@ class GANRun(Run):
 
     # ---- the loop --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[GANStep]:
-        self.state = "running"
-        try:
-            while self.step < self.total_steps and self._stop_reason is None:
-                yield self._round()
-            self._finish()
-        except GeneratorExit:
-            self._interrupt("the loop was left before the last round")
-            raise
-        except KeyboardInterrupt:
-            self._interrupt("interrupted by the user")
-            raise
-        except BaseException as e:
-            self._fail(e)
-            raise
+        return self._recorded(self._rounds(), "round")
+
+    def _rounds(self) -> Iterator[GANStep]:
+        while self.step < self.total_steps and self._stop_reason is None:
+            yield self._round()
 
     def _next_batch(self) -> np.ndarray:
         while True:

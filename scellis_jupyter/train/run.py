@@ -235,19 +235,26 @@ class Run:
 
     # ---- the loop --------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[StepResult]:
+        return self._recorded(self._steps(), "step")
+
+    def _steps(self) -> Iterator[StepResult]:
+        while self.step < self.total_steps and self._stop_reason is None:
+            for x, y in self.loader:
+                yield self._one_step(x, y)
+                if self.step >= self.total_steps or self._stop_reason is not None:
+                    break
+            else:
+                self.epoch += 1
+
+    def _recorded(self, results: Iterator, unit: str) -> Iterator:
+        """The loop with its lifecycle: running, then finished (final checkpoint, test metrics), or
+        interrupted (left early, Ctrl-C) or failed (an error), each written to the run record."""
         self.state = "running"
         try:
-            while self.step < self.total_steps and self._stop_reason is None:
-                for x, y in self.loader:
-                    res = self._one_step(x, y)
-                    yield res
-                    if self.step >= self.total_steps or self._stop_reason is not None:
-                        break
-                else:
-                    self.epoch += 1
+            yield from results
             self._finish()
         except GeneratorExit:
-            self._interrupt("the loop was left before the last step")
+            self._interrupt(f"the loop was left before the last {unit}")
             raise
         except KeyboardInterrupt:
             self._interrupt("interrupted by the user")
