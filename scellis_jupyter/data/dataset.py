@@ -8,6 +8,7 @@ C-order bytes; files: reading options + file bytes), computed once and cached.
 """
 from __future__ import annotations
 
+import abc
 import json
 import math
 import os
@@ -88,7 +89,7 @@ def as_indices(indices, n: int, where: str = "") -> np.ndarray:
     return idx
 
 
-class Dataset:
+class Dataset(abc.ABC):
     """Rows of (x, y) examples. Subclasses set the fields below and implement `_read` and `_hash`.
 
     Shapes are per example (batch excluded), as in `DatasetInfo.feature_shape`; y is None for sources
@@ -104,12 +105,14 @@ class Dataset:
     y_dtype: str | None = None
     n_rows: int = 0
 
-    # ---- to implement ------------------------------------------------------------------------------
+    # ---- each source implements these (a subclass without them cannot be made) ---------------------
+    @abc.abstractmethod
     def _read(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        raise NotImplementedError
+        """(x, y) of rows `idx`, in that order; y None without a target."""
 
+    @abc.abstractmethod
     def _hash(self) -> str:
-        raise NotImplementedError
+        """The content hash of the source (what a split and a run record pin)."""
 
     def _targets(self) -> np.ndarray | None:
         """All labels; the default reads in pieces and keeps only y (sources override when cheaper)."""
