@@ -135,14 +135,6 @@ def target_spec(spec, graph, loss=None):
     return target_of(loss if loss is not None else recipe_loss(spec), tuple(graph.output_shape))
 
 
-def _target(spec, graph, batch: int, loss=None) -> Node | None:
-    """The y placeholder the loss declares ([batch, *target shape], its dtype), or None without a target."""
-    t = target_spec(spec, graph, loss)
-    if t.kind == "none":
-        return None
-    return F.placeholder((batch,) + t.shape, t.dtype, "y")
-
-
 def loss_node(loss, pred: Node, y: Node | None) -> Node:
     """The loss (a catalog name, a {name, **params} dict, or an instance) on pred and y, reduced in f32."""
     from ..catalog.losses import loss_value, make_loss
@@ -489,26 +481,41 @@ def _examples(target, reg, batch: int) -> dict:
     targets the loss accepts, regularizer inputs as the regularizer draws them, normalized buffers."""
     import numpy as np
     from ..rng.generator import Generator
+
+    def drawn(name: str):
+        return lambda rng: reg.draw(Generator(int(rng.integers(1 << 30))).stream("augment"))[name]
+
+    def unit(shape: tuple):
+        def make(rng):
+            v = rng.standard_normal(shape)
+            return (v / np.linalg.norm(v)).astype(np.float32)
+        return make
+
     ex = {}
     if target.kind != "none":
         ex["y"] = lambda rng: target.example(rng, batch)
     for si in reg.inputs:
-        ex[si.name] = (lambda name: lambda rng: reg.draw(Generator(int(rng.integers(1 << 30))).stream("augment"))[name])(
-            si.name)
+        ex[si.name] = drawn(si.name)
     for bd in reg.buffers:
-        ex[bd.leaf] = (lambda shape: lambda rng: (lambda v: (v / np.linalg.norm(v)).astype(np.float32))(
-            rng.standard_normal(shape)))(tuple(bd.shape))
+        ex[bd.leaf] = unit(tuple(bd.shape))
     return ex
 
 
 def all_finite(grads: list[Node]) -> Node | None:
     """A bool scalar: every gradient element is finite (the sum of all of them minus itself is 0, which
     inf and NaN are not), summed last layer first like the update loop takes them."""
+    total = _sum_last_first(grads, F.sum_)
+    return F.eq(F.sub(total, total), 0.0) if total is not None else None
+
+
+def _sum_last_first(grads: list[Node], term) -> Node | None:
+    """term(grads[-1]) + ... + term(grads[0]), built in that order: the order the backward produces the
+    gradients (last layer first), so each term can run as soon as its gradient exists."""
     total = None
     for g in reversed(grads):
-        s = F.sum_(g)
+        s = term(g)
         total = s if total is None else F.add(total, s)
-    return F.eq(F.sub(total, total), 0.0) if total is not None else None
+    return total
 
 
 def clip_grads(grads: list[Node], norm: float | None = None, value: float | None = None,
@@ -518,10 +525,7 @@ def clip_grads(grads: list[Node], norm: float | None = None, value: float | None
     New gradient node ids are added to `grad_ids` (the planner's "gradients" role)."""
     added = grad_ids if grad_ids is not None else set()
     if norm and grads:
-        total = None
-        for g in reversed(grads):
-            s = F.sum_(F.mul(g, g))
-            total = s if total is None else F.add(total, s)
+        total = _sum_last_first(grads, lambda g: F.sum_(F.mul(g, g)))
         cs = F.minimum(F.div(float(norm), F.add(F.sqrt(total), 1e-6)), F.scalar(1.0, total.dtype))
         grads = [F.mul(g, cs) for g in grads]
         added |= {g.id for g in grads}

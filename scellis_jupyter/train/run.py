@@ -199,7 +199,7 @@ class Run:
                 if leaf.role == "buffer":
                     self.values[leaf.name] = be.from_numpy(np.asarray(got[leaf.name], np.float32), leaf.node.dtype)
         self._inputs: dict[str, Any] = {}     # per-step inputs (batch, lr, step, ...): storages reused
-        self._eval_progs: dict[int, Any] = {}
+        self._eval_progs: dict[tuple, Any] = {}   # (batch, with loss) -> eval program
         self.step_peak: int | None = None
         self._evaluated = False
 
@@ -382,22 +382,21 @@ class Run:
         self.metric_history.setdefault(name, []).append([self.step, float(value)])
 
     # ---- evaluation ------------------------------------------------------------------------------------
-    def _eval_program(self, b: int):
+    def _eval_program(self, b: int, with_loss: bool = True):
+        """(compiled, leaf order) of the model in eval mode for a batch of `b`: its output, and the mean
+        loss when `with_loss`. Weights go through the regularizers' eval transforms (spectral norm with
+        its stored u, v) and the adapters, exactly as the step uses them."""
         from ..graph import functional as F
         from ..program.schedule import compile_program
         from ..program.training import forward_adapted, loss_node
-        prog = self._eval_progs.get(b)
+        key = (b, with_loss)
+        prog = self._eval_progs.get(key)
         if prog is None:
-            graph = self.spec.graph
-            inp = self.spec.input
-            st = self.step_prog
+            inp, st, t = self.spec.input, self.step_prog, self.target
             x = F.placeholder((b,) + tuple(inp["shape"]), inp["dtype"], "x")
-            t = self.target
-            y = None if t.kind == "none" else F.placeholder((b,) + t.shape, t.dtype, "y")
-            params = {}
-            for leaf in st.leaves:
-                if leaf.role in ("parameter", "buffer"):
-                    params[leaf.name] = F.placeholder(leaf.node.shape, leaf.node.dtype, leaf.name)
+            y = F.placeholder((b,) + t.shape, t.dtype, "y") if with_loss and t.kind != "none" else None
+            params = {l.name: F.placeholder(l.node.shape, l.node.dtype, l.name) for l in st.leaves
+                      if l.role in ("parameter", "buffer")}
             weights = {k: v for k, v in params.items() if k not in self._buffer_names()}
             reg = self.regularization
             for pname, fn in (reg.transforms.items() if reg is not None else ()):
@@ -405,26 +404,45 @@ class Run:
                     mine = {bd.slot: params[bd.leaf] for bd in reg.buffers if bd.param == pname}
                     weights[pname] = fn(weights[pname], mine, False)[0]
             xin = F.cast(x, "f16") if self.mixed and x.dtype == "f32" else x
-            pred = forward_adapted(graph, xin, weights, self.adaptation)
-            loss = loss_node(st.info["eval_loss"], pred, y)
-            compiled, leaves = compile_program([F.cast(pred, "f32") if pred.dtype == "f16" else pred, loss],
-                                               self.device.backend, self.tier)
+            pred = forward_adapted(self.spec.graph, xin, weights, self.adaptation)
+            outs = [F.cast(pred, "f32") if pred.dtype == "f16" else pred]
+            if with_loss:
+                outs.append(loss_node(st.info["eval_loss"], pred, y))
+            compiled, leaves = compile_program(outs, self.device.backend, self.tier)
             names = {id(v): k for k, v in params.items()}
-            order = []
-            for ln in leaves:
-                order.append("x" if ln is x else "y" if ln is y else names[id(ln)])
-            prog = self._eval_progs[b] = (compiled, order)
+            order = ["x" if ln is x else "y" if ln is y else names[id(ln)] for ln in leaves]
+            prog = self._eval_progs[key] = (compiled, order)
         return prog
+
+    def _eval_feeds(self, prog, order: list, x, y, weights: str, where: str) -> list:
+        """Storages for an eval program's leaves: x and y as read (shaped and typed as the program takes
+        them; y checked against the loss's target), the chosen weights, the regularizer buffers."""
+        feeds, buffers = [], self._buffer_names()
+        for j, name in enumerate(order):
+            leaf = prog.values[prog.leaves[j]]
+            if name == "x":
+                dtype = self.spec.input["dtype"]
+                feeds.append(self.impl.from_numpy(np.asarray(x).astype(dt.to_numpy(dtype)).reshape(leaf.shape),
+                                                  dtype))
+            elif name == "y":                    # as the loss declares it (dtype and per-example shape)
+                yv = self.target.check(y, where=where)
+                feeds.append(self.impl.from_numpy(yv.reshape(leaf.shape), self.target.dtype))
+            elif name in buffers:
+                feeds.append(self.values[name])
+            else:
+                feeds.append(self.values[name if weights == "current" else f"{name}.{weights}"])
+        return feeds
+
+    @staticmethod
+    def _check_weights_kind(weights: str, where: str) -> None:
+        if weights not in ("current", "ema", "swa"):
+            raise RunError(f"weights={weights!r} is not 'current', 'ema' or 'swa'", where=where)
 
     def predict(self, x, weights: str = "current") -> np.ndarray:
         """The model's output (eval mode: no dropout) for a batch `x` of examples shaped like the data's
         ([n, *input shape], or rows that reshape to it), with the current (or "ema"/"swa") weights."""
         from ..executor.executor import execute
-        from ..graph import functional as F
-        from ..program.schedule import compile_program
-        from ..program.training import forward_adapted
-        if weights not in ("current", "ema", "swa"):
-            raise RunError(f"weights={weights!r} is not 'current', 'ema' or 'swa'", where="Run.predict")
+        self._check_weights_kind(weights, "Run.predict")
         inp = self.spec.input
         x = np.asarray(x)
         n = x.shape[0] if x.ndim else 0
@@ -432,28 +450,9 @@ class Run:
         if n < 1 or x.size != n * per:
             raise RunError(f"predict needs a batch of examples of shape {list(inp['shape'])}, got {list(x.shape)}",
                            where="Run.predict", hint="pass x[None] for a single example")
-        key = ("predict", n)
-        if key not in self._eval_progs:
-            xp = F.placeholder((n,) + tuple(inp["shape"]), inp["dtype"], "x")
-            params = {l.name: F.placeholder(l.node.shape, l.node.dtype, l.name) for l in self.step_prog.leaves
-                      if l.role == "parameter"}
-            xin = F.cast(xp, "f16") if self.mixed and xp.dtype == "f32" else xp
-            out = forward_adapted(self.spec.graph, xin, params, self.adaptation)
-            prog, leaves = compile_program([F.cast(out, "f32") if out.dtype == "f16" else out],
-                                           self.device.backend, self.tier)
-            names = {id(v): k for k, v in params.items()}
-            self._eval_progs[key] = (prog, [names.get(id(ln), "x") for ln in leaves])
-        prog, order = self._eval_progs[key]
+        prog, order = self._eval_program(n, with_loss=False)
         self._evaluated = True
-        feeds = []
-        for j, name in enumerate(order):
-            if name == "x":
-                leaf = prog.values[prog.leaves[j]]
-                feeds.append(self.impl.from_numpy(x.astype(dt.to_numpy(inp["dtype"])).reshape(leaf.shape),
-                                                  inp["dtype"]))
-            else:
-                feeds.append(self.values[name if weights == "current" else f"{name}.{weights}"])
-        (out,) = execute(prog, feeds, self.impl)
+        (out,) = execute(prog, self._eval_feeds(prog, order, x, None, weights, "Run.predict"), self.impl)
         return np.array(self.impl.to_numpy(out))
 
     def evaluate(self, part: str = "val", record: bool = True, weights: str = "current") -> dict:
@@ -466,8 +465,7 @@ class Run:
         from ..executor.executor import execute
         t0 = time.perf_counter()
         self._evaluated = True
-        if weights not in ("current", "ema", "swa"):
-            raise RunError(f"weights={weights!r} is not 'current', 'ema' or 'swa'", where="Run.evaluate")
+        self._check_weights_kind(weights, "Run.evaluate")
         if weights != "current" and not any(k.endswith("." + weights) for k in self.values):
             raise RunError(f"this run keeps no {weights} weights", where="Run.evaluate",
                            hint="set ema = 0.999 or swa_start = N in [recipe]")
@@ -479,22 +477,9 @@ class Run:
             sel = idx[lo:lo + bs]
             x, y = self.dataset.read(sel)
             prog, order = self._eval_program(len(sel))
-            feeds = []
-            for j, name in enumerate(order):
-                leaf = prog.values[prog.leaves[j]]     # batches come as read: shape them as the step does
-                if name == "x":
-                    xa = np.asarray(x, np.float32) if self.spec.input["dtype"] == "f32" else np.asarray(x, np.int32)
-                    feeds.append(self.impl.from_numpy(xa.reshape(leaf.shape), self.spec.input["dtype"]))
-                elif name == "y":                # as the loss declares it (dtype and per-example shape)
-                    yv = self.target.check(y, where=f"Run.evaluate({part!r})")
-                    feeds.append(self.impl.from_numpy(yv.reshape(leaf.shape), self.target.dtype))
-                elif name in self._buffer_names():
-                    feeds.append(self.values[name])
-                else:
-                    feeds.append(self.values[name if weights == "current" else f"{name}.{weights}"])
-            pred_s, loss_s = execute(prog, feeds, self.impl)
-            pred = np.array(self.impl.to_numpy(pred_s))
-            total += float(self.impl.to_numpy(loss_s)) * len(sel)
+            feeds = self._eval_feeds(prog, order, x, y, weights, f"Run.evaluate({part!r})")
+            pred, loss_v = self.impl.read_many(execute(prog, feeds, self.impl))
+            total += float(loss_v) * len(sel)
             count += len(sel)
             for m in metrics.values():
                 m.update(pred, np.asarray(y) if y is not None else None)
@@ -640,8 +625,8 @@ class Run:
                                    seed=self.seed, data_files=data_files(self.dataset))
             pre = getattr(self.spec.model, "pretrained", None)
             if pre is not None:             # the weights file is an input too: pinned by its BLAKE3
-                from .verify import _Paths
-                fields["extra"]["pretrained_files"] = data_files(_Paths([pre.path]))
+                from .verify import file_hashes
+                fields["extra"]["pretrained_files"] = file_hashes([pre.path])
         if run_id:
             fields["id"] = run_id
         self._keep_spec_text()
@@ -664,12 +649,17 @@ class Run:
         return self._handle.id if self._handle else None
 
     def _final_fields(self) -> dict:
-        extra = dict(self._handle.record.extra if self._handle is not None else {})
-        extra.update(spec_name=self.spec.name, steps=self.step, epochs_done=self.epoch, skipped=self.skipped,
-                     weights_hash=self.weights_hash(), stop_reason=self._stop_reason,
-                     loss_history=self.loss_history)
+        extra = self._progress_extra()
+        extra.update(spec_name=self.spec.name, epochs_done=self.epoch, stop_reason=self._stop_reason)
         return dict(measured_peak_bytes=self.step_peak, metrics=self.final_metrics,
                     timings=dict(self.timings), extra=extra)
+
+    def _progress_extra(self) -> dict:
+        """The record's extra with where the run stands (steps, skips, weights hash, loss curve)."""
+        extra = dict(self._handle.record.extra if self._handle is not None else {})
+        extra.update(steps=self.step, skipped=self.skipped, weights_hash=self.weights_hash(),
+                     loss_history=self.loss_history)
+        return extra
 
     def _finish(self) -> None:
         self.final_metrics = {"loss": self.loss_history[-1] if self.loss_history else None}
@@ -698,8 +688,7 @@ class Run:
         if self._handle is not None and self._handle.state == "running":
             h = self.checkpoint()
             self._handle.update(measured_peak_bytes=self.step_peak, timings=dict(self.timings),
-                                extra=dict(self._handle.record.extra, steps=self.step, skipped=self.skipped,
-                                           weights_hash=self.weights_hash(), loss_history=self.loss_history))
+                                extra=self._progress_extra())
         self._interrupt(reason)
         return h
 

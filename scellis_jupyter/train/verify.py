@@ -63,12 +63,17 @@ class Verification:
 
 def data_files(dataset) -> list[dict]:
     """The files a dataset was read from, each with its size and BLAKE3 (so verify can name a changed one)."""
-    import blake3
     paths = list(getattr(dataset, "files", None) or [])
     if not paths:
         paths = [p for p in (getattr(dataset, "path", None), getattr(dataset, "target_path", None)) if p]
     if not paths and getattr(dataset, "_file", None):
         paths = [dataset._file[0]]
+    return file_hashes(paths)
+
+
+def file_hashes(paths: list) -> list[dict]:
+    """{path, bytes, blake3} per file (None for what cannot be read; unhashed past MAX_HASHED_FILES)."""
+    import blake3
     if len(paths) > MAX_HASHED_FILES:
         return [{"path": str(Path(p).resolve()), "bytes": None, "blake3": None} for p in paths[:MAX_HASHED_FILES]]
     out = []
@@ -87,7 +92,7 @@ def data_files(dataset) -> list[dict]:
 
 def _changed_files(recorded: list[dict]) -> list[str]:
     """What differs between the recorded data files and the disk, one phrase per file."""
-    now = {d["path"]: d for d in data_files(_Paths([Path(r["path"]) for r in recorded]))}
+    now = {d["path"]: d for d in file_hashes([Path(r["path"]) for r in recorded])}
     out = []
     for r in recorded:
         cur = now.get(r["path"])
@@ -97,11 +102,6 @@ def _changed_files(recorded: list[dict]) -> list[str]:
             out.append(f"{r['path']} changed ({r['bytes']} -> {cur['bytes']} bytes, BLAKE3 {r['blake3'][:12]} -> "
                        f"{cur['blake3'][:12]})")
     return out
-
-
-class _Paths:
-    def __init__(self, files):
-        self.files = files
 
 
 def _rel(a, b) -> float:

@@ -399,3 +399,18 @@ def test_evaluation_shapes_batches_like_the_step_image_input_and_one_output_regr
     pred = np.tanh(np.asarray(x, np.float64) @ w["0.linear.weight"].T + w["0.linear.bias"]) @ w["2.linear.weight"].T \
         + w["2.linear.bias"]
     np.testing.assert_allclose(reg.final_metrics["val_loss"], np.mean((pred[:, 0] - y) ** 2), rtol=1e-5)
+
+
+def test_predict_uses_the_weights_evaluation_uses_spectral_norm_with_its_stored_vectors():
+    spec = SHORT.replace('loss = "cross_entropy"', 'loss = "cross_entropy"\n'
+                         'regularizers = [{ name = "spectral_norm", layers = ["logits"] }]')
+    run = Run(spec, device="reference", steps=3)
+    list(run)
+    w, b = run.weights(), run.buffers()
+    x, _ = run.dataset.read(run.split["test"][:9])
+    h = np.maximum(x.astype(np.float64) @ w["0.linear.weight"].T.astype(np.float64) + w["0.linear.bias"], 0.0)
+    wl = w["logits.weight"].astype(np.float64)
+    sigma = b["logits.weight.sn_u"].astype(np.float64) @ wl @ b["logits.weight.sn_v"].astype(np.float64)
+    want = h @ (wl / sigma).T + w["logits.bias"]                 # eval: W / (u . W v), no power iteration
+    np.testing.assert_allclose(run.predict(x), want, rtol=1e-5, atol=1e-5)
+    assert abs(sigma - 1.0) > 1e-2                               # the transform matters for this check
