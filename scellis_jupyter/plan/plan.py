@@ -92,9 +92,13 @@ class Plan:
 
 
 def _spec_of(spec):
+    """A Spec from a Spec, spec text, or a spec file (a str path or a PathLike)."""
+    import os
     from ..spec import Spec
     if isinstance(spec, Spec):
         return spec
+    if isinstance(spec, os.PathLike):
+        return Spec.from_file(spec)
     if isinstance(spec, str):
         if "\n" in spec or "=" in spec:
             return Spec.from_text(spec)

@@ -182,9 +182,20 @@ class Store:
         from .checkpoint import load_checkpoint
         return load_checkpoint(self, ref)
 
+    def keep_spec_text(self, spec_hash: str, text: str) -> None:
+        """A spec's text, found again by its spec hash: `resume` rebuilds the spec from it and a checkpoint
+        from another spec is refused with the diff of the two texts."""
+        self.set_ref(f"spec-{spec_hash}", self.put_text(text, kind="spec"))
+
+    def spec_text(self, spec_hash: str) -> str | None:
+        """The text kept for `spec_hash` (keep_spec_text), or None."""
+        h = self.ref(f"spec-{spec_hash}")
+        return self.text_or_none(h) if h is not None else None
+
     def check_spec(self, ckpt, spec_hash: str) -> None:
+        """Refuse `ckpt` under another spec, with the diff of the texts kept by spec hash (or by object hash)."""
         from .checkpoint import check_spec
-        check_spec(ckpt, spec_hash, self.text_or_none)
+        check_spec(ckpt, spec_hash, lambda h: self.spec_text(h) or self.text_or_none(h))
 
     def resolve_checkpoint(self, ref: str) -> str:
         """A checkpoint hash from a hash/prefix, a ref or pin name, or a run id (its last checkpoint).

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import ScellisError
+from ..plan.plan import _spec_of
 from .run import Run, RunError
 
 # states after which a run's process does no more work (an interrupted run waits for `resume`)
@@ -263,7 +264,7 @@ def train(spec, *, store=None, detach: bool = False, progress: bool | Callable[[
     process and returns a `Detached` handle at once (`.wait()`, `.state`, `.result()`, `.follow(cb)`).
     A red plan raises the refusal (the run is recorded `refused`) before any compute.
     """
-    spec = _spec(spec)
+    spec = _spec_of(spec)
     st = open_store(store)
     if detach:
         from .detach import launch
@@ -294,12 +295,10 @@ def resume(ref: str, *, store=None, spec=None, steps: int | None = None, detach:
     if detach:
         ck, _ = _resume_target(st, ref)
         if spec is not None:                # refuse a mismatch here, not in the child
-            spec = _spec(spec)
+            spec = _spec_of(spec)
             if _spec_hash_of(st, ck) != spec.hash:
-                st.set_ref(f"spec-{spec.hash}", st.put_text(spec.text, kind="spec"))   # for the diff
-                from ..store import check_spec
-                check_spec(st.load_checkpoint(ck), spec.hash,
-                           lambda h: st.text_or_none(st.ref(f"spec-{h}") or "-"))
+                st.keep_spec_text(spec.hash, spec.text)          # for the diff
+                st.check_spec(st.load_checkpoint(ck), spec.hash)
         from .detach import launch
         job = {"kind": "resume", "ref": ref, "spec": _spec_job(spec) if spec is not None else None,
                "kwargs": _detach_kwargs(dict(kw, steps=steps))}
@@ -319,7 +318,7 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
     if spec is None:
         spec, ck, _ = spec_of_checkpoint(st, ck_hash)
     else:
-        spec = _spec(spec)
+        spec = _spec_of(spec)
         ck = st.load_checkpoint(ck_hash)
     ex = ck.extra or {}
     rec = get_run(st, origin) if origin else None
@@ -341,15 +340,6 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
         if origin:
             mark_resumed(st, origin, run.run_id)
     return run
-
-
-def _spec(spec):
-    """A Spec from a Spec, spec text, or a spec file (str or path)."""
-    from ..plan.plan import _spec_of
-    if isinstance(spec, os.PathLike):
-        from ..spec import Spec
-        return Spec.from_file(spec)
-    return _spec_of(spec)
 
 
 def _resume_target(st, ref: str) -> tuple[str, str | None]:

@@ -268,7 +268,7 @@ class Run:
         self._stop_reason = reason
 
     def _feeds(self, x, y, lr: float):
-        be, st = self.impl, self.step_prog
+        st = self.step_prog
         from ..rng.generator import base_words
         adv = st.info.get("rng_advance", {})
         reg = self.regularization
@@ -568,8 +568,8 @@ class Run:
             raise RunError("resuming needs the store that holds the checkpoint", where=type(self).__name__,
                            hint="pass store=")
         ck = self.store.load_checkpoint(ref)
-        self._keep_spec_text()
-        check_spec(ck, self.spec.hash, lambda h: self.store.text_or_none(self.store.ref(f"spec-{h}") or "-"))
+        self.store.keep_spec_text(self.spec.hash, self.spec.text)
+        self.store.check_spec(ck, self.spec.hash)
         return ck
 
     def _resume(self, ref) -> None:
@@ -629,16 +629,11 @@ class Run:
                 fields["extra"]["pretrained_files"] = file_hashes([pre.path])
         if run_id:
             fields["id"] = run_id
-        self._keep_spec_text()
+        self.store.keep_spec_text(self.spec.hash, self.spec.text)
         self._handle = start_run(self.store, **fields)
         if p.verdict != "red":
             self._hb = HeartbeatThread(self._handle, every=2.0)
             self._hb.start()
-
-    def _keep_spec_text(self) -> None:
-        """The spec's text, named by the spec hash, so `resume` can rebuild it and a mismatch shows a diff."""
-        h = self.store.put_text(self.spec.text, kind="spec")
-        self.store.set_ref(f"spec-{self.spec.hash}", h)
 
     def _device_json(self) -> dict:
         d = self.device
@@ -778,10 +773,10 @@ def spec_of_checkpoint(store, ref: str):
     from ..spec import Spec
     st = _open_store(store)
     ck = st.load_checkpoint(ref)
-    th = st.ref(f"spec-{ck.spec_hash}")
-    if th is None:
+    text = st.spec_text(ck.spec_hash)
+    if text is None:
         raise RunError(f"the store has no spec text for checkpoint {ck.hash[:12]} (spec {ck.spec_hash[:12]})",
                        where=f"store {st.root}", hint="resume with the spec: sc.Run(spec, store=..., resume=ref)")
     ex = ck.extra or {}
-    return Spec.from_text(st.get_text(th), source=ex.get("spec_source") or "<stored spec>",
+    return Spec.from_text(text, source=ex.get("spec_source") or "<stored spec>",
                           base_dir=ex.get("base_dir")), ck, st

@@ -167,12 +167,12 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
     add = lambda name, ok, detail: out.checks.append(Check(name, bool(ok), detail))  # noqa: E731
 
     # the spec, by its hash
-    th = st.ref(f"spec-{rec.spec_hash}")
-    if th is None or st.text_or_none(th) is None:
+    text = st.spec_text(rec.spec_hash)
+    if text is None:
         add("spec", False, f"the store has no text for spec {str(rec.spec_hash)[:12]}")
         return out
     try:
-        spec = Spec.from_text(st.get_text(th), source=ex.get("spec_source") or "<stored spec>",
+        spec = Spec.from_text(text, source=ex.get("spec_source") or "<stored spec>",
                               base_dir=ex.get("base_dir"))
     except ScellisError as e:                       # e.g. its dataset file is gone: named with file:line:col
         add("spec", False, e.diagnostic.format().replace("\n", " "))
