@@ -108,24 +108,8 @@ class ObjectStore:
             shard.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise os_error(e, action=f"create {shard}", where=where) from None
-        tmp = None
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=shard)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, final)                      # atomic: concurrent writers of one hash write equal bytes
-            tmp = None
-            _fsync_dir(shard)
-        except OSError as e:
-            raise os_error(e, action=f"write object {h[:12]}", where=where) from None
-        finally:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+        # atomic: concurrent writers of one hash write equal bytes
+        atomic_write(final, data, where=where, action=f"write object {h[:12]}")
         return h
 
     # ---- read -------------------------------------------------------------------------------------
@@ -215,6 +199,29 @@ def _common(a: str, b: str) -> int:
             break
         k += 1
     return k
+
+
+def atomic_write(final: Path, data: bytes, *, where: str, action: str) -> None:
+    """temp file beside `final` -> fsync -> rename -> fsync(dir): a crash (kill -9 included) leaves either
+    the old file or the whole new one under the name, never half of it; OS errors become StoreErrors."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=final.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+        tmp = None
+        _fsync_dir(final.parent)
+    except OSError as e:
+        raise os_error(e, action=action, where=where) from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def _fsync_dir(d: Path) -> None:

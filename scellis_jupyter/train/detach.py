@@ -63,16 +63,9 @@ def launch(store, job: dict, run_id: str | None = None) -> "Detached":
 
 
 def _write_json(path: Path, obj: dict, store) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        from ..store.errors import os_error
-        raise os_error(e, action=f"write {path.name}", where=f"store {store.root}") from None
+    from ..store.objects import atomic_write
+    atomic_write(path, json.dumps(obj, indent=1).encode("utf-8"), where=f"store {store.root}",
+                 action=f"write {path.name}")
 
 
 def launch_info(store, run_id: str) -> dict | None:
