@@ -69,9 +69,14 @@ class StepOptions:
         peft = recipe.get("peft")
         return cls(checkpointing=recipe.get("checkpointing") or "none", precision=prec,
                    accum=int(recipe.get("grad_accum_steps") or 1), ema=recipe.get("ema") is not None,
-                   swa=recipe.get("swa_start") is not None,
-                   peft=tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in peft.items()))
-                   if peft else None)
+                   swa=recipe.get("swa_start") is not None, peft=_peft_items(peft) if peft else None)
+
+    @classmethod
+    def from_description(cls, d: dict) -> "StepOptions":
+        """The options `describe()` wrote (a run record's JSON) back as StepOptions."""
+        d = dict(d, shard=tuple(d["shard"]), relay=tuple(d["relay"]))
+        d["peft"] = _peft_items(d["peft"]) if d.get("peft") else None
+        return cls(**d)
 
     @classmethod
     def from_spec(cls, spec) -> "StepOptions":
@@ -94,6 +99,11 @@ class StepOptions:
         return {"checkpointing": self.checkpointing, "segment": self.segment, "precision": self.precision,
                 "shard": list(self.shard), "relay": list(self.relay), "peft": dict(self.peft) if self.peft else None,
                 "accum": self.accum, "ema": self.ema, "swa": self.swa, "data": self.data}
+
+
+def _peft_items(peft: dict) -> tuple:
+    """A [recipe.peft] table as sorted, hashable items (lists as tuples): StepOptions is frozen and hashed."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in peft.items()))
 
 
 @dataclass

@@ -117,12 +117,7 @@ def _options(d: dict | None):
     if not d:
         return None
     from ..program.training import StepOptions
-    d = dict(d)
-    for k in ("shard", "relay"):
-        d[k] = tuple(d[k])
-    if d.get("peft"):
-        d["peft"] = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in d["peft"].items()))
-    return StepOptions(**d)
+    return StepOptions.from_description(d)
 
 
 def verify(run_id: str, store=None, device: str = "reference", tolerance: float | None = None) -> Verification:

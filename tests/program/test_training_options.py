@@ -213,3 +213,13 @@ def test_bad_options_are_diagnostics():
     spec = sc.Spec.from_text(MLP)
     with pytest.raises(sc.ScellisError, match="relay stages|places to cut"):
         build_train_step(spec, 4, "reference", "debug", options=StepOptions(relay=(0, 50)))
+
+
+def test_options_round_trip_through_their_json_description():
+    import json
+    o = StepOptions(checkpointing="activations", segment=2, precision="mixed-f16", shard=(1, 4), relay=(0, 2),
+                    peft=(("method", "lora"), ("rank", 4), ("targets", ("q", "v"))), accum=3, ema=True,
+                    data="device")
+    back = StepOptions.from_description(json.loads(json.dumps(o.describe())))
+    assert back == o and hash(back) == hash(o)
+    assert StepOptions.from_description(StepOptions().describe()) == StepOptions()
