@@ -137,11 +137,8 @@ def _when(t: float | None) -> str:
 
 
 def _run_summary(rec, store=None) -> dict:
-    step = next((c["step"] for c in reversed(rec.checkpoints) if c["hash"] == rec.last_checkpoint), None)
-    if step is None and rec.last_checkpoint and store is not None:   # saved, not yet in the record when it died
-        row = store.index.checkpoint(rec.last_checkpoint)
-        step = row["step"] if row is not None else None
-    return {"run": rec.id, "state": rec.state, "last_checkpoint": rec.last_checkpoint, "last_step": step,
+    return {"run": rec.id, "state": rec.state, "last_checkpoint": rec.last_checkpoint,
+            "last_step": rec.last_checkpoint_step(store),
             "created": _when(rec.created), "updated": _when(rec.updated), "heartbeat": _when(rec.heartbeat),
             "spec_hash": rec.spec_hash, "tier": rec.tier, "host": rec.host, "pid": rec.pid,
             "record": rec.record_hash, "error": rec.error, "resume": rec.resume_hint or None,
@@ -298,24 +295,31 @@ def _refused(e: ScellisError, run_id: str, args) -> int:
     return EXIT_REFUSED
 
 
+def _foreground(start, args, store) -> int:
+    """Run `start(run_id)` (train or resume to the end) under a fresh run id; a red plan is reported as a
+    refusal of that run (exit 3), a finished run by its summary or JSON result."""
+    from .store.runs import new_run_id
+    run_id = new_run_id()
+    try:
+        run = start(run_id)
+    except ScellisError as e:
+        if e.diagnostic.code == "plan-red":
+            return _refused(e, run_id, args)
+        raise
+    return _finish(run, args, store)
+
+
 def cmd_train(args) -> int:
     """Train a spec: refuses a red plan before any compute, records the run and its checkpoints in the store."""
     from .spec import Spec
-    from .store.runs import new_run_id
     from .train import lifecycle
     spec = Spec.from_file(args.spec)
     store = lifecycle.open_store(args.store)
     kw = _run_kwargs(args, "device", "steps", "epochs", "checkpoint_every", "memory", "tier")
     if args.detach:
         return _print_detached(lifecycle.train(spec, store=store, detach=True, **kw), args)
-    run_id = new_run_id()
-    try:
-        run = lifecycle.train(spec, store=store, run_id=run_id, progress=not args.json, **kw)
-    except ScellisError as e:
-        if e.diagnostic.code == "plan-red":
-            return _refused(e, run_id, args)
-        raise
-    return _finish(run, args, store)
+    return _foreground(lambda rid: lifecycle.train(spec, store=store, run_id=rid, progress=not args.json, **kw),
+                       args, store)
 
 
 def _args_resume(p: argparse.ArgumentParser) -> None:
@@ -329,7 +333,6 @@ def _args_resume(p: argparse.ArgumentParser) -> None:
 def cmd_resume(args) -> int:
     """Continue a run from a checkpoint or a run id (an interrupted run: from its last good checkpoint)."""
     from .spec import Spec
-    from .store.runs import new_run_id
     from .train import lifecycle
     store = lifecycle.open_store(args.store, create=False)
     spec = Spec.from_file(args.spec) if args.spec else None
@@ -337,15 +340,8 @@ def cmd_resume(args) -> int:
     if args.detach:
         return _print_detached(lifecycle.resume(args.ref, store=store, spec=spec, steps=args.steps, detach=True,
                                                 **kw), args)
-    run_id = new_run_id()
-    try:
-        run = lifecycle.resume(args.ref, store=store, spec=spec, steps=args.steps, run_id=run_id,
-                               progress=not args.json, **kw)
-    except ScellisError as e:
-        if e.diagnostic.code == "plan-red":
-            return _refused(e, run_id, args)
-        raise
-    return _finish(run, args, store)
+    return _foreground(lambda rid: lifecycle.resume(args.ref, store=store, spec=spec, steps=args.steps, run_id=rid,
+                                                    progress=not args.json, **kw), args, store)
 
 
 def _args_wait(p: argparse.ArgumentParser) -> None:

@@ -66,6 +66,16 @@ class RunRecord:
             return self.resume_from
         return self.checkpoints[-1]["hash"] if self.checkpoints else None
 
+    def last_checkpoint_step(self, store=None) -> int | None:
+        """The step of the last good checkpoint: from the record, else (a checkpoint saved just before the
+        process died, not yet in the record) from the store's index."""
+        h = self.last_checkpoint
+        step = next((c["step"] for c in reversed(self.checkpoints) if c["hash"] == h), None)
+        if step is None and h and store is not None:
+            row = store.index.checkpoint(h)
+            step = row["step"] if row is not None else None
+        return step
+
     @property
     def resumed_by(self) -> str | None:
         """The run that continued this one (`scellis resume`), if any."""

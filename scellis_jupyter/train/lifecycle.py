@@ -396,9 +396,7 @@ def result_of_record(rec, store=None) -> dict:
     ex = rec.extra or {}
     steps = ex.get("steps")
     if steps is None:                       # not finished: as far as its last checkpoint got
-        steps = next((c["step"] for c in rec.checkpoints if c["hash"] == rec.last_checkpoint), None)
-        row = store.index.checkpoint(rec.last_checkpoint) if steps is None and rec.last_checkpoint and store else None
-        steps = row["step"] if row is not None else steps
+        steps = rec.last_checkpoint_step(store)
     return {"run": rec.id, "state": rec.state, "steps": steps, "target_steps": ex.get("target_steps"),
             "epochs": ex.get("epochs_done"),
             "final_checkpoint": rec.last_checkpoint if rec.state == "finished" else None,
