@@ -217,17 +217,20 @@ class GANRun(Run):
             n, name = leaf.node, leaf.name
             if name in self.values:
                 feeds.append(self.values[name])
-            elif name == "x":
-                feeds.append(be.from_numpy(np.asarray(x).astype(dt.to_numpy(n.dtype)).reshape(n.shape), n.dtype))
+                continue
+            if name == "x":
+                a = x
             elif name == "lr":
-                feeds.append(be.from_numpy(np.asarray(lr, np.float32), "f32"))
+                a = lr
             elif name == "step":
-                feeds.append(be.from_numpy(np.asarray(self.updates[network] + 1, np.float32), "f32"))
+                a = self.updates[network] + 1
             elif name.startswith("rng:"):
-                feeds.append(be.from_numpy(base_words(self.gen.positions.get(name[4:], 0)), "u32"))
+                a = base_words(self.gen.positions.get(name[4:], 0))
             else:
                 raise RunError(f"the {network} step needs input {name!r}, which the loop does not provide",
                                where="GANRun")
+            # uploaded fresh (not written in place): the plan holds one step's inputs at a time, not both
+            feeds.append(be.from_numpy(np.asarray(a).astype(dt.to_numpy(n.dtype)).reshape(n.shape), n.dtype))
         outs = execute(st.program, feeds, be)
         del feeds
         for s, k in st.info["rng_advance"].items():     # the next step draws the next words
@@ -238,18 +241,13 @@ class GANRun(Run):
             kind, _, rest = name.partition(":")
             if kind in ("param", "state"):
                 self.values[rest] = s
-        res = {k: float(be.to_numpy(got[k])) for k in ("loss", "d_real", "d_fake") if k in got}
-        res["finite"] = bool(be.to_numpy(got["finite"])) if "finite" in got else math.isfinite(res["loss"])
+        names = [k for k in ("loss", "d_real", "d_fake", "finite") if k in got]
+        res = dict(zip(names, be.read_many([got[k] for k in names])))        # one readback
+        res = {k: bool(v) if k == "finite" else float(v) for k, v in res.items()}
+        res.setdefault("finite", math.isfinite(res["loss"]))
         if not self._sampled:
             self.step_peak = int(be.peak)                # the planned steps' own peak (before any sampling)
-        if res["finite"]:
-            self._skip_run = 0
-        else:
-            self.skipped += 1
-            self._skip_run += 1
-            if self._skip_run >= self.max_skipped:
-                self.stop(f"{self._skip_run} steps in a row had non-finite gradients (NaN storm); "
-                          f"{self.skipped} skipped in all")
+        self._count_skip(res["finite"])
         return res
 
     # ---- samples ---------------------------------------------------------------------------------------
@@ -324,10 +322,6 @@ class GANRun(Run):
 
     def checkpoint(self) -> str:
         """Both networks' weights and optimizer state, RNG positions, loader, schedules and counts: one checkpoint."""
-        if self.store is None:
-            raise RunError("this run has no store to checkpoint into", where="GANRun.checkpoint",
-                           hint="GANRun(spec, store='.scellis')")
-        from ..store import save_checkpoint
         extra = {"kind": "gan", "loader": self.loader.state_dict(),
                  "schedules": {n: s.state_dict() for n, s in self.schedules.items()}, "updates": dict(self.updates),
                  "d_steps": int(self.d_steps), "g_steps": int(self.g_steps), "skipped": self.skipped,
@@ -335,15 +329,7 @@ class GANRun(Run):
                  "tier": self.tier, "device": self.device.backend,
                  "program_hashes": {n: st.program.hash for n, st in self.steps.items()},
                  "spec_source": self.spec.source, "base_dir": self.spec.base_dir}
-        h = save_checkpoint(self.store, weights=self.weights(), optimizer_state=self.optimizer_state(),
-                            rng_state=self.gen.state_dict(), epoch=self.loader.epoch, step=self.step,
-                            metrics_history=self.metric_history, spec_hash=self.spec.hash, parent=self.parent,
-                            extra=extra, run=self._handle.id if self._handle else None)
-        self.parent = h
-        self.checkpoints.append(h)
-        if self._handle is not None:
-            self._handle.checkpoint(h, self.step, self.loader.epoch)
-        return h
+        return self._save_checkpoint(extra, self.loader.epoch)
 
     def _resume(self, ref) -> None:
         from ..rng.generator import Generator
@@ -375,11 +361,15 @@ class GANRun(Run):
         self.step = int(ck.step)
         self.parent = self.resumed_from = ck.hash
 
+    @property
+    def epoch(self) -> int:
+        """Full passes of the discriminator over the real training data (the loader's epoch)."""
+        return self.loader.epoch
+
     def _final_fields(self) -> dict:
-        return dict(measured_peak_bytes=self.step_peak, metrics=self.final_metrics, timings=dict(self.timings),
-                    extra={"spec_name": self.spec.name, "kind": "gan", "steps": self.step, "skipped": self.skipped,
-                           "weights_hash": self.weights_hash(), "stop_reason": self._stop_reason,
-                           "loss_history": self.loss_history})
+        fields = super()._final_fields()
+        fields["extra"]["kind"] = "gan"
+        return fields
 
     def _finish(self) -> None:
         last = self.loss_history[-1] if self.loss_history else [None, None]

@@ -349,21 +349,15 @@ class Run:
             elif kind == "state":
                 self.values[rest] = s
         scale = self.loss_scale
-        if finite:
-            self._skip_run = 0
-            if self.mixed:
+        if self.mixed:                          # dynamic loss scaling: grow after good steps, back off on a bad one
+            if finite:
                 self._good_steps += 1
                 if self._good_steps >= self.scaler["growth_interval"]:
                     self.loss_scale, self._good_steps = self.loss_scale * self.scaler["growth_factor"], 0
-        else:
-            self.skipped += 1
-            self._skip_run += 1
-            if self.mixed:
+            else:
                 self.loss_scale = max(self.loss_scale * self.scaler["backoff_factor"], SCALE_MIN)
                 self._good_steps = 0
-            if self._skip_run >= self.max_skipped:
-                self.stop(f"{self._skip_run} steps in a row had non-finite gradients (NaN storm); "
-                          f"{self.skipped} skipped in all")
+        self._count_skip(finite)
         self.step += 1
         self.loss_history.append(loss)
         self._record("loss", loss)
@@ -377,6 +371,17 @@ class Run:
                 and self.step < self.total_steps:
             self.checkpoint()
         return StepResult(self.step, self.epoch, loss, lr, scale, not finite, metrics, self.batch_size, dt_s)
+
+    def _count_skip(self, finite: bool) -> None:
+        """A step with non-finite gradients was skipped: count it; too many in a row (a NaN storm) stop the run."""
+        if finite:
+            self._skip_run = 0
+            return
+        self.skipped += 1
+        self._skip_run += 1
+        if self._skip_run >= self.max_skipped:
+            self.stop(f"{self._skip_run} steps in a row had non-finite gradients (NaN storm); "
+                      f"{self.skipped} skipped in all")
 
     def _record(self, name: str, value: float) -> None:
         self.metric_history.setdefault(name, []).append([self.step, float(value)])
@@ -537,24 +542,29 @@ class Run:
 
     def checkpoint(self) -> str:
         """Save weights, optimizer state, RNG positions, loader/schedule state and history; returns its hash."""
-        if self.store is None:
-            raise RunError("this run has no store to checkpoint into", where="Run.checkpoint",
-                           hint="sc.Run(spec, store='.scellis') or --store DIR")
-        from ..store import save_checkpoint
         extra = {"loader": self.loader.state_dict(), "schedule": self.schedule.state_dict(),
                  "loss_scale": self.loss_scale, "good_steps": self._good_steps, "skipped": self.skipped,
                  "skip_run": self._skip_run, "swa_samples": self.swa_samples, "loss_history": self.loss_history, "horizon": self.horizon,
                  "tier": self.tier, "device": self.device.backend, "program_hash": self.step_prog.program.hash,
                  "options": self.step_prog.options.describe(), "spec_source": self.spec.source,
                  "base_dir": _abs(self.spec.base_dir), "eval_every": self.eval_every}
+        return self._save_checkpoint(extra, self.epoch)
+
+    def _save_checkpoint(self, extra: dict, epoch: int) -> str:
+        """Weights, optimizer state, RNG positions, history and `extra` as one checkpoint, chained to the last
+        one and recorded with the run; returns its hash."""
+        if self.store is None:
+            raise RunError("this run has no store to checkpoint into", where=f"{type(self).__name__}.checkpoint",
+                           hint=f"sc.{type(self).__name__}(spec, store='.scellis') or --store DIR")
+        from ..store import save_checkpoint
         h = save_checkpoint(self.store, weights=self.weights(), optimizer_state=self.optimizer_state(),
-                            rng_state=self.gen.state_dict(), epoch=self.epoch, step=self.step,
+                            rng_state=self.gen.state_dict(), epoch=epoch, step=self.step,
                             metrics_history=self.metric_history, spec_hash=self.spec.hash, parent=self.parent,
                             extra=extra, run=self._handle.id if self._handle else None)
         self.parent = h
         self.checkpoints.append(h)
         if self._handle is not None:
-            self._handle.checkpoint(h, self.step, self.epoch)
+            self._handle.checkpoint(h, self.step, epoch)
         return h
 
     def _checkpoint_to_resume(self, ref):
