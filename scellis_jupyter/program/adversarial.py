@@ -24,7 +24,8 @@ from ..graph.node import Node, toposort
 from ..rng.generator import StepGenerator
 from ..spec.adversarial import GAN_LOSSES, NETWORKS
 from .schedule import compile_program
-from .training import StepOptions, TrainStep, all_finite, clip_grads, compile_step
+from .training import (StepOptions, TrainStep, all_finite, clip_grads, compile_step, donated,
+                       optimizer_update)
 
 NOISE_STREAM = "noise"
 
@@ -178,23 +179,11 @@ def build_gan_step(spec, network: str, batch_size: int, backend: str, tier: str,
         out_names.append("finite")
     # last layer first: the backward reaches the last layer's weight gradients first (see training.py)
     for n, g in reversed(list(zip(names, grads))):
-        p = own[n]
-        st = {}
-        for d in opt.state(tuple(p.shape), dtype):
-            s = F.placeholder(d.shape, d.dtype, f"{leaf_name(network, n)}.{d.name}")
-            st[d.name] = s
-            meta[s.id] = (f"{leaf_name(network, n)}.{d.name}", "optimizer_state")
-        new_p, new_st = opt.update(p, g, st, step, lr)
-        if finite is not None:
-            new_p = F.where(finite, new_p, p)
-            new_st = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
-        donate[len(outs)] = p
-        outs.append(new_p)
-        out_names.append(f"param:{leaf_name(network, n)}")
+        p, label = own[n], leaf_name(network, n)
+        new_p, st, new_st = optimizer_update(opt, label, p, g, step, lr, finite, meta, dtype)
+        donated(outs, out_names, donate, p, new_p, f"param:{label}")
         for slot, s in st.items():
-            donate[len(outs)] = s
-            outs.append(new_st[slot])
-            out_names.append(f"state:{leaf_name(network, n)}.{slot}")
+            donated(outs, out_names, donate, s, new_st[slot], f"state:{label}.{slot}")
     for name, base in gen.bases.items():
         meta[base.id] = (f"rng:{name}", "scalar")
     prog, leaves, roles = compile_step(outs, backend, tier, donate, meta, forward_ids, grad_ids)

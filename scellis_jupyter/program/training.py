@@ -413,34 +413,17 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
             leaves_meta[master.id] = (f"{n}.master", "master_weights")
         else:
             master = p
-        st = {}
-        for d in opt.state(tuple(p.shape), "f32"):
-            s = F.placeholder(d.shape, d.dtype, f"{n}.{d.name}")
-            st[d.name] = s
-            leaves_meta[s.id] = (f"{n}.{d.name}", "optimizer_state")
         if reg.grad_hook is not None:
             g = reg.grad_hook(n, g, master)
-        new_m, new_st = opt.update(master, g, st, step, lr)
-        if reg.decay is not None:
-            new_m = reg.decay(n, new_m, master, lr)
-        if finite is not None:
-            new_m = F.where(finite, new_m, master)
-            new_st = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
+        decay = (lambda new, n=n, master=master: reg.decay(n, new, master, lr)) if reg.decay is not None else None
+        new_m, st, new_st = optimizer_update(opt, n, master, g, step, lr, finite, leaves_meta, decay=decay)
         if mixed:
-            donate[len(outs)] = master
-            outs.append(new_m)
-            out_names.append(f"master:{n}")
-            donate[len(outs)] = p
-            outs.append(F.cast(new_m, "f16"))
-            out_names.append(f"param:{n}")
+            donated(outs, out_names, donate, master, new_m, f"master:{n}")
+            donated(outs, out_names, donate, p, F.cast(new_m, "f16"), f"param:{n}")
         else:
-            donate[len(outs)] = p
-            outs.append(new_m)
-            out_names.append(f"param:{n}")
+            donated(outs, out_names, donate, p, new_m, f"param:{n}")
         for slot, s in st.items():
-            donate[len(outs)] = s
-            outs.append(new_st[slot])
-            out_names.append(f"state:{n}.{slot}")
+            donated(outs, out_names, donate, s, new_st[slot], f"state:{n}.{slot}")
         for avg, on in (("ema", opts.ema), ("swa", opts.swa)):
             if not on:
                 continue
@@ -449,14 +432,13 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
                 leaves_meta[rates[avg].id] = (f"{avg}_rate", "scalar")
             a = F.placeholder(base_of[n].shape, "f32", f"{n}.{avg}")
             leaves_meta[a.id] = (f"{n}.{avg}", "optimizer_state")
-            donate[len(outs)] = a                # avg += rate * (w - avg): rate 0 keeps it
-            outs.append(F.add(a, F.mul(F.sub(F.cast(new_m, "f32"), a), rates[avg])))
-            out_names.append(f"state:{n}.{avg}")
+            # avg += rate * (w - avg): rate 0 keeps it
+            donated(outs, out_names, donate, a, F.add(a, F.mul(F.sub(F.cast(new_m, "f32"), a), rates[avg])),
+                    f"state:{n}.{avg}")
     for leaf_name, new in new_buffers.items():        # regularizer state (spectral norm's u, v)
         old = buffers[leaf_name]
-        donate[len(outs)] = old
-        outs.append(F.where(finite, new, old) if finite is not None else new)
-        out_names.append(f"state:{leaf_name}")
+        donated(outs, out_names, donate, old, F.where(finite, new, old) if finite is not None else new,
+                f"state:{leaf_name}")
     for name, base in gen.bases.items():
         leaves_meta[base.id] = (f"rng:{name}", "scalar")
     info["rng_advance"] = dict(gen.positions)       # words each stream moves per step
@@ -543,6 +525,31 @@ def clip_grads(grads: list[Node], norm: float | None = None, value: float | None
         grads = [F.clamp(g, -float(value), float(value)) for g in grads]
         added |= {g.id for g in grads}
     return grads
+
+
+def optimizer_update(opt, name: str, weight: Node, g: Node, step: Node, lr: Node, finite: Node | None, meta: dict,
+                     dtype: str = "f32", decay=None) -> tuple[Node, dict, dict]:
+    """One parameter's update by the optimizer entry: (new weight, state leaves, new state). The state
+    leaves are placeholders named `<name>.<slot>` (role optimizer_state in `meta`); `decay(new)` adjusts
+    the new weight (decoupled weight decay); a step whose gradients are not `finite` keeps everything."""
+    st = {}
+    for d in opt.state(tuple(weight.shape), dtype):
+        st[d.name] = F.placeholder(d.shape, d.dtype, f"{name}.{d.name}")
+        meta[st[d.name].id] = (f"{name}.{d.name}", "optimizer_state")
+    new_w, new_st = opt.update(weight, g, st, step, lr)
+    if decay is not None:
+        new_w = decay(new_w)
+    if finite is not None:
+        new_w = F.where(finite, new_w, weight)
+        new_st = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
+    return new_w, st, new_st
+
+
+def donated(outs: list, out_names: list, donate: dict, old: Node, new: Node, name: str) -> None:
+    """Output `new` as `name`, written over the storage of leaf `old` (an in-place update)."""
+    donate[len(outs)] = old
+    outs.append(new)
+    out_names.append(name)
 
 
 def compile_step(outs: list, backend: str, tier: str, donate: dict, meta: dict, forward_ids: set,
