@@ -429,16 +429,23 @@ def _mha_params(prefix: str, d: int, init: str, bias: bool) -> list[ParamDecl]:
     return out
 
 
-def _mha(x: Node, params: dict, prefix: str, heads: int, causal: bool) -> Node:
+def _heads_attention(x: Node, params: dict, qkv: tuple[str, str, str], heads: int, causal: bool = False,
+                     mask: Node | None = None) -> Node:
+    """Attention over the q/k/v projections of x (linear prefixes `qkv`), split into heads and merged back:
+    [B, L, D] -> [B, L, D], before any output projection."""
     b, L, d = x.shape
     dh = d // heads
 
     def split(t: Node) -> Node:  # [B, L, D] -> [B, H, L, Dh]
         return F.permute(F.reshape(t, (b, L, heads, dh)), (0, 2, 1, 3))
 
-    q, k, v = (split(_lin(x, params, f"{prefix}{n}.")) for n in ("q", "k", "v"))
-    y = F.attention(q, k, v, causal=causal)
-    y = F.reshape(F.permute(y, (0, 2, 1, 3)), (b, L, d))
+    q, k, v = (split(_lin(x, params, pre)) for pre in qkv)
+    y = F.attention(q, k, v, causal=causal, mask=mask)
+    return F.reshape(F.permute(y, (0, 2, 1, 3)), (b, L, d))
+
+
+def _mha(x: Node, params: dict, prefix: str, heads: int, causal: bool) -> Node:
+    y = _heads_attention(x, params, (f"{prefix}q.", f"{prefix}k.", f"{prefix}v."), heads, causal=causal)
     return _lin(y, params, f"{prefix}o.")
 
 
@@ -666,15 +673,8 @@ def _bert_block_params(s, a):
 
 
 def _bert_self_attention(x: Node, p: dict, heads: int, mask: Node | None) -> Node:
-    b, L, d = x.shape
-    dh = d // heads
-
-    def split(t: Node) -> Node:  # [B, L, D] -> [B, H, L, Dh]
-        return F.permute(F.reshape(t, (b, L, heads, dh)), (0, 2, 1, 3))
-
-    q, k, v = (split(_lin(x, p, f"attention.self.{n}.")) for n in ("query", "key", "value"))
-    y = F.attention(q, k, v, mask=mask)
-    return F.reshape(F.permute(y, (0, 2, 1, 3)), (b, L, d))
+    return _heads_attention(x, p, ("attention.self.query.", "attention.self.key.", "attention.self.value."),
+                            heads, mask=mask)
 
 
 def _bert_block_fwd(xs, p, a, ctx):
