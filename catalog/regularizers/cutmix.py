@@ -16,8 +16,8 @@ import math
 import numpy as np
 
 from scellis_jupyter.catalog import CatalogError, Param, regularizer
-from scellis_jupyter.catalog.regularizers import Regularization, StepInput, beta, integer, permutation, uniform
-from scellis_jupyter.graph import functional as F
+from scellis_jupyter.catalog.regularizers import (Regularization, StepInput, beta, blend, integer, mixed_targets,
+                                                  permutation, uniform)
 
 
 def box(h: int, w: int, lam: float, cy: int, cx: int) -> tuple[int, int, int, int]:
@@ -61,9 +61,8 @@ class CutMix:
             return {"lam": np.float32(lam_adj), "perm": perm, "mask": mask}
 
         def mix(x, y, inputs):
-            lam, perm, mask = inputs["lam"], inputs["perm"], F.cast(inputs["mask"], x.dtype)
-            xm = F.add(F.mul(x, mask), F.mul(F.index_select(x, 0, perm), F.sub(1.0, mask)))
-            return xm, [(lam, y), (F.sub(1.0, lam), F.index_select(y, 0, perm))]
+            lam, perm = inputs["lam"], inputs["perm"]
+            return blend(x, perm, inputs["mask"]), mixed_targets(y, perm, lam)
         return Regularization(inputs=[StepInput("lam", (), "f32"), StepInput("perm", (b,), "i32"),
                                       StepInput("mask", (h, w), "f32")], draw=draw, mix=mix,
                               info={"alpha": self.alpha, "prob": self.prob})

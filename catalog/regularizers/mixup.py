@@ -13,13 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from scellis_jupyter.catalog import CatalogError, Param, regularizer
-from scellis_jupyter.catalog.regularizers import Regularization, StepInput, beta, permutation, uniform
-from scellis_jupyter.graph import functional as F
-
-
-def mixed_targets(y, perm, lam):
-    """[(lam, y), (1 - lam, y[perm])]: the loss is the weighted sum over the pairs."""
-    return [(lam, y), (F.sub(1.0, lam), F.index_select(y, 0, perm))]
+from scellis_jupyter.catalog.regularizers import (Regularization, StepInput, beta, blend, mixed_targets,
+                                                  permutation, uniform)
 
 
 @regularizer("mixup", summary="mixup (Zhang et al. 2018): convex combinations of example pairs, Beta(alpha, alpha)",
@@ -48,8 +43,6 @@ class Mixup:
 
         def mix(x, y, inputs):
             lam, perm = inputs["lam"], inputs["perm"]
-            lx = F.cast(lam, x.dtype)
-            xm = F.add(F.mul(x, lx), F.mul(F.index_select(x, 0, perm), F.sub(1.0, lx)))
-            return xm, mixed_targets(y, perm, lam)
+            return blend(x, perm, lam), mixed_targets(y, perm, lam)
         return Regularization(inputs=[StepInput("lam", (), "f32"), StepInput("perm", (b,), "i32")], draw=draw,
                               mix=mix, info={"alpha": self.alpha, "prob": self.prob})

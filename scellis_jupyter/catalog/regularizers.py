@@ -102,6 +102,20 @@ def permutation(stream, n: int) -> np.ndarray:
     return stream.permutation(int(n)).astype(np.int32)
 
 
+def blend(x, perm, keep):
+    """x * keep + x[perm] * (1 - keep): each example mixed with its partner under the permutation; `keep`
+    is a scalar (mixup's lam) or a mask broadcast over the example (CutMix's box)."""
+    from ..graph import functional as F
+    keep = F.cast(keep, x.dtype)
+    return F.add(F.mul(x, keep), F.mul(F.index_select(x, 0, perm), F.sub(1.0, keep)))
+
+
+def mixed_targets(y, perm, lam) -> list:
+    """[(lam, y), (1 - lam, y[perm])]: a batch-mixing regularizer's loss is the weighted sum over the pairs."""
+    from ..graph import functional as F
+    return [(lam, y), (F.sub(1.0, lam), F.index_select(y, 0, perm))]
+
+
 def weight_params(graph, layers=None, where: str = "") -> list:
     """ParamDecls of weights (role 'weight', rank >= 2) of the nodes whose key matches a `layers` glob
     (all of them when None); a glob that matches no node is refused with did-you-mean."""
@@ -368,4 +382,5 @@ def _check_regularizer(entry: Entry) -> builtins.list[str]:
 
 
 __all__ = ["StepInput", "Buffer", "RegContext", "Regularization", "uniform", "beta", "integer", "permutation",
+           "blend", "mixed_targets",
            "weight_params", "compose", "regularization_of", "check_regularizer"]
