@@ -160,6 +160,11 @@ def make_loss(cfg: Any) -> Any:
     return inst
 
 
+def recipe_loss(recipe: dict, default: str = "cross_entropy") -> Any:
+    """The loss a checked [recipe] names (`loss`, configured by `loss_params`), as a catalog instance."""
+    return make_loss({"name": recipe.get("loss") or default, **dict(recipe.get("loss_params") or {})})
+
+
 def loss_value(loss: Any, pred, y):
     """The loss on `pred` (cast to f32 when f16: losses reduce in f32) and `y`, as a graph node."""
     from ..graph import functional as F

@@ -130,13 +130,9 @@ class TrainStep:
 
 def recipe_loss(spec):
     """The recipe's loss as a catalog instance (`recipe.loss` names it, `recipe.loss_params` configure it)."""
-    from ..catalog.losses import make_loss
-    r = spec.recipe
+    from ..catalog.losses import recipe_loss as of_recipe
     task = spec.dataset.task if spec.dataset is not None else "classification"
-    name = r.get("loss") or ("mse" if task == "regression" else "cross_entropy")
-    if isinstance(name, dict):
-        return make_loss(name)
-    return make_loss({"name": name, **dict(r.get("loss_params") or {})})
+    return of_recipe(spec.recipe, "mse" if task == "regression" else "cross_entropy")
 
 
 def target_spec(spec, graph, loss=None):

@@ -162,13 +162,12 @@ def _check_model_fits_data(ck: Checker, model, graph, info: DatasetInfo | None, 
 
 def _class_targets(graph, recipe: dict) -> bool:
     """Whether the recipe's loss declares class-id targets for this model's output (asks the catalog)."""
-    from ..catalog.losses import make_loss, target_of
+    from ..catalog.losses import recipe_loss, target_of
     from ..errors import ScellisError
     if recipe.get("loss") is None:
         return False
     try:
-        t = target_of(make_loss({"name": recipe["loss"], **(recipe.get("loss_params") or {})}),
-                      tuple(graph.output_shape))
+        t = target_of(recipe_loss(recipe), tuple(graph.output_shape))
     except ScellisError:
         return False                     # reported by _check_training_fits_model
     return t.kind == "class"
@@ -681,7 +680,7 @@ def _check_sampling(ck: Checker, t: dict, path: tuple, info: DatasetInfo | None)
 def _check_training_fits_model(ck: Checker, graph, info: DatasetInfo | None, recipe: dict, inp: dict) -> None:
     """The loss reads the model's output (multi-input losses need their [2, D] / [3, D] layout), each
     regularizer applies to this model and loss, augmentations fit the input; errors at their entries."""
-    from ..catalog.losses import make_loss, target_of
+    from ..catalog.losses import recipe_loss, target_of
     from ..catalog.regularizers import RegContext
     from ..catalog.registry import make
     from ..data.augment import check_augmentation
@@ -690,7 +689,7 @@ def _check_training_fits_model(ck: Checker, graph, info: DatasetInfo | None, rec
     if name is None:
         return
     try:
-        loss = make_loss({"name": name, **(recipe.get("loss_params") or {})})
+        loss = recipe_loss(recipe)
         target = target_of(loss, tuple(graph.output_shape))
     except ScellisError as e:
         ck.error(("recipe", "loss"), e.diagnostic.message, e.diagnostic.hint, kind="invalid")
