@@ -82,7 +82,7 @@ class Regularization:
 # ---- helpers entries share ---------------------------------------------------------------------------
 def uniform(stream, n: int) -> np.ndarray:
     """n uniforms in (0, 1), float64, one Philox word each (never exactly 0 or 1)."""
-    return (stream.bits(n).astype(np.float64) + 0.5) / 2.0 ** 32
+    return stream.open_uniform(n)
 
 
 def beta(stream, a: float, b: float | None = None) -> float:
@@ -95,7 +95,7 @@ def beta(stream, a: float, b: float | None = None) -> float:
 
 def integer(stream, n: int) -> int:
     """A uniform integer in [0, n) from one word (multiply-shift; bias below n / 2^32)."""
-    return int((int(stream.bits(1)[0]) * int(n)) >> 32)
+    return int(stream.integers(1, int(n))[0])
 
 
 def permutation(stream, n: int) -> np.ndarray:

@@ -41,15 +41,10 @@ def _noise(shape, std=0.05):
     return fn
 
 
-def _ints(stream, n: int, hi: int) -> np.ndarray:
-    """n uniform integers in [0, hi) from one word each (multiply-shift)."""
-    return ((stream.bits(n).astype(np.uint64) * np.uint64(hi)) >> np.uint64(32)).astype(np.int64)
-
-
 def _shift(shape, pixels=1):
     def fn(x, stream):
         b = x.shape[0]
-        d = _ints(stream, 2 * b, 2 * pixels + 1).reshape(b, 2) - pixels      # (dy, dx) in [-pixels, pixels]
+        d = stream.integers(2 * b, 2 * pixels + 1).reshape(b, 2) - pixels      # (dy, dx) in [-pixels, pixels]
         out = np.zeros_like(x)
         h, w = x.shape[-2:]
         for i in range(b):
@@ -63,7 +58,7 @@ def _shift(shape, pixels=1):
 
 def _hflip(shape, prob=0.5):
     def fn(x, stream):
-        u = (stream.bits(x.shape[0]).astype(np.float64) + 0.5) / 2.0 ** 32
+        u = stream.open_uniform(x.shape[0])
         flip = u < prob
         out = x.copy()
         out[flip] = x[flip][..., ::-1]

@@ -113,7 +113,7 @@ class Batches:
         s = gen.stream("shuffle")
         n = self.indices.size
         if self.weights is not None:
-            u = (s.bits(n).astype(np.float64) + 0.5) / 2.0 ** 32
+            u = s.open_uniform(n)
             cdf = np.cumsum(self.weights)
             pos = np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), n - 1)
         else:

@@ -52,6 +52,15 @@ class Stream:
     def uniform(self, shape) -> np.ndarray:
         return bits_to_uniform(self.bits(math.prod(shape))).reshape(shape)
 
+    def open_uniform(self, n: int) -> np.ndarray:
+        """n uniforms in (0, 1) as float64, one word each ((w + 0.5) / 2^32: never exactly 0 or 1), for
+        host-side decisions (sampling by weight, a Beta draw by inverse CDF, a probability gate)."""
+        return (self.bits(n).astype(np.float64) + 0.5) / 2.0 ** 32
+
+    def integers(self, n: int, hi: int) -> np.ndarray:
+        """n uniform integers in [0, hi), one word each (multiply-shift; bias below hi / 2^32)."""
+        return ((self.bits(n).astype(np.uint64) * np.uint64(hi)) >> np.uint64(32)).astype(np.int64)
+
     def normal(self, shape) -> np.ndarray:
         """Box-Muller in float64 from pairs of words, rounded once to f32 (host side, e.g. for init)."""
         n = math.prod(shape)
