@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field, fields
 import blake3
 
 from ..dtypes import nbytes as nb
-from .plan import (CATEGORIES, GREEN_HEADROOM, Fix, Plan, _StandIn, _context, _device_warnings, _largest_green,
-                   _verdict, _verdicts, step_peak)
+from .plan import (CATEGORIES, GREEN_HEADROOM, Fix, Plan, _context, _device_warnings, _largest_green, _verdict,
+                   _verdicts, step_parts, step_peak)
 
 
 @dataclass
@@ -50,27 +50,6 @@ class GANPlan(Plan):
                      f"{self.deciding.get('inputs')} step")
         at = 4 + len(CATEGORIES) + len(self.extras)      # after the breakdown and its "incl." lines
         return "\n".join(lines[:at] + extra + lines[at:])
-
-
-def step_parts(step, impl) -> dict:
-    """One step Program's allocations, split into what the GAN plan combines."""
-    leaf = {"parameter": 0, "optimizer_state": 0, "data": 0, "scalar": 0}
-    for lf in step.leaves:
-        leaf[lf.role] = leaf.get(lf.role, 0) + impl.alloc_bytes(nb(lf.node.shape, lf.node.dtype))
-    prog = step.program
-    persistent = sum(impl.alloc_bytes(prog.values[p].nbytes) for p in prog.persistent)
-    uniform = 0
-    if hasattr(impl, "dry_param_bytes"):
-        uniform = impl.dry_param_bytes(prog, [_StandIn(lf.node) for lf in step.leaves])
-    arena = impl.arena_bytes(prog.arena.arena_bytes)
-    by_role = {"activations": 0, "gradients": 0, "workspace": 0}
-    worst = prog.arena.live_peak_step
-    if worst is not None:
-        for v, (s, e) in prog.arena.lifetimes.items():
-            if s <= worst <= e:
-                by_role[step.roles.get(v, "workspace")] += prog.arena.sizes[v]
-    return {"leaf": leaf, "persistent": persistent, "uniform": uniform, "arena": arena, "arena_roles": by_role,
-            "inputs": leaf["data"] + leaf["scalar"] + persistent}
 
 
 def gan_peak(steps: dict, impl) -> tuple[int, dict, dict, dict, dict]:

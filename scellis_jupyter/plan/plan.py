@@ -106,37 +106,45 @@ def _spec_of(spec):
     raise PlanError(f"sc.plan needs a Spec, spec text or a spec file path, got {type(spec).__name__}")
 
 
+# a leaf's role -> its breakdown category (other roles, e.g. per-step scalars, count as workspace)
+LEAF_CATEGORY = {"parameter": "parameters", "optimizer_state": "optimizer_state", "data": "data",
+                 "master_weights": "master_weights", "buffer": "buffers"}
+
+
+def step_parts(step, impl) -> dict:
+    """One step Program's allocations by the backend's own size rules: leaf bytes by role, the arena (and
+    what lives in it at its worst step, by planner role), persistent buffers and the uniform block."""
+    from ..dtypes import nbytes as nb
+    leaf = {"parameter": 0, "optimizer_state": 0, "data": 0, "scalar": 0}
+    for lf in step.leaves:
+        leaf[lf.role] = leaf.get(lf.role, 0) + impl.alloc_bytes(nb(lf.node.shape, lf.node.dtype))
+    prog = step.program
+    persistent = sum(impl.alloc_bytes(prog.values[p].nbytes) for p in prog.persistent)
+    uniform = None
+    if hasattr(impl, "dry_param_bytes"):
+        uniform = impl.dry_param_bytes(prog, [_StandIn(lf.node) for lf in step.leaves])
+    arena = impl.arena_bytes(prog.arena.arena_bytes)
+    by_role = {"activations": 0, "gradients": 0, "workspace": 0}
+    worst = prog.arena.live_peak_step
+    if worst is not None:
+        for v, (s, e) in prog.arena.lifetimes.items():
+            if s <= worst <= e:
+                by_role[step.roles.get(v, "workspace")] += prog.arena.sizes[v]
+    return {"leaf": leaf, "persistent": persistent, "uniform": uniform or 0, "has_uniform": uniform is not None,
+            "arena": arena, "arena_roles": by_role, "inputs": leaf["data"] + leaf["scalar"] + persistent}
+
+
 def step_peak(step, impl) -> tuple[int, dict, dict]:
     """(peak bytes, breakdown, extras) of one training step Program on a backend (sizes by its own rules)."""
-    from ..dtypes import nbytes as nb
-    prog = step.program
+    parts = step_parts(step, impl)
     bd = {k: 0 for k in CATEGORIES}
-    for leaf in step.leaves:
-        size = impl.alloc_bytes(nb(leaf.node.shape, leaf.node.dtype))
-        role = {"parameter": "parameters", "optimizer_state": "optimizer_state", "data": "data",
-                "master_weights": "master_weights", "buffer": "buffers"}.get(leaf.role, "workspace")
-        bd[role] += size
-    # the arena at its worst step (from the liveness plan), split by what lives there
-    arena = prog.arena
-    arena_bytes = impl.arena_bytes(arena.arena_bytes)
-    worst = arena.live_peak_step
-    by_role = {"activations": 0, "gradients": 0, "workspace": 0}
-    if worst is not None:
-        for v, (s, e) in arena.lifetimes.items():
-            if s <= worst <= e:
-                by_role[step.roles.get(v, "workspace")] += arena.sizes[v]
-    for k, v in by_role.items():
+    for role, size in parts["leaf"].items():
+        bd[LEAF_CATEGORY.get(role, "workspace")] += size
+    for k, v in parts["arena_roles"].items():      # the arena at its worst step, split by what lives there
         bd[k] += v
-    bd["workspace"] += arena_bytes - sum(by_role.values())      # placement slack of the arena
-    extras = {}
-    for p in prog.persistent:
-        v = prog.values[p]
-        bd["workspace"] += impl.alloc_bytes(v.nbytes)
-    if hasattr(impl, "dry_param_bytes"):
-        roots = [_StandIn(l.node) for l in step.leaves]
-        ub = impl.dry_param_bytes(prog, roots)
-        extras["uniform_params"] = ub
-        bd["workspace"] += ub
+    bd["workspace"] += parts["arena"] - sum(parts["arena_roles"].values())     # placement slack of the arena
+    bd["workspace"] += parts["persistent"] + parts["uniform"]
+    extras = {"uniform_params": parts["uniform"]} if parts["has_uniform"] else {}
     return sum(bd.values()), bd, extras
 
 
