@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..program.adversarial import NETWORKS, generate_program, leaf_name, network_optimizer, sample_program
-from .run import Run, RunError, _open_store
+from .run import Run, RunError
 
 
 @dataclass
@@ -60,28 +60,14 @@ class GANRun(Run):
     def __init__(self, spec, *, device=None, store=None, tier: str | None = None, steps: int | None = None,
                  epochs: int | None = None, checkpoint_every: int | None = None, resume: str | None = None,
                  memory: int | None = None, max_skipped: int | None = None, run_id: str | None = None):
-        from ..backends.device import Device, device as pick
-        from ..plan.plan import _spec_of, plan as make_plan
+        from ..plan.plan import _spec_of
         self.spec = spec = _spec_of(spec)
         if spec.kind != "gan":
             raise RunError(f"spec {spec.name!r} trains one model (kind {spec.kind!r}), not a GAN",
                            where="GANRun", hint="train it with Run, or describe [model.generator] and "
                                                 '[model.discriminator] with kind = "gan"')
         r = spec.recipe
-        self.device = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
-        self.store = _open_store(store)
-        # non-finite steps in a row before the run stops (NaN storm): the argument, else the recipe
-        self.max_skipped = int(max_skipped if max_skipped is not None
-                               else spec.recipe.get("max_skipped_steps") or 10)
-        self._handle = self._hb = None
-        self.plan = make_plan(spec, self.device, memory=memory, tier=tier)
-        if self.plan.verdict == "red":
-            err = self.plan.refusal()
-            if self.store is not None:
-                self._start_record(run_id)
-                self._handle.refuse(err.diagnostic.to_json())
-            raise err
-        self.tier = self.plan.tier
+        self._plan_or_refuse(device, store, max_skipped, run_id, memory=memory, tier=tier)
         self.steps = self.plan.steps                 # network -> TrainStep (the planned Programs)
         self.batch_size = self.plan.batch_size
         self.impl = self.device.fresh_impl()         # this run's allocations alone: its measured peak

@@ -57,28 +57,13 @@ class Run:
                  epochs: int | None = None, checkpoint_every: int | None = None, eval_every: int | None = None,
                  resume: str | None = None, memory: int | None = None, options=None, max_skipped: int | None = None,
                  run_id: str | None = None, weights=None, weights_mapping: dict | None = None):
-        from ..backends.device import Device, device as pick
-        from ..plan.plan import _spec_of, plan as make_plan
+        from ..plan.plan import _spec_of
         self.spec = spec = _spec_of(spec)
         if spec.kind == "gan":
             raise RunError(f"spec {spec.name!r} trains two networks adversarially (kind \"gan\")", where="Run",
                            hint="train it with GANRun(spec)")
         r = spec.recipe
-        self.device = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
-        self.store = _open_store(store)
-        # non-finite steps in a row before the run stops (NaN storm): the argument, else the recipe
-        self.max_skipped = int(max_skipped if max_skipped is not None
-                               else spec.recipe.get("max_skipped_steps") or 10)
-        self._handle = None
-        self._hb = None
-        self.plan = make_plan(spec, self.device, memory=memory, tier=tier, options=options)
-        if self.plan.verdict == "red":
-            err = self.plan.refusal()
-            if self.store is not None:
-                self._start_record(run_id)
-                self._handle.refuse(err.diagnostic.to_json())
-            raise err
-        self.tier = self.plan.tier
+        self._plan_or_refuse(device, store, max_skipped, run_id, memory=memory, tier=tier, options=options)
         self.step_prog = self.plan.step
         self.impl = self.device.fresh_impl()        # this run's allocations alone: its measured peak
         self._setup_data()
@@ -125,6 +110,27 @@ class Run:
             self._start_record(run_id)
 
     # ---- setup -----------------------------------------------------------------------------------------
+    def _plan_or_refuse(self, device, store, max_skipped, run_id, **plan_kw) -> None:
+        """Device, store, the NaN-storm bound and the plan; a red plan is recorded `refused` (with a store)
+        and raised before any compute."""
+        from ..backends.device import Device, device as pick
+        from ..plan.plan import plan as make_plan
+        spec = self.spec
+        self.device = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
+        self.store = _open_store(store)
+        # non-finite steps in a row before the run stops (NaN storm): the argument, else the recipe
+        self.max_skipped = int(max_skipped if max_skipped is not None
+                               else spec.recipe.get("max_skipped_steps") or 10)
+        self._handle = self._hb = None
+        self.plan = make_plan(spec, self.device, **plan_kw)
+        if self.plan.verdict == "red":
+            err = self.plan.refusal()
+            if self.store is not None:
+                self._start_record(run_id)
+                self._handle.refuse(err.diagnostic.to_json())
+            raise err
+        self.tier = self.plan.tier
+
     def _setup_data(self) -> None:
         from ..data import Batches
         self.batch_size = self.step_prog.batch_size
