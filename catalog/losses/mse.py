@@ -4,7 +4,7 @@ Why first: the default loss of regression; the model output and the target line 
 """
 from __future__ import annotations
 
-from scellis_jupyter.catalog import Param, loss  # noqa: F401
+from scellis_jupyter.catalog import loss
 from scellis_jupyter.catalog.losses import Target, as_float, reduce, reduction_param
 from scellis_jupyter.graph import functional as F
 
