@@ -290,6 +290,8 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
     from ..program.cost import program_flops
     fixes: list[Fix] = []
     fixed = 2 * p.breakdown["parameters"] + p.breakdown["optimizer_state"] + p.breakdown["master_weights"]
+    # a device-resident dataset stays whatever the batch size (placement = "device")
+    held = sum(dt_nbytes(l.node.shape, l.node.dtype) for l in p.step.leaves if l.name in ("data.x", "data.y"))
     lo_peak = at(1)[1]
 
     def verdict_of(pk: int) -> str:
@@ -297,10 +299,12 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
         return overall if v == "green" else v
 
     if _verdict(lo_peak, capacity) == "red":
-        fixes.append(Fix("batch_size", f"no batch size fits: even batch 1 needs {lo_peak} bytes; parameters, their "
-                                       f"gradients and optimizer state alone take about {fixed} of the {capacity} "
-                                       "available. Pooling devices for data parallelism multiplies throughput but "
-                                       "not one device's memory", lo_peak, "red", {"batch_size": None}))
+        what = ("parameters, their gradients and optimizer state" if not held else
+                "parameters, their gradients, optimizer state and the device-resident dataset")
+        fixes.append(Fix("batch_size", f"no batch size fits: even batch 1 needs {lo_peak} bytes; {what} alone take "
+                                       f"about {fixed + held} of the {capacity} available. Pooling devices for data "
+                                       "parallelism multiplies throughput but not one device's memory", lo_peak,
+                         "red", {"batch_size": None}))
     elif _verdict(lo_peak, capacity) == "green":
         good, good_peak = _largest_green(at, capacity, bs, peak, lo_peak)
         fixes.append(Fix("batch_size", f"batch size {good} (the largest with {100 - int(100 * GREEN_HEADROOM)}% "
@@ -350,7 +354,6 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
     if opts.data == "device":
         st, pk, _, _ = at(bs, _replace(opts, data="stream"))
         if pk < peak:
-            held = sum(dt_nbytes(l.node.shape, l.node.dtype) for l in p.step.leaves if l.name in ("data.x", "data.y"))
             fixes.append(Fix("stream_data", f"stream the data (placement = \"stream\"): upload each batch instead of "
                                             f"keeping all {held} dataset bytes on the device", pk, verdict_of(pk),
                              {"placement": "stream"}))

@@ -231,3 +231,15 @@ def test_stream_data_fix_is_a_replan_of_the_streamed_step():
     assert fix.peak_bytes == streamed.peak_bytes and fix.settings == {"placement": "stream"}
     assert str(held) in fix.description
     assert not any(f.kind == "stream_data" for f in sc.plan(_spec(MLP), device="reference", memory=cap).fixes)
+
+
+def test_no_batch_fits_names_the_device_resident_dataset_among_what_stays():
+    dev_spec = _spec(MLP.replace('dataset = "digits"', 'dataset = "digits"\nplacement = "device"'))
+    one = sc.plan(dev_spec, device="reference", batch_size=1)
+    p = sc.plan(dev_spec, device="reference", memory=one.peak_bytes - 1)
+    (fix,) = [f for f in p.fixes if f.kind == "batch_size"]
+    assert "no batch size fits" in fix.description and "device-resident dataset" in fix.description
+    assert any(f.kind == "stream_data" for f in p.fixes)
+    plain = sc.plan(_spec(MLP), device="reference", memory=sc.plan(_spec(MLP), device="reference",
+                                                                   batch_size=1).peak_bytes - 1)
+    assert "device-resident" not in plain.fixes[0].description
