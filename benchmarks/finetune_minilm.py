@@ -59,11 +59,11 @@ def probe(dev) -> tuple:
 
     import scellis_jupyter as sc
     from scellis_jupyter.data import load_dataset, split
-    from scellis_jupyter.graph.tensor import Tensor
+    from scellis_jupyter.tensor import Tensor
     from scellis_jupyter.rng import Generator
     from scellis_jupyter.spec import build_graph
     from scellis_jupyter.spec.pretrained import pretrained_overrides
-    from scellis_jupyter.train.weights import init_params
+    from scellis_jupyter.run.weights import init_params
     spec = spec_for("full")
     graph = build_graph(dataclasses.replace(spec.model, output="pool"), spec.input["shape"], "i32")
     w = init_params(spec.graph, Generator(0), overrides=pretrained_overrides(spec))
@@ -87,7 +87,7 @@ def probe(dev) -> tuple:
 def main(argv=None) -> int:
     import scellis_jupyter as sc
     from benchmarks.kernels import write_results
-    from scellis_jupyter.train.run import Run
+    from scellis_jupyter.run.run import Run
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="reference")
     ap.add_argument("--methods", default=",".join(list(METHODS) + ["probe"]))

@@ -75,7 +75,7 @@ def ours(spec_text: str, dev, steps: int) -> dict:
     from scellis_jupyter.executor.executor import execute
     from scellis_jupyter.graph import functional as F
     from scellis_jupyter.program.schedule import compile_program
-    from scellis_jupyter.train.run import Run
+    from scellis_jupyter.run.run import Run
     run = Run(spec_text, device=dev, steps=10 ** 6)
     x, y = next(iter(run.loader))
     st = run.step_prog
@@ -101,7 +101,7 @@ def ours(spec_text: str, dev, steps: int) -> dict:
 def loop(spec_text: str, dev, steps: int, placement: str) -> float:
     """ms per step of the whole loop (`for step in run`: batch order, data, step, loss readback) with the
     data streamed (each batch read on the host and uploaded) or held on the device (gathered by row id)."""
-    from scellis_jupyter.train.run import Run
+    from scellis_jupyter.run.run import Run
     text = spec_text.replace("[data]\n", f'[data]\nplacement = "{placement}"\n', 1)
     run = Run(text, device=dev, steps=steps + 3)
     it = iter(run)

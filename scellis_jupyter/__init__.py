@@ -7,20 +7,20 @@ $SCELLIS_STORE, else `.scellis/` in the current directory.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from . import ops, rng
 from .backends.device import Device, device, devices
 from .determinism import TIERS, set_tier, tier
 from .errors import Diagnostic, ScellisError
-from .graph.tensor import Tensor, tensor
+from .tensor import Tensor, tensor
 from .plan import Plan, plan
 from .spec import Spec, SpecError
-from .train.detach import Detached
-from .train.lifecycle import resume, runs, train
-from .train.gan import GANRun, GANStep
-from .train.run import Run, StepResult
-from .train.verify import verify
+from .run.detach import Detached
+from .run.lifecycle import resume, runs, train
+from .run.gan import GANRun, GANStep
+from .run.run import Run, StepResult
+from .run.verify import verify
 
 __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set_tier", "tier", "TIERS",
            "ScellisError", "Diagnostic", "Spec", "SpecError", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",

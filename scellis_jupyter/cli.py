@@ -15,14 +15,14 @@ import difflib
 import json
 import os
 import sys
-import tempfile
 import textwrap
 from typing import Callable
 
-from . import __version__
-from .errors import ScellisError, did_you_mean
+from ._version import __version__
+from .backends.device import ensure_xdg_runtime_dir
+from .errors import (EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT, ScellisError,
+                     did_you_mean)
 
-EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 124, 130
 
 
 class UsageError(ScellisError):
@@ -279,7 +279,7 @@ def _print_detached(h, args) -> int:
 
 
 def _finish(run, args, store) -> int:
-    from .train.lifecycle import exit_code, summary_lines
+    from .run.lifecycle import exit_code, summary_lines
     r = run.result()
     if args.json:
         print(json.dumps(r, default=str))
@@ -312,7 +312,7 @@ def _foreground(start, args, store) -> int:
 def cmd_train(args) -> int:
     """Train a spec: refuses a red plan before any compute, records the run and its checkpoints in the store."""
     from .spec import Spec
-    from .train import lifecycle
+    from .run import lifecycle
     spec = Spec.from_file(args.spec)
     store = lifecycle.open_store(args.store)
     kw = _run_kwargs(args, "device", "steps", "epochs", "checkpoint_every", "memory", "tier")
@@ -333,7 +333,7 @@ def _args_resume(p: argparse.ArgumentParser) -> None:
 def cmd_resume(args) -> int:
     """Continue a run from a checkpoint or a run id (an interrupted run: from its last good checkpoint)."""
     from .spec import Spec
-    from .train import lifecycle
+    from .run import lifecycle
     store = lifecycle.open_store(args.store, create=False)
     spec = Spec.from_file(args.spec) if args.spec else None
     kw = _run_kwargs(args, "device", "checkpoint_every")
@@ -356,8 +356,8 @@ def _args_wait(p: argparse.ArgumentParser) -> None:
 
 def cmd_wait(args) -> int:
     """Follow a run's progress until it ends; exits 0 finished, 1 failed or interrupted, 3 refused."""
-    from .train import lifecycle
-    from .train.detach import Detached, current_state, resolve_any
+    from .run import lifecycle
+    from .run.detach import Detached, current_state, resolve_any
     store = lifecycle.open_store(args.store, create=False)
     run_id = resolve_any(store, args.run_id)
     show = not (args.json or args.quiet)
@@ -401,7 +401,7 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
 
 def cmd_verify(args) -> int:
     """Re-execute a finished run from its pinned inputs and compare with its record (exit 1: it differs)."""
-    from .train.verify import verify
+    from .run.verify import verify
     v = verify(args.run_id, store=_open_store(args), device=args.device, tolerance=args.tolerance)
     if args.json:
         print(json.dumps(v.to_json(), indent=2, default=str))
@@ -474,25 +474,6 @@ def parser() -> argparse.ArgumentParser:
         declare(sp)
         sp.set_defaults(run=run)
     return p
-
-
-def ensure_xdg_runtime_dir() -> None:
-    """Mesa's Vulkan driver warns on stderr when XDG_RUNTIME_DIR is unset: give it a private directory.
-
-    Entry points call this before the first adapter enumeration; the library itself leaves the
-    environment alone.
-    """
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        return
-    path = os.path.join(tempfile.gettempdir(), f"scellis-xdg-{os.getuid()}")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.stat(path)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077:
-            path = tempfile.mkdtemp(prefix="scellis-xdg-")   # someone else's directory: use a fresh one
-    except OSError:
-        path = tempfile.mkdtemp(prefix="scellis-xdg-")
-    os.environ["XDG_RUNTIME_DIR"] = path
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:

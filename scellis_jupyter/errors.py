@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 
+# process exit codes of every command-line entry point (cli, the detached child, the quickstart)
+EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 124, 130
+
+
 @dataclass
 class Diagnostic:
     code: str                      # stable machine-readable id, e.g. "shape-mismatch"

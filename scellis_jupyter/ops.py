@@ -6,7 +6,7 @@ import functools
 import numpy as np
 
 from .graph import functional as _F
-from .graph.tensor import Tensor, _as_node, tensor
+from .tensor import Tensor, _as_node, tensor
 
 __all__: list[str] = []
 

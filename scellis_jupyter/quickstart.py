@@ -40,7 +40,7 @@ seed = 0
 
 def main(argv: list[str] | None = None) -> dict:
     import scellis_jupyter as sc
-    from .cli import ensure_xdg_runtime_dir
+    from .backends.device import ensure_xdg_runtime_dir
     ap = argparse.ArgumentParser(prog="python -m scellis_jupyter.quickstart", description=__doc__.splitlines()[0])
     ap.add_argument("--store", default=None, help="store folder (default: $SCELLIS_STORE or .scellis)")
     ap.add_argument("--epochs", type=int, default=None)
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"device: {dev}\n  chosen: {dev.choice}")
     plan = sc.plan(SPEC, device=dev)
     print(plan.table())
-    from .train.run import Run
+    from .run.run import Run
     run = Run(SPEC, device=dev, store=store, epochs=args.epochs)
     per_epoch = len(run.loader)
     for step in run:

@@ -3,7 +3,7 @@
 Why: the LR sweeps between base_lr and max_lr in triangles of step_size_up + step_size_down steps;
 triangular2 halves the amplitude every cycle, exp_range scales it by gamma ** step. Defaults: base_lr is the
 run's LR and max_lr four times it (the paper, §3.3, finds a max/min ratio of 3-4 works). The LR finder in
-`scellis_jupyter.train.lr_finder` is the paper's way to pick both bounds.
+`scellis_jupyter.run.lr_finder` is the paper's way to pick both bounds.
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
 from ..errors import DeviceError, did_you_mean
@@ -130,9 +131,29 @@ def _memory(info: dict, kind: str, limits: dict) -> tuple[int, str]:
     return int(limits.get("max-buffer-size", 0)), "adapter-max-buffer"
 
 
+def ensure_xdg_runtime_dir() -> None:
+    """Mesa's Vulkan driver warns on stderr when XDG_RUNTIME_DIR is unset: give it a private directory.
+
+    Called before the first adapter enumeration, so a notebook kernel or a script sees no warning either;
+    an XDG_RUNTIME_DIR already set is left alone.
+    """
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return
+    path = os.path.join(tempfile.gettempdir(), f"scellis-xdg-{os.getuid()}")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            path = tempfile.mkdtemp(prefix="scellis-xdg-")   # someone else's directory: use a fresh one
+    except OSError:
+        path = tempfile.mkdtemp(prefix="scellis-xdg-")
+    os.environ["XDG_RUNTIME_DIR"] = path
+
+
 def _wgpu_devices() -> list[Device]:
     if os.environ.get("SCELLIS_NO_WGPU"):
         return []
+    ensure_xdg_runtime_dir()
     try:
         import wgpu
     except Exception:

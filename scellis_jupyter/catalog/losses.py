@@ -307,7 +307,7 @@ def _run(nodes, device="reference"):
 
 
 def _const(a, dtype, device="reference"):
-    from ..graph.tensor import tensor
+    from ..tensor import tensor
     from .registry import _device
     return tensor(np.asarray(a), dtype=dtype, device=_device(device)).node
 

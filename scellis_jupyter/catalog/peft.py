@@ -96,7 +96,7 @@ def nf4_storage(shape: tuple, block: int = 64) -> StoredAs:
     shape = tuple(shape)
 
     def encode(w):
-        from ..train.quantize import quantize
+        from ..graph.quantize import quantize
         q = quantize(np.asarray(w, np.float32).reshape(shape), "nf4", block)
         return {"codes": q.codes, "absmax": q.absmax}
 

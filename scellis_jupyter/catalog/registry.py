@@ -546,7 +546,7 @@ def apply_update(opt: Any, p: np.ndarray, g: np.ndarray, state: dict, step: int 
     f64 so float64 comparisons with PyTorch are not limited by the rounding of lr to f32.
     """
     from ..graph import functional as F
-    from ..graph.tensor import Tensor, tensor
+    from ..tensor import Tensor, tensor
     from ..executor.executor import realize
     dev = _device(device)
     p = np.asarray(p)
@@ -576,7 +576,7 @@ def check_optimizer(entry: Entry) -> builtins.list[str]:
     """Interface, declarations, and two update steps per shape on the reference device (f32)."""
     from ..graph import functional as F
     from ..graph.node import Node
-    from ..graph.tensor import tensor
+    from ..tensor import tensor
     try:
         opt = entry.make()
     except Exception as e:

@@ -402,7 +402,7 @@ def _inf_nf4(inputs, attrs):
         raise ShapeError(f"block must be at least 1, got {block}", where="op 'nf4_dequant'")
     if codes.dtype != "i8" or absmax.dtype != "f32":
         raise DTypeError(f"needs codes i8 and absmax f32, got {_fmt(inputs)}", where="op 'nf4_dequant'",
-                         hint="encode weights with scellis_jupyter.train.quantize.quantize(w, 'nf4')")
+                         hint="encode weights with scellis_jupyter.graph.quantize.quantize(w, 'nf4')")
     if tuple(codes.shape) != ((n + 1) // 2,) or tuple(absmax.shape) != (-(-n // block),):
         raise ShapeError(f"for shape {shape} and block {block} expected codes ({(n + 1) // 2},) and absmax "
                          f"({-(-n // block)},), got {_fmt(inputs)}", where="op 'nf4_dequant'")

@@ -91,11 +91,11 @@ class Generator:
 
     # convenience draws returning tensors on a device ------------------------------------------------
     def uniform(self, shape, stream: str = "init", device=None):
-        from ..graph.tensor import Tensor
+        from ..tensor import Tensor
         return Tensor._from_node(self.stream(stream).uniform_node(tuple(shape)), device)
 
     def normal(self, shape, stream: str = "init", device=None, mean: float = 0.0, std: float = 1.0):
-        from ..graph.tensor import tensor
+        from ..tensor import tensor
         return tensor(self.stream(stream).normal(tuple(shape)) * np.float32(std) + np.float32(mean), device=device)
 
     def bernoulli(self, shape, p: float, stream: str = "dropout", device=None):

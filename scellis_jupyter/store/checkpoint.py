@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
 
+from .._version import __version__
 from .errors import StoreError
 
 if TYPE_CHECKING:
@@ -109,7 +110,6 @@ def save_checkpoint(store: "Store", *, weights: Mapping[str, np.ndarray],
     The manifest is written only after everything it names is durable, so a crash at any point leaves
     either a complete checkpoint or none (plus unreferenced objects that gc removes).
     """
-    from .. import __version__
     if not isinstance(weights, Mapping):
         raise _bad("weights", "must be a dict name -> array")
     for name, value in (("epoch", epoch), ("step", step)):

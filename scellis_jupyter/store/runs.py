@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._version import __version__
 from ..errors import Diagnostic, ScellisError, did_you_mean
 from .errors import StoreError
 
@@ -286,7 +287,6 @@ def _set_fields(rec: RunRecord, fields: dict) -> None:
 
 def start_run(store: "Store", **fields: Any) -> RunHandle:
     """Register a new run in state `running` (record object + index row with pid/host/heartbeat)."""
-    from .. import __version__
     now, pid = time.time(), os.getpid()
     fields = dict(fields)
     run_id = fields.pop("id", None) or new_run_id(now)

@@ -17,7 +17,7 @@ import scellis_jupyter as sc
 from scellis_jupyter.catalog.losses import loss_value, make_loss, target_of
 from scellis_jupyter.executor.executor import realize
 from scellis_jupyter.graph.autodiff import grad
-from scellis_jupyter.graph.tensor import tensor
+from scellis_jupyter.tensor import tensor
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional

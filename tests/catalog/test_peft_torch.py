@@ -225,7 +225,7 @@ def test_lora_counts_and_identity_at_init(ref):
 
 
 def test_qlora_step_uses_nf4_weights_and_matches_lora_on_dequantized(ref):
-    from scellis_jupyter.train.quantize import dequantize, quantize
+    from scellis_jupyter.graph.quantize import dequantize, quantize
     spec = spec_of("mlp")
     cfg = {"method": "qlora", "rank": 3, "alpha": 6.0}
     step = step_for(spec, cfg, 4)

@@ -134,7 +134,7 @@ def _works_like_a_builtin(name, origin):
     assert listed[name]["params"]["scale"]["range"] == "(0, inf)"
     import scellis_jupyter as sc
     from scellis_jupyter.executor.executor import realize
-    from scellis_jupyter.graph.tensor import tensor
+    from scellis_jupyter.tensor import tensor
     ref = sc.device("reference")
     d = np.array([[0.3, -2.0], [1.5, 0.1]])
     ls = make_loss({"name": name, "scale": 1.0})

@@ -153,7 +153,7 @@ determinism = "debug"
 
 
 def test_spec_with_text_data_plans_and_trains(tok):
-    from scellis_jupyter.train.run import Run
+    from scellis_jupyter.run.run import Run
     spec = Spec.from_text(_spec_text(f'dataset = "pydoc_sentences"\ntokenizer = "{tok}"\nseq_len = 12\n'
                                      f'n_rows = 40'))
     assert spec.input == {"shape": (12,), "dtype": "i32"} and spec.dataset.n_classes == 4

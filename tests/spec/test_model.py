@@ -9,7 +9,7 @@ import torch.nn.functional as TF
 
 import scellis_jupyter as sc
 from scellis_jupyter.errors import GraphError, ShapeError
-from scellis_jupyter.graph.tensor import Tensor
+from scellis_jupyter.tensor import Tensor
 from scellis_jupyter.rng import Generator
 from scellis_jupyter.rng.philox import bits_to_uniform, stream_bits, stream_key
 from scellis_jupyter.spec import LAYERS, ModelSpec, Spec, SpecError, build_graph

@@ -20,8 +20,8 @@ import scellis_jupyter as sc
 from scellis_jupyter.rng import Generator
 from scellis_jupyter.spec import Spec, SpecError
 from scellis_jupyter.spec.pretrained import pretrained_overrides
-from scellis_jupyter.train.run import Run
-from scellis_jupyter.train.weights import init_params
+from scellis_jupyter.run.run import Run
+from scellis_jupyter.run.weights import init_params
 
 R = np.random.default_rng(0)
 FILE = {"encoder.0.dense.weight": R.standard_normal((16, 64)).astype(np.float32),

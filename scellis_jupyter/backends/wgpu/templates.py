@@ -11,7 +11,7 @@ WGSL_TYPE = {"f32": "f32", "f16": "f16", "i32": "i32", "u32": "u32", "bool": "u3
 
 @functools.lru_cache(maxsize=None)
 def _source(name: str) -> str:
-    from ...kernels_path import kernel_source
+    from .kernels_path import kernel_source
     return kernel_source(name)
 
 

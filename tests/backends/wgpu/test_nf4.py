@@ -11,7 +11,7 @@ import scellis_jupyter as sc
 from scellis_jupyter.errors import GraphError, ScellisError
 from scellis_jupyter.graph import functional as F
 from scellis_jupyter.graph.autodiff import grad
-from scellis_jupyter.train.quantize import dequantize, quantize
+from scellis_jupyter.graph.quantize import dequantize, quantize
 
 try:
     WG = sc.device("wgpu")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from scellis_jupyter.errors import ScellisError
-from scellis_jupyter.train.lr_finder import LRFinderError, LRFinderResult, lr_range_test, steepest_lr
+from scellis_jupyter.run.lr_finder import LRFinderError, LRFinderResult, lr_range_test, steepest_lr
 
 A = np.linspace(1.0, 10.0, 8)
 DIVERGE_LR = 2.0 / A.max()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scellis_jupyter.train.run import Run
+from scellis_jupyter.run.run import Run
 
 CNN = """
 name = "digits-cnn"

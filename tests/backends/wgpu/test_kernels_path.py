@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 
 from scellis_jupyter.errors import KernelError
-from scellis_jupyter.kernels_path import kernel_dirs, kernel_source
+from scellis_jupyter.backends.wgpu.kernels_path import kernel_dirs, kernel_source
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_finds_a_shipped_kernel():

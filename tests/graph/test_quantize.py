@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from scellis_jupyter.graph.opset import NF4_TABLE
-from scellis_jupyter.train.quantize import QuantizeError, compare, dequantize, error_report, quantize
+from scellis_jupyter.graph.quantize import QuantizeError, compare, dequantize, error_report, quantize
 
 W = np.random.default_rng(0).normal(0.0, 0.02, (512, 512)).astype(np.float32)
 

@@ -21,8 +21,8 @@ import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.data import ring_centers
-from scellis_jupyter.train.gan import GANRun
-from scellis_jupyter.train.run import Run
+from scellis_jupyter.run.gan import GANRun
+from scellis_jupyter.run.run import Run
 
 try:
     WG = sc.device("wgpu")
@@ -155,7 +155,7 @@ def test_noise_comes_from_its_philox_stream_and_advances_every_step():
 
 RESUME = r'''
 import json, sys
-from scellis_jupyter.train import prepare_resume
+from scellis_jupyter.run import prepare_resume
 run = prepare_resume(sys.argv[1], store=sys.argv[2], device=sys.argv[3])
 run.run_to_end()
 print(json.dumps({"w": {k: v.tolist() for k, v in run.weights().items()},

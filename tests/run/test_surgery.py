@@ -15,8 +15,8 @@ from scellis_jupyter import catalog
 from scellis_jupyter.catalog import CatalogError
 from scellis_jupyter.program.training import StepOptions, build_train_step, run_numpy
 from scellis_jupyter.rng.generator import Generator
-from scellis_jupyter.train.quantize import dequantize, quantize
-from scellis_jupyter.train.surgery import encode_stored, freeze, insert_adapters, merge_lora, unfreeze
+from scellis_jupyter.graph.quantize import dequantize, quantize
+from scellis_jupyter.run.surgery import encode_stored, freeze, insert_adapters, merge_lora, unfreeze
 
 MLP = """
 name = "surgery_mlp"

@@ -17,7 +17,7 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter.cli import main
 from scellis_jupyter.store import Store
-from scellis_jupyter.train.verify import VerifyError
+from scellis_jupyter.run.verify import VerifyError
 
 try:
     WG = sc.device("wgpu")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ScellisError, did_you_mean
-from ..graph.opset import NF4_TABLE
+from .opset import NF4_TABLE
 
 FORMATS = ("int8", "int4", "nf4")
 _QMAX = {"int8": 127, "int4": 7}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import KernelError, did_you_mean
+from ...errors import KernelError, did_you_mean
 
-_HERE = Path(__file__).resolve().parent
-_DIRS = (_HERE / "kernels", _HERE.parent / "kernels")
+_PKG = Path(__file__).resolve().parents[2]          # scellis_jupyter/
+_DIRS = (_PKG / "kernels", _PKG.parent / "kernels")
 
 
 def kernel_dirs() -> list[Path]:

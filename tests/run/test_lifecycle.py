@@ -14,8 +14,8 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter.cli import main
 from scellis_jupyter.store import Store
-from scellis_jupyter.train.lifecycle import format_event, read_events, result_of_record
-from scellis_jupyter.train.run import RunError
+from scellis_jupyter.run.lifecycle import format_event, read_events, result_of_record
+from scellis_jupyter.run.run import RunError
 
 SPEC = """
 name = "digits-tiny"

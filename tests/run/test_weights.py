@@ -16,7 +16,7 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter import catalog
 from scellis_jupyter.rng import Generator
-from scellis_jupyter.train.weights import init_params
+from scellis_jupyter.run.weights import init_params
 
 MLP = '''[data]
 dataset = "digits"

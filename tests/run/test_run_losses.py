@@ -19,7 +19,7 @@ from scellis_jupyter import catalog
 from scellis_jupyter.catalog import registry
 from scellis_jupyter.catalog.losses import TargetError
 from scellis_jupyter.spec import Spec, SpecError
-from scellis_jupyter.train.run import Run
+from scellis_jupyter.run.run import Run
 
 
 def _digits():

@@ -19,7 +19,7 @@ import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.store.runs import pid_alive
-from scellis_jupyter.train.lifecycle import WaitTimeout, read_events
+from scellis_jupyter.run.lifecycle import WaitTimeout, read_events
 
 ROOT = str(Path(sc.__file__).resolve().parent.parent)
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import scellis_jupyter as sc
-from scellis_jupyter.train.run import Run
+from scellis_jupyter.run.run import Run
 
 try:
     WG = sc.device("wgpu")
@@ -82,7 +82,7 @@ def test_dropout_draws_new_masks_every_step_and_positions_advance():
 RESUME = r'''
 import json, sys
 import numpy as np
-from scellis_jupyter.train import prepare_resume
+from scellis_jupyter.run import prepare_resume
 run = prepare_resume(sys.argv[1], store=sys.argv[2], device=sys.argv[3])
 run.run_to_end()
 out = {k: v.tolist() for k, v in run.weights().items()}

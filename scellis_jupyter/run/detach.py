@@ -23,11 +23,12 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import ScellisError
+from ..backends.device import ensure_xdg_runtime_dir
+from ..errors import EXIT_ERROR, EXIT_REFUSED, ScellisError
 
 
-# `-c` rather than `-m scellis_jupyter.train.detach`: the package imports this module, and runpy warns then
-_CHILD = "import sys; from scellis_jupyter.train.detach import child_main; sys.exit(child_main(sys.argv[1]))"
+# `-c` rather than `-m scellis_jupyter.run.detach`: the package imports this module, and runpy warns then
+_CHILD = "import sys; from scellis_jupyter.run.detach import child_main; sys.exit(child_main(sys.argv[1]))"
 
 
 def launch(store, job: dict, run_id: str | None = None) -> "Detached":
@@ -45,7 +46,6 @@ def launch(store, job: dict, run_id: str | None = None) -> "Detached":
     pkg_root = str(Path(__file__).resolve().parent.parent.parent)       # the same package copy in the child
     env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     if not env.get("XDG_RUNTIME_DIR"):
-        from ..cli import ensure_xdg_runtime_dir
         ensure_xdg_runtime_dir()
         env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"]
     argv = [sys.executable, "-c", _CHILD, str(job_path)]
@@ -213,7 +213,6 @@ class Detached:
 # ---- the child ------------------------------------------------------------------------------------------
 def child_main(job_path: str) -> int:
     """Run a launched job; every outcome is recorded in the store under the job's run id."""
-    from ..cli import EXIT_ERROR, EXIT_REFUSED, ensure_xdg_runtime_dir
     from ..store import Store
     from .lifecycle import exit_code, resume, train
     ensure_xdg_runtime_dir()

@@ -1,0 +1,3 @@
+"""Federated learning (to come): a Pool configuration whose sites keep their data; strategies as catalog
+content, a differential-privacy budget and secure aggregation. Stands on `pool`.
+"""
