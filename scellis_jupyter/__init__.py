@@ -12,10 +12,12 @@ from ._version import __version__
 from . import ops, rng
 from .backends.device import Device, device, devices
 from .determinism import TIERS, set_tier, tier
-from .errors import Diagnostic, ScellisError
+from .errors import (CatalogError, CorruptObject, DataError, DeviceError, Diagnostic, DTypeError, GraphError,
+                     KernelError, LRFinderError, PlanError, PlanRefused, QuantizeError, RunError, ScellisError,
+                     ShapeError, SpecError, StoreError, TargetError, TierError, UsageError, VerifyError, WaitTimeout)
 from .tensor import Tensor, tensor
 from .plan import Plan, plan
-from .spec import Spec, SpecError
+from .spec import Spec
 from .run.detach import Detached
 from .run.lifecycle import resume, runs, train
 from .run.gan import GANRun, GANStep
@@ -23,5 +25,8 @@ from .run.run import Run, StepResult
 from .run.verify import verify
 
 __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set_tier", "tier", "TIERS",
-           "ScellisError", "Diagnostic", "Spec", "SpecError", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
+           "ScellisError", "Diagnostic", "UsageError", "SpecError", "CatalogError", "TargetError", "DataError",
+           "GraphError", "ShapeError", "DTypeError", "QuantizeError", "TierError", "DeviceError", "KernelError",
+           "PlanError", "PlanRefused", "RunError", "WaitTimeout", "LRFinderError", "VerifyError", "StoreError",
+           "CorruptObject", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
            "verify", "Detached", "__version__"]

@@ -21,12 +21,8 @@ from typing import Callable
 from ._version import __version__
 from .backends.device import ensure_xdg_runtime_dir
 from .errors import (EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT, ScellisError,
-                     did_you_mean)
+                     UsageError, did_you_mean)
 
-
-
-class UsageError(ScellisError):
-    code = "usage"
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,7 +1,31 @@
-"""One diagnostic format for every user-facing error, warning and refusal.
+"""One diagnostic format and one exception tree for every user-facing error, warning and refusal.
 
 Why: the product promises that a spec typo, a shape conflict, a refused plan and a lost device all read
-the same way: a code, what went wrong, where (op, spec line:col, device), and what to do about it.
+the same way: a code, what went wrong, where (op, spec line:col, device), and what to do about it. Every
+error the library raises on purpose is a `ScellisError` carrying a `Diagnostic`; scripts tell them apart
+by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree::
+
+    ScellisError                    base; .diagnostic (code, message, where, hint, details)
+    ├── UsageError                  a bad command line or magic line (usage)
+    ├── SpecError                   a spec that cannot be read or does not validate (spec); .diagnostics
+    ├── CatalogError                an unknown entry, a bad hyper-parameter, a failed conformance check (catalog)
+    │   └── TargetError             labels that do not fit what a loss declared (target)
+    ├── DataError                   a dataset, file, split or loader request that cannot be honoured (data)
+    ├── GraphError                  an ill-formed graph (graph)
+    │   ├── ShapeError              shapes that do not agree (shape-mismatch)
+    │   ├── DTypeError              a dtype an op does not take (unsupported-dtype)
+    │   └── QuantizeError           weights that cannot be encoded as asked (quantize)
+    ├── TierError                   an unknown or unmet determinism tier (determinism-tier)
+    ├── DeviceError                 no such device, or one that failed (device)
+    │   └── KernelError             a WGSL kernel missing or failing to compile (kernel)
+    ├── PlanError                   a plan that cannot be made (plan)
+    │   └── PlanRefused             a red plan: the run would not fit (plan-red); .diagnostic has the fixes
+    ├── RunError                    a run that cannot start, go on or finish (run)
+    │   ├── WaitTimeout             waiting for a run took longer than asked (wait-timeout)
+    │   ├── LRFinderError           a learning-rate range test that cannot be made (lr-finder)
+    │   └── VerifyError             a run that cannot be re-checked as asked (verify)
+    └── StoreError                  the store: unknown hash, full disk, read-only, schema (store-*)
+        └── CorruptObject           an object whose bytes no longer match its name (store-corrupt)
 """
 from __future__ import annotations
 
@@ -47,28 +71,111 @@ class ScellisError(Exception):
         super().__init__(self.diagnostic.format())
 
 
-class ShapeError(ScellisError, ValueError):
+class UsageError(ScellisError):
+    code = "usage"
+
+
+class SpecError(ScellisError, ValueError):
+    """A spec that cannot be read or does not validate; `where` is 'source:line:col'.
+
+    `diagnostics` holds every problem found (the message shows the first).
+    """
+
+    code = "spec"
+
+    def __init__(self, message: str, *, where: str = "", hint: str = "", code: str | None = None,
+                 diagnostics: list[Diagnostic] | None = None, **details):
+        super().__init__(message, where=where, hint=hint, code=code, **details)
+        self.diagnostics = list(diagnostics) if diagnostics else [self.diagnostic]
+
+    @property
+    def where(self) -> str:
+        return self.diagnostic.where
+
+    @classmethod
+    def from_diagnostics(cls, diags: list[Diagnostic]) -> "SpecError":
+        d = diags[0]
+        return cls(d.message, where=d.where, hint=d.hint, code=d.code, diagnostics=diags, **d.details)
+
+
+class CatalogError(ScellisError, ValueError):
+    code = "catalog"
+
+
+class TargetError(CatalogError):
+    """Labels that do not fit what the loss declared (wrong values or shape)."""
+
+    code = "target"
+
+
+class DataError(ScellisError, ValueError):
+    """A dataset, file, split or loader request that cannot be honoured; `where` names file[:line]."""
+
+    code = "data"
+
+
+class GraphError(ScellisError, ValueError):
+    code = "graph"
+
+
+class ShapeError(GraphError):
     code = "shape-mismatch"
 
 
-class DTypeError(ScellisError, TypeError):
+class DTypeError(GraphError, TypeError):
     code = "unsupported-dtype"
 
 
-class DeviceError(ScellisError, RuntimeError):
-    code = "device"
-
-
-class KernelError(ScellisError, RuntimeError):
-    code = "kernel"
+class QuantizeError(GraphError):
+    code = "quantize"
 
 
 class TierError(ScellisError, ValueError):
     code = "determinism-tier"
 
 
-class GraphError(ScellisError, ValueError):
-    code = "graph"
+class DeviceError(ScellisError, RuntimeError):
+    code = "device"
+
+
+class KernelError(DeviceError):
+    code = "kernel"
+
+
+class PlanError(ScellisError):
+    code = "plan"
+
+
+class PlanRefused(PlanError):
+    """The plan is red: the run would not fit the device. Raised before any compute; the hint has the fixes."""
+
+    code = "plan-red"
+
+
+class RunError(ScellisError, RuntimeError):
+    code = "run"
+
+
+class WaitTimeout(RunError, TimeoutError):
+    code = "wait-timeout"
+
+
+class LRFinderError(RunError, ValueError):
+    code = "lr-finder"
+
+
+class VerifyError(RunError, ValueError):
+    code = "verify"
+
+
+class StoreError(ScellisError, RuntimeError):
+    code = "store"
+
+
+class CorruptObject(StoreError):
+    """An object whose bytes no longer hash to its name, or that does not parse as what it claims to be."""
+
+    code = "store-corrupt"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import KernelError
-from ..executor.executor import Storage
+from .storage import Storage
 
 try:  # exact erf, vectorized
     from scipy.special import erf as _erf

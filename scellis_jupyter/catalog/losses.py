@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ScellisError, did_you_mean
+from ..errors import ScellisError, TargetError, did_you_mean
 from .registry import CatalogError, Entry, Param, checker, get, make_entry
 
 # what each target kind holds; `Target.check` enforces it on every batch the loop feeds
@@ -41,12 +41,6 @@ TARGET_KINDS = {
     "none": "no target: the model output carries every part the loss compares",
 }
 REDUCTIONS = ("mean", "sum", "none")
-
-
-class TargetError(ScellisError, ValueError):
-    """Labels that do not fit what the loss declared (wrong values or shape)."""
-
-    code = "target"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import ScellisError, did_you_mean
+from ..errors import CatalogError, ScellisError, did_you_mean
 
 KINDS = ("optimizer", "loss", "scheduler", "peft", "metric", "initializer", "regularizer", "aggregation",
          "partitioner", "reducer")
@@ -35,10 +35,6 @@ FOLDERS = {"optimizer": "optimizers", "loss": "losses", "scheduler": "schedulers
            "metric": "metrics", "initializer": "initializers", "regularizer": "regularizers",
            "aggregation": "aggregations", "partitioner": "partitioners", "reducer": "reducers"}
 MODULE_ROOT = "scellis_catalog"
-
-
-class CatalogError(ScellisError, ValueError):
-    code = "catalog"
 
 
 # ---- declarations ------------------------------------------------------------------------------------

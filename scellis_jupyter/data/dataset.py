@@ -18,17 +18,11 @@ from typing import Iterable, Sequence
 import blake3
 import numpy as np
 
-from ..errors import ScellisError
+from ..errors import DataError, ScellisError
 from ..spec.datasets import DatasetInfo
 
 _HASH_TAG = b"scellis-dataset-v1\0"
 _CHUNK = 1 << 20
-
-
-class DataError(ScellisError, ValueError):
-    """A dataset, file, split or loader request that cannot be honoured; `where` names file[:line]."""
-
-    code = "data"
 
 
 def canonical_json(obj) -> bytes:

@@ -1,4 +1,5 @@
 """Executor: runs a Program on a Backend with exactly the Program's arena plan."""
-from .executor import Storage, execute, realize
+from ..backends.storage import Storage
+from .executor import execute, realize
 
 __all__ = ["Storage", "execute", "realize"]

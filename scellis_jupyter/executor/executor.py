@@ -5,59 +5,11 @@ memory the planner predicts is the memory the engine allocates, on every backend
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from .. import determinism
+from ..backends.storage import Storage, bind
 from ..errors import DeviceError
 from ..graph.node import Node
 from ..program.schedule import Program, compile_program
-
-
-@dataclass
-class Storage:
-    """A typed window (shape, dtype) at a byte offset of a backend buffer."""
-    backend: Any
-    buffer: Any
-    offset: int
-    shape: tuple
-    dtype: object
-    nbytes: int
-
-    def sub(self, offset: int, shape, dtype, nbytes: int) -> "Storage":
-        return Storage(self.backend, self.buffer, self.offset + offset, tuple(shape), dtype, nbytes)
-
-    def numpy(self):
-        return self.backend.to_numpy(self)
-
-
-def bind(prog: Program, leaves: list, persistent: list, backend, arena):
-    """Where every value of `prog` lives: the given leaf and persistent storages, donated outputs in
-    their leaf's storage, views on their base, everything else at its planned arena offset.
-
-    Returns (resolve, where): `resolve(i)` fills `where` on demand. Shared by execution and by a
-    backend's dry run (planning), so both place values the same way.
-    """
-    vals = prog.values
-    where: dict[int, Storage] = dict(zip(prog.leaves, leaves))
-    where.update(zip(prog.persistent, persistent))
-    for b, li in prog.meta.get("donated", {}).items():     # outputs written over their leaf's storage
-        where[b] = where[li]
-
-    def resolve(i: int) -> Storage:
-        chain = []
-        while i not in where and vals[i].kind == "view":
-            chain.append(i)
-            i = prog.view_base[i][0]
-        s = where.get(i)
-        if s is None:
-            v = vals[i]
-            s = where[i] = Storage(backend, arena, prog.arena.offsets[i], v.shape, v.dtype, v.nbytes)
-        for j in reversed(chain):        # iterative: a self-referring closure would keep `where` alive
-            v = vals[j]
-            s = where[j] = s.sub(prog.view_base[j][1], v.shape, v.dtype, v.nbytes)
-        return s
-    return resolve, where
 
 
 def execute(prog: Program, leaves: list[Storage], backend) -> list[Storage]:

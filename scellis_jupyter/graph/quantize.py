@@ -12,17 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ScellisError, did_you_mean
+from ..errors import QuantizeError, ScellisError, did_you_mean
 from .opset import NF4_TABLE
 
 FORMATS = ("int8", "int4", "nf4")
 _QMAX = {"int8": 127, "int4": 7}
 _NF4 = np.asarray(NF4_TABLE, np.float32)
 _NF4_MID = (_NF4[1:] + _NF4[:-1]) / 2          # decision boundaries: nearest level
-
-
-class QuantizeError(ScellisError, ValueError):
-    code = "quantize"
 
 
 @dataclass(frozen=True)

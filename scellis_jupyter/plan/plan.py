@@ -10,15 +10,11 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from .. import determinism
-from ..errors import ScellisError
+from ..errors import PlanError, PlanRefused, ScellisError
 
 GREEN_HEADROOM = 0.80         # green: the peak uses at most 80% of capacity
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "master_weights", "data",
               "buffers")
-
-
-class PlanError(ScellisError):
-    code = "plan"
 
 
 @dataclass
@@ -83,12 +79,12 @@ class Plan:
             lines.append(f"  fix [{f.kind}] {f.description}{peak}")
         return "\n".join(lines)
 
-    def refusal(self) -> PlanError:
+    def refusal(self) -> PlanRefused:
         """The red verdict as an error in the product's one diagnostic format."""
         hint = "; ".join(f.description for f in self.fixes[:3]) or "use a device with more memory"
-        return PlanError(f"the plan needs {self.peak_bytes} bytes but {self.device} has {self.capacity_bytes} "
+        return PlanRefused(f"the plan needs {self.peak_bytes} bytes but {self.device} has {self.capacity_bytes} "
                          f"({self.capacity_source}); refused before any compute", where=f"plan for {self.spec!r}",
-                         hint=hint, code="plan-red", peak_bytes=self.peak_bytes, capacity_bytes=self.capacity_bytes)
+                         hint=hint, peak_bytes=self.peak_bytes, capacity_bytes=self.capacity_bytes)
 
 
 def _spec_of(spec):

@@ -18,16 +18,12 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import ScellisError
+from ..errors import ScellisError, WaitTimeout
 from ..plan.plan import _spec_of
 from .run import Run, RunError
 
 # states after which a run's process does no more work (an interrupted run waits for `resume`)
 FINAL_STATES = ("finished", "failed", "refused", "interrupted")
-
-
-class WaitTimeout(ScellisError, TimeoutError):
-    code = "wait-timeout"
 
 
 # ---- the store ----------------------------------------------------------------------------------------

@@ -17,15 +17,11 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from ..errors import ScellisError, did_you_mean
+from ..errors import LRFinderError, ScellisError, did_you_mean
 
 __all__ = ["lr_range_test", "LRFinderResult", "LRFinderError", "steepest_lr"]
 
 MODES = ("exp", "linear")
-
-
-class LRFinderError(ScellisError, ValueError):
-    code = "lr-finder"
 
 
 def _finite(x: float) -> bool:

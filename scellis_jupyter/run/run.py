@@ -16,16 +16,12 @@ from typing import Any, Iterator
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import ScellisError
+from ..errors import RunError, ScellisError
 
 SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
 # dynamic loss scaling with torch.amp.GradScaler's defaults; the scale never backs off below SCALE_MIN
 LOSS_SCALE = {"init": 2.0 ** 16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
 SCALE_MIN = 2.0 ** -14
-
-
-class RunError(ScellisError, RuntimeError):
-    code = "run"
 
 
 @dataclass

@@ -20,13 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ScellisError
+from ..errors import ScellisError, VerifyError
 
 MAX_HASHED_FILES = 256        # beyond this many data files the record keeps the content hash only
-
-
-class VerifyError(ScellisError, ValueError):
-    code = "verify"
 
 
 @dataclass

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..errors import Diagnostic, ScellisError, did_you_mean
+from ..errors import Diagnostic, ScellisError, SpecError, did_you_mean
 from .locate import Locator, format_path
 
 KNOWN: dict[str, tuple[str, ...]] = {
@@ -62,30 +62,6 @@ PEFT_KEYS = ("method", "rank", "alpha", "dropout", "targets", "bits", "num_virtu
 PLAN_KEYS = ("memory", "device")
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
-
-
-class SpecError(ScellisError, ValueError):
-    """A spec that cannot be read or does not validate; `where` is 'source:line:col'.
-
-    `diagnostics` holds every problem found (the message shows the first).
-    """
-
-    code = "spec"
-
-    def __init__(self, message: str, *, where: str = "", hint: str = "", code: str | None = None,
-                 diagnostics: list[Diagnostic] | None = None, **details):
-        super().__init__(message, where=where, hint=hint, code=code, **details)
-        self.diagnostics = list(diagnostics) if diagnostics else [self.diagnostic]
-
-    @property
-    def where(self) -> str:
-        return self.diagnostic.where
-
-    @classmethod
-    def from_diagnostics(cls, diags: list[Diagnostic]) -> "SpecError":
-        d = diags[0]
-        err = cls(d.message, where=d.where, hint=d.hint, code=d.code, diagnostics=diags, **d.details)
-        return err
 
 
 _MISSING = object()

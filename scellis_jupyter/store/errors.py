@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import errno
 
-from ..errors import ScellisError
-
-
-class StoreError(ScellisError, RuntimeError):
-    code = "store"
+from ..errors import CorruptObject, StoreError
 
 
 def os_error(e: OSError, *, action: str, where: str) -> StoreError:

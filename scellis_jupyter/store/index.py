@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import StoreError
+from .errors import CorruptObject, StoreError
 
 SCHEMA_VERSION = 1
 
@@ -99,8 +99,8 @@ class Index:
             return StoreError(f"cannot {action}: no space left on the device ({text})", where=self.where,
                               code="store-full", hint="free disk space (e.g. `scellis gc`) or move the store")
         if "not a database" in text or "malformed" in text:
-            return StoreError(f"cannot {action}: {self.path.name} is damaged ({text})", where=self.where,
-                              code="store-corrupt", hint="restore the store from a copy")
+            return CorruptObject(f"cannot {action}: {self.path.name} is damaged ({text})", where=self.where,
+                              hint="restore the store from a copy")
         return StoreError(f"cannot {action}: {text}", where=self.where, code="store-io")
 
     def _init_schema(self) -> None:

@@ -19,7 +19,7 @@ import blake3
 import numpy as np
 import safetensors.numpy as stnp
 
-from .errors import StoreError, os_error
+from .errors import CorruptObject, StoreError, os_error
 
 HASH_LEN = 64
 TMP_PREFIX = ".tmp-"
@@ -126,9 +126,9 @@ class ObjectStore:
             raise os_error(e, action=f"read object {h[:12]}", where=f"store {self.root}") from None
         got = hash_bytes(data)
         if got != h:
-            raise StoreError(
+            raise CorruptObject(
                 f"object {h} is corrupt: its {len(data)} bytes hash to {got[:12]}..., not to its name "
-                "(tampered with or truncated)", where=f"store {self.root} ({p})", code="store-corrupt",
+                "(tampered with or truncated)", where=f"store {self.root} ({p})",
                 object=h, hint="restore it from a copy of the store, or delete it and re-create what named it")
         return data
 
@@ -243,13 +243,13 @@ def load_tensors(data: bytes, *, name: str = "", where: str = "") -> dict[str, n
     try:
         return dict(stnp.load(data))
     except Exception as e:
-        raise StoreError(f"object {name} is not a valid safetensors file: {e}", where=where,
-                         code="store-corrupt", object=name) from None
+        raise CorruptObject(f"object {name} is not a valid safetensors file: {e}", where=where,
+                         object=name) from None
 
 
 def load_json(data: bytes, *, name: str = "", where: str = "") -> Any:
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
-        raise StoreError(f"object {name} is not valid JSON: {e}", where=where, code="store-corrupt",
+        raise CorruptObject(f"object {name} is not valid JSON: {e}", where=where,
                          object=name) from None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._version import __version__
 from ..errors import Diagnostic, ScellisError, did_you_mean
-from .errors import StoreError
+from .errors import CorruptObject, StoreError
 
 if TYPE_CHECKING:
     from .store import Store
@@ -101,7 +101,7 @@ class RunRecord:
     def from_json(cls, d: Any, *, where: str = "") -> "RunRecord":
         names = {f.name for f in dataclasses.fields(cls)} - {"record_hash", "heartbeat"}
         if not isinstance(d, dict) or "id" not in d or d.get("state") not in STATES:
-            raise StoreError("object is not a run record", where=where, code="store-corrupt")
+            raise CorruptObject("object is not a run record", where=where)
         return cls(**{k: v for k, v in d.items() if k in names})
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...errors import DeviceError, DTypeError, KernelError
-from ...executor.executor import Storage
+from ..storage import Storage, bind
 from ...program.liveness import align
 
 USAGE_STORAGE = 0x80 | 0x04 | 0x08   # STORAGE | COPY_SRC | COPY_DST
@@ -340,7 +340,6 @@ class WgpuBackend:
 
         Why: the planner predicts every byte the executor allocates; this block depends on how each
         launcher splits its tensors, so it is computed by the launchers themselves."""
-        from ...executor.executor import bind
         cached = self._prog_params.get(prog.hash)
         if cached is not None:
             return cached[0].size

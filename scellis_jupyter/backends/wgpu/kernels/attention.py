@@ -18,7 +18,7 @@ import numpy as np
 
 from .... import dtypes as dt
 from ....errors import KernelError
-from ....executor.executor import Storage
+from ...storage import Storage
 from ....program.schedule import multi_offset
 from ..templates import WGSL_TYPE, enable_f16, render
 from . import launcher

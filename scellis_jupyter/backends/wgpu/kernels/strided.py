@@ -7,7 +7,7 @@ binding under the limit whatever the strides, so large tensors are segmented tra
 from __future__ import annotations
 
 from ....errors import KernelError
-from ....executor.executor import Storage
+from ...storage import Storage
 
 MAX_RANK = 8
 
