@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ._version import __version__
 
-from . import ops, rng
+from . import conformance, ops, rng
 from .backends.device import Device, device, devices
 from .determinism import TIERS, set_tier, tier
 from .errors import (CatalogError, CorruptObject, DataError, DeviceError, Diagnostic, DTypeError, GraphError,

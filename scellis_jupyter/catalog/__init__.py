@@ -14,7 +14,7 @@ through the same `register`, so the engine cannot tell them apart. Usage::
 from __future__ import annotations
 
 from .registry import (CHECKS, FOLDERS, KINDS, CatalogError, Entry, Param, StateDecl, aggregation,
-                       apply_update, builtin_folder, check_entry, checker, get, initial_state, initializer,
+                       builtin_folder, check_entry, checker, get, initial_state, initializer,
                        list_entries, load_builtin, load_file, load_folder, load_source, loss, make, make_entry,
                        metric, optimizer, partitioner, peft, reducer, register, regularizer, scheduler,
                        state_bytes, unregister)
@@ -23,10 +23,10 @@ from .registry import list  # noqa: A004 - catalog.list(kind) is the public name
 __all__ = ["KINDS", "FOLDERS", "CHECKS", "CatalogError", "Entry", "Param", "StateDecl", "register", "unregister",
            "get", "list", "list_entries", "make", "make_entry", "load_builtin", "load_folder", "load_file",
            "load_source", "builtin_folder", "check_entry", "checker", "initial_state", "state_bytes",
-           "apply_update", "optimizer", "loss", "scheduler", "peft", "metric", "initializer", "regularizer",
+           "optimizer", "loss", "scheduler", "peft", "metric", "initializer", "regularizer",
            "aggregation", "partitioner", "reducer", "Schedule"]
 
-# each kind's conformance checks register themselves with `checker` on import
+# the kinds' contract modules (their conformance checks live in scellis_jupyter.conformance)
 from . import initializers, losses, metrics, peft, regularizers, schedulers  # noqa: E402,F401
 # importing the submodule `peft` (the Adaptation contract) bound its name here: the decorator keeps it;
 # `from scellis_jupyter.catalog.peft import Adaptation` still finds the module

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from scellis_jupyter import catalog
+from scellis_jupyter.conformance import apply_update
 
 torch = pytest.importorskip("torch")
 
@@ -35,7 +36,7 @@ def run_ours(name, hyper, params, grads, lrs):
     out = []
     for t, (gs, lr) in enumerate(zip(grads, lrs), start=1):
         for i, g in enumerate(gs):
-            ps[i], sts[i] = catalog.apply_update(opt, ps[i], g, sts[i], t, lr)
+            ps[i], sts[i] = apply_update(opt, ps[i], g, sts[i], t, lr)
         out.append(([p.copy() for p in ps], [dict(s) for s in sts]))
     return out
 

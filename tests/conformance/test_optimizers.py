@@ -14,6 +14,7 @@ import pytest
 
 from scellis_jupyter import catalog
 from scellis_jupyter.catalog import registry
+from scellis_jupyter.conformance import apply_update
 
 OPTIMIZERS = [e["name"] for e in catalog.list("optimizer")]
 
@@ -74,7 +75,7 @@ def _passes_like_a_builtin(name, origin):
     listed = {e["name"]: e for e in catalog.list("optimizer")}
     assert listed[name]["params"]["lr"] == {"type": "float", "default": 0.01, "range": "(0, inf)", "doc": ""}
     opt = catalog.make("optimizer", name, lr=0.5)
-    p, s = catalog.apply_update(opt, np.ones(3), np.full(3, 2.0), {"buf": np.ones(3)}, 2, 0.5)
+    p, s = apply_update(opt, np.ones(3), np.full(3, 2.0), {"buf": np.ones(3)}, 2, 0.5)
     np.testing.assert_allclose(s["buf"], 0.9 + 2.0)
     np.testing.assert_allclose(p, 1.0 - 0.5 * 2.9)
     return entry
@@ -212,8 +213,8 @@ def test_update_graph_on_wgpu_matches_reference(name):
         st = catalog.initial_state(opt, shape, "f32")
         for t in (1, 2, 3):
             g = rng.standard_normal(shape).astype(np.float32)
-            pr, sr = catalog.apply_update(opt, p, g, st, t, 1e-2, device="reference")
-            pw, sw = catalog.apply_update(opt, p, g, st, t, 1e-2, device=wg)
+            pr, sr = apply_update(opt, p, g, st, t, 1e-2, device="reference")
+            pw, sw = apply_update(opt, p, g, st, t, 1e-2, device=wg)
             _close_f32(pw, pr, f"{name} param {shape} step {t}")
             for k in sr:
                 if sr[k].dtype == np.int8:   # a code may round the other way at a tie
