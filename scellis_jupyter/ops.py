@@ -6,6 +6,7 @@ import functools
 import numpy as np
 
 from .graph import functional as _F
+from .rng import Generator
 from .tensor import Tensor, _as_node, tensor
 
 __all__: list[str] = []
@@ -54,11 +55,30 @@ for _n in ("add sub mul div pow_ maximum minimum lt le gt ge eq ne neg exp log t
     _export(_NAMES.get(_n, _n), getattr(_F, _n))
 
 
-def dropout(x: Tensor, p: float, gen=None, stream: str = "dropout", training: bool = True) -> Tensor:
+def dropout(x: Tensor, p: float, gen: Generator | None = None, stream: str = "dropout",
+            training: bool = True) -> Tensor:
     """Inverted dropout with its mask from `gen`'s `stream` (a Generator; seed 0 if not given)."""
-    from .rng import Generator
     gen = gen if gen is not None else Generator(0)
     return Tensor(_F.dropout(x.node, p, gen.stream(stream), training), x.device)
 
 
-__all__.append("dropout")
+# random draws as tensors: the same (seed, stream, position) gives the same values on every device
+def uniform(shape, gen: Generator | None = None, stream: str = "init", device=None) -> Tensor:
+    """Uniforms in [0, 1), drawn on the device from `gen`'s `stream` (bit-identical to the host draw)."""
+    gen = gen if gen is not None else Generator(0)
+    return Tensor._from_node(_F.uniform_node(gen.stream(stream), tuple(shape)), device)
+
+
+def normal(shape, gen: Generator | None = None, stream: str = "init", device=None, mean: float = 0.0,
+           std: float = 1.0) -> Tensor:
+    """Normal draws (Box-Muller on the host in float64, rounded once to f32), uploaded to `device`."""
+    gen = gen if gen is not None else Generator(0)
+    return tensor(gen.stream(stream).normal(tuple(shape)) * np.float32(std) + np.float32(mean), device=device)
+
+
+def bernoulli(shape, p: float, gen: Generator | None = None, stream: str = "dropout", device=None) -> Tensor:
+    """True with probability p, from the same uniforms as `uniform` (u < p)."""
+    return uniform(shape, gen, stream, device) < p
+
+
+__all__ += ["dropout", "uniform", "normal", "bernoulli"]

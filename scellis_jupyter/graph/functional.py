@@ -11,6 +11,7 @@ from typing import Sequence
 
 from .. import dtypes as dt
 from ..errors import ShapeError
+from ..rng.generator import Stream
 from .node import Node
 from .opset import make, norm_axis
 
@@ -407,13 +408,27 @@ def item(node: Node, index: int) -> Node:
     return make("item", [node], index=index)
 
 
+def uniform_node(stream: Stream, shape) -> Node:
+    """Uniforms in [0, 1) of `shape`, the next words of `stream` (bit-identical to `stream.uniform`)."""
+    n = math.prod(shape)
+    ins = [stream.base] if stream.base is not None else []
+    return make("philox_uniform", ins, shape=tuple(shape), key=stream.key, offset=stream.take(n))
+
+
+def bits_node(stream: Stream, shape) -> Node:
+    """Raw u32 Philox words of `shape`, the next words of `stream` (bit-identical to `stream.bits`)."""
+    n = math.prod(shape)
+    ins = [stream.base] if stream.base is not None else []
+    return make("philox_bits", ins, shape=tuple(shape), key=stream.key, offset=stream.take(n))
+
+
 def dropout(x: Node, p: float, gen, training: bool = True) -> Node:
     """Inverted dropout; the mask draws from `gen`'s stream at logical element positions."""
     if not training or p == 0.0:
         return x
     if not 0.0 <= p < 1.0:
         raise ShapeError(f"dropout probability must be in [0, 1), got {p}", where="op 'dropout'")
-    u = gen.uniform_node(x.shape)
+    u = uniform_node(gen, x.shape)
     keep = ge(u, scalar(p, "f32"))
     return where(keep, mul(x, 1.0 / (1.0 - p)), scalar(0.0, x.dtype))
 

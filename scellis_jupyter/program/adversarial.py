@@ -21,7 +21,7 @@ from ..errors import ScellisError, did_you_mean
 from ..graph import functional as F
 from ..graph.autodiff import grad
 from ..graph.node import Node, toposort
-from ..rng.generator import StepGenerator
+from ..graph.draws import StepGenerator
 from ..spec.adversarial import GAN_LOSSES, NETWORKS
 from .schedule import compile_program
 from .training import (StepOptions, TrainStep, all_finite, clip_grads, compile_step, donated,
@@ -45,12 +45,12 @@ def noise_node(gen: StepGenerator, shape: tuple, dist: str = "normal", dtype: st
     (z = sqrt(-2 ln(1 - u1)) cos(2 pi u2), computed in `dtype`), or uniform in [-1, 1)."""
     s = gen.stream(stream)
     if dist == "uniform":
-        return F.sub(F.mul(F.cast(s.uniform_node(shape), dtype), 2.0), 1.0)
+        return F.sub(F.mul(F.cast(F.uniform_node(s, shape), dtype), 2.0), 1.0)
     if dist != "normal":
         raise ScellisError(f"noise {dist!r} is not 'normal' or 'uniform'", code="spec", where="recipe.noise",
                            hint=did_you_mean(dist, ("normal", "uniform")))
-    u1 = F.cast(s.uniform_node(shape), dtype)
-    u2 = F.cast(s.uniform_node(shape), dtype)
+    u1 = F.cast(F.uniform_node(s, shape), dtype)
+    u2 = F.cast(F.uniform_node(s, shape), dtype)
     radius = F.sqrt(F.mul(F.log(F.sub(1.0, u1)), -2.0))
     return F.mul(radius, F.cos(F.mul(u2, 2.0 * math.pi)))
 

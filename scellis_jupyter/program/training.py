@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from .. import dtypes as dt
 from ..errors import ScellisError, did_you_mean
 from ..graph import functional as F
+from ..graph.draws import StepGenerator
 from ..graph.autodiff import grad
 from ..graph.node import Node, toposort
 from . import partition
@@ -245,7 +246,6 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         names = list(params)
         info_peft = None
 
-    from ..rng.generator import StepGenerator
     gen = StepGenerator(int(spec.recipe.get("seed") or 0))
 
     # ---- the loss, its target, and the regularizers --------------------------------------------

@@ -32,19 +32,6 @@ class Stream:
         self.gen.positions[self.name] = pos + int(nwords)
         return pos
 
-    # graph-level draws (device side) ----------------------------------------------------------------
-    def uniform_node(self, shape):
-        from ..graph.opset import make
-        n = math.prod(shape)
-        ins = [self.base] if self.base is not None else []
-        return make("philox_uniform", ins, shape=tuple(shape), key=self.key, offset=self.take(n))
-
-    def bits_node(self, shape):
-        from ..graph.opset import make
-        n = math.prod(shape)
-        ins = [self.base] if self.base is not None else []
-        return make("philox_bits", ins, shape=tuple(shape), key=self.key, offset=self.take(n))
-
     # host-side draws (numpy), bit-identical with the device ones ------------------------------------
     def bits(self, n: int) -> np.ndarray:
         return stream_bits(self.key, self.take(n), n)
@@ -89,19 +76,6 @@ class Generator:
             raise ScellisError(f"stream names are non-empty strings, got {name!r}", code="bad-stream")
         return Stream(self, name)
 
-    # convenience draws returning tensors on a device ------------------------------------------------
-    def uniform(self, shape, stream: str = "init", device=None):
-        from ..tensor import Tensor
-        return Tensor._from_node(self.stream(stream).uniform_node(tuple(shape)), device)
-
-    def normal(self, shape, stream: str = "init", device=None, mean: float = 0.0, std: float = 1.0):
-        from ..tensor import tensor
-        return tensor(self.stream(stream).normal(tuple(shape)) * np.float32(std) + np.float32(mean), device=device)
-
-    def bernoulli(self, shape, p: float, stream: str = "dropout", device=None):
-        """True with probability p, from the same uniforms as `uniform` (u < p)."""
-        return self.uniform(shape, stream, device) < p
-
     def permutation(self, n: int, stream: str = "shuffle") -> np.ndarray:
         return self.stream(stream).permutation(n)
 
@@ -115,28 +89,6 @@ class Generator:
     def __repr__(self) -> str:
         return f"Generator(seed={self.seed}, positions={self.positions})"
 
-
-class StepGenerator(Generator):
-    """Draws of one compiled step: positions count from the step's start, and each stream's absolute
-    start is a step input (`bases[name]`, a u32 [lo, hi] placeholder), so the same Program draws new
-    words every step. After building, `positions` says how far each stream advances per step.
-    """
-
-    def __init__(self, seed: int = 0, positions: dict | None = None, bases: dict | None = None):
-        super().__init__(seed, positions)
-        self.bases: dict = bases if bases is not None else {}
-
-    def stream(self, name: str) -> Stream:
-        if not isinstance(name, str) or not name:
-            raise ScellisError(f"stream names are non-empty strings, got {name!r}", code="bad-stream")
-        if name not in self.bases:
-            from ..graph import functional as F
-            self.bases[name] = F.placeholder((2,), "u32", f"rng:{name}")
-        return Stream(self, name, self.bases[name])
-
-    def replay(self, positions: dict) -> "StepGenerator":
-        """The same step streams from earlier positions (recompute draws the same words again)."""
-        return StepGenerator(self.seed, positions, self.bases)
 
 
 def base_words(position: int):

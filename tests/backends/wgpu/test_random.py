@@ -4,6 +4,7 @@ import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter import ops
+from scellis_jupyter.graph import functional as F
 
 WG, REF = sc.device("wgpu"), sc.device("reference")
 
@@ -16,8 +17,8 @@ def test_bits_and_uniform_identical(shape, skip):
         g = sc.rng.Generator(11)
         g.positions["dropout"] = skip
         s = g.stream("dropout")
-        acc.append(sc.Tensor(s.bits_node(shape), dev).numpy())
-        acc.append(sc.Tensor(s.uniform_node(shape), dev).numpy())
+        acc.append(sc.Tensor(F.bits_node(s, shape), dev).numpy())
+        acc.append(sc.Tensor(F.uniform_node(s, shape), dev).numpy())
     for a, b in zip(got, want):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     # and the host-side stream agrees too
@@ -44,8 +45,8 @@ def test_direct_nodes_odd_offsets(shape, offset):
 
 
 def test_public_generator_uniform_identical():
-    a = sc.rng.Generator(3).uniform((5, 7), device=sc.device("wgpu")).numpy()
-    b = sc.rng.Generator(3).uniform((5, 7), device=sc.device("reference")).numpy()
+    a = sc.ops.uniform((5, 7), sc.rng.Generator(3), device=sc.device("wgpu")).numpy()
+    b = sc.ops.uniform((5, 7), sc.rng.Generator(3), device=sc.device("reference")).numpy()
     assert a.dtype == b.dtype == np.float32 and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
@@ -66,11 +67,12 @@ def test_step_base_input_adds_to_the_offset(shape, offset, base):
 
 def test_step_generator_draws_fresh_words_each_step_from_one_program():
     """The same compiled dropout, fed the advanced stream position, gives the host stream's next words."""
-    from scellis_jupyter.rng.generator import StepGenerator, base_words
+    from scellis_jupyter.graph.draws import StepGenerator
+    from scellis_jupyter.rng.generator import base_words
     from scellis_jupyter.program.schedule import compile_program
     from scellis_jupyter.executor.executor import execute
     sg = StepGenerator(9)
-    node = sg.stream("dropout").uniform_node((4, 5))
+    node = F.uniform_node(sg.stream("dropout"), (4, 5))
     host = sc.rng.Generator(9).stream("dropout")
     for d in (WG, REF):
         prog, leaves = compile_program([node], d.backend, "debug")
