@@ -22,7 +22,7 @@ SPECS = Path(__file__).resolve().parent / "specs"
 def main(argv=None) -> int:
     import scellis_jupyter as sc
     from benchmarks.kernels import write_results
-    from scellis_jupyter.plan import measure_step
+    from scellis_jupyter.executor import measure_step
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--devices", default="reference,wgpu")
     ap.add_argument("--no-write", action="store_true")

@@ -8,7 +8,14 @@ epoch, saves the final checkpoint into the store (default `.scellis/`), and says
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from .backends.device import device as pick_device
+from .backends.device import ensure_xdg_runtime_dir
+from .errors import EXIT_ERROR, EXIT_REFUSED, PlanRefused, ScellisError
+from .plan import plan as make_plan
+from .run.run import Run
 
 SPEC = """
 name = "digits-mlp"
@@ -39,20 +46,16 @@ seed = 0
 
 
 def main(argv: list[str] | None = None) -> dict:
-    import scellis_jupyter as sc
-    from .backends.device import ensure_xdg_runtime_dir
     ap = argparse.ArgumentParser(prog="python -m scellis_jupyter.quickstart", description=__doc__.splitlines()[0])
     ap.add_argument("--store", default=None, help="store folder (default: $SCELLIS_STORE or .scellis)")
     ap.add_argument("--epochs", type=int, default=None)
     args = ap.parse_args(argv)
     ensure_xdg_runtime_dir()
-    import os
     store = args.store or os.environ.get("SCELLIS_STORE") or ".scellis"
-    dev = sc.device()
+    dev = pick_device()
     print(f"device: {dev}\n  chosen: {dev.choice}")
-    plan = sc.plan(SPEC, device=dev)
+    plan = make_plan(SPEC, device=dev)
     print(plan.table())
-    from .run.run import Run
     run = Run(SPEC, device=dev, store=store, epochs=args.epochs)
     per_epoch = len(run.loader)
     for step in run:
@@ -72,9 +75,6 @@ def main(argv: list[str] | None = None) -> dict:
 if __name__ == "__main__":
     try:
         main()
-    except Exception as e:  # noqa: BLE001 - a user-facing entry point prints the diagnostic, not a traceback
-        from .errors import ScellisError
-        if isinstance(e, ScellisError):
-            print(e.diagnostic.format(), file=sys.stderr)
-            sys.exit(3 if e.diagnostic.code == "plan-red" else 2)
-        raise
+    except ScellisError as e:        # a user-facing entry point prints the diagnostic, not a traceback
+        print(e.diagnostic.format(), file=sys.stderr)
+        sys.exit(EXIT_REFUSED if isinstance(e, PlanRefused) else EXIT_ERROR)

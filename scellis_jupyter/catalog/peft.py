@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..spec.layers import ParamDecl
+from ..graph.params import ParamDecl
 from .registry import CatalogError, Param
 
 

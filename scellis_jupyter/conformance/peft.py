@@ -7,7 +7,8 @@ from ..backends.device import device
 from ..catalog.peft import Adaptation, StoredAs, count
 from ..catalog.registry import checker
 from ..errors import ScellisError
-from ..program.training import StepOptions, build_train_step, run_numpy
+from ..executor.executor import run_numpy
+from ..program.training import StepOptions, build_train_step
 from ..spec.layers import ParamDecl
 from ..spec.spec import Spec
 

@@ -9,7 +9,8 @@ import numpy as np
 from ..catalog import registry
 from ..catalog.registry import Entry, checker
 from ..errors import ScellisError
-from ..program.training import build_train_step, run_numpy
+from ..executor.executor import run_numpy
+from ..program.training import build_train_step
 from ..rng.generator import Generator
 from ..spec import Spec
 from .common import _device

@@ -3,7 +3,7 @@
 Why these: they need no download (scikit-learn ships the tabular files, CPython ships `pydoc_data`), so a
 notebook runs offline and reproducibly. Synthetic sets are drawn from a Philox stream (`data`) of
 `Generator(seed)`, so the same parameters give the same bytes on every machine.
-Their metadata agrees with `spec.datasets.dataset_info` (the planner's view before loading).
+Their metadata agrees with `data.info.dataset_info` (the planner's view before loading).
 """
 from __future__ import annotations
 
@@ -11,13 +11,12 @@ import numpy as np
 
 from ..errors import did_you_mean
 from ..rng import Generator
-from ..spec.datasets import _TABULAR, pydoc_text, pydoc_vocab
+from .info import _TABULAR, BUILTIN_DATASETS, pydoc_text, pydoc_vocab
 from .dataset import ArrayDataset, DataError, Dataset, hash_arrays
 
 TABULAR = tuple(_TABULAR)
 RING_RADIUS = 2.0
-NAMES = TABULAR + ("pydoc_topics", "synthetic_classification", "synthetic_regression", "synthetic_ring",
-                   "pydoc_sentences")
+NAMES = BUILTIN_DATASETS
 
 
 def tabular(name: str) -> ArrayDataset:

@@ -19,7 +19,7 @@ import blake3
 import numpy as np
 
 from ..errors import DataError, ScellisError
-from ..spec.datasets import DatasetInfo
+from .info import DatasetInfo
 
 _HASH_TAG = b"scellis-dataset-v1\0"
 _CHUNK = 1 << 20

@@ -18,7 +18,7 @@ from ..errors import did_you_mean
 from .dataset import (ArrayDataset, DataError, Dataset, features_dtype, hash_files,
                       labels_dtype)
 
-X_KEYS = ("x", "X", "features", "inputs")       # as spec.datasets._file_info looks them up
+X_KEYS = ("x", "X", "features", "inputs")       # as data.info._file_info looks them up
 Y_KEYS = ("y", "Y", "labels", "targets")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _INSTALL = "pip install scellis-jupyter[data]"

@@ -15,8 +15,8 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ScellisError
-from ..spec.datasets import balanced_rows, pydoc_sentences, text_table
-from ..spec.resources import resolve_resource
+from .info import balanced_rows, pydoc_sentences, text_table
+from .resources import resolve_resource
 from .dataset import DataError, Dataset, hash_arrays, hash_files
 
 
@@ -95,7 +95,7 @@ class TextDataset(Dataset):
 
 def pydoc_sentences_dataset(tokenizer: str | os.PathLike, seq_len: int = 128, n_rows: int | None = None) -> TextDataset:
     """Sentences of CPython's pydoc topics labelled by group (statements, expressions, builtin types, data
-    model; see spec.datasets.PYDOC_GROUPS); `n_rows` takes a class-balanced subset."""
+    model; see data.info.PYDOC_GROUPS); `n_rows` takes a class-balanced subset."""
     texts, labels, classes = pydoc_sentences()
     try:
         rows = balanced_rows(labels, n_rows, len(classes))

@@ -5,11 +5,15 @@ memory the planner predicts is the memory the engine allocates, on every backend
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .. import determinism
+from .. import dtypes as dt
 from ..backends.storage import Storage, bind
-from ..errors import DeviceError
+from ..errors import DeviceError, ScellisError
 from ..graph.node import Node
 from ..program.schedule import Program, compile_program
+from ..program.training import TrainStep
 
 
 def execute(prog: Program, leaves: list[Storage], backend) -> list[Storage]:
@@ -45,3 +49,17 @@ def realize(nodes: list[Node], backend, tier: str | None = None) -> list[Storage
             n.storage = s
             n.tier = t
     return [n.storage for n in nodes]
+
+
+def run_numpy(step: TrainStep, feeds: dict, impl) -> dict:
+    """Execute one step on numpy inputs named like its leaves; returns every output by name as numpy.
+
+    For tests, benchmarks and notebook pokes; a training loop keeps its storages on the device instead.
+    """
+    missing = [l.name for l in step.leaves if l.name not in feeds]
+    if missing:
+        raise ScellisError(f"step inputs missing: {', '.join(missing[:6])}", code="graph", where="run_numpy")
+    stor = [impl.from_numpy(np.asarray(feeds[l.name]).astype(dt.to_numpy(l.node.dtype)).reshape(l.node.shape),
+                            l.node.dtype) for l in step.leaves]
+    outs = execute(step.program, stor, impl)
+    return {n: np.array(impl.to_numpy(o)) for n, o in zip(step.outputs, outs)}

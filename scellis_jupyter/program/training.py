@@ -576,22 +576,6 @@ def with_options(options: StepOptions | None, **changes) -> StepOptions:
     return replace(options or StepOptions(), **changes)
 
 
-def run_numpy(step: TrainStep, feeds: dict, impl) -> dict:
-    """Execute one step on numpy inputs named like its leaves; returns every output by name as numpy.
-
-    For tests, benchmarks and notebook pokes; a training loop keeps its storages on the device instead.
-    """
-    import numpy as np
-    from ..executor.executor import execute
-    missing = [l.name for l in step.leaves if l.name not in feeds]
-    if missing:
-        raise ScellisError(f"step inputs missing: {', '.join(missing[:6])}", code="graph", where="run_numpy")
-    stor = [impl.from_numpy(np.asarray(feeds[l.name]).astype(dt.to_numpy(l.node.dtype)).reshape(l.node.shape),
-                            l.node.dtype) for l in step.leaves]
-    outs = execute(step.program, stor, impl)
-    return {n: np.array(impl.to_numpy(o)) for n, o in zip(step.outputs, outs)}
-
-
 def forward_adapted(graph, x: Node, leaves: dict, adapt, training: bool = False, gen_factory=None) -> Node:
     """The model's output with an Adaptation applied, from parameter leaves named as the step names them
     (stored weights as `<name>.<suffix>`): what evaluation runs with the weights the step trains."""

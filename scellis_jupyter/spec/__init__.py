@@ -1,5 +1,5 @@
 """The spec language: one TOML text for data, model, recipe and plan, checked with line:col diagnostics."""
-from .datasets import DatasetInfo, dataset_info
+from ..data.info import DatasetInfo, dataset_info
 from .layers import LAYERS, Layer, LayerCtx, ParamDecl
 from .locate import Locator
 from .model import ModelGraph, ModelSpec, NodeSpec, build_graph

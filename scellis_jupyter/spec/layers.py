@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import dtypes as dt
+from ..graph.params import ParamDecl
 from ..errors import DTypeError, GraphError, ShapeError, did_you_mean
 from ..graph import functional as F
 from ..graph.node import Node
@@ -33,21 +34,6 @@ class Attr:
     hi_open: bool = False
     choices: tuple[str, ...] | None = None
     catalog: str | None = None      # name of a KNOWN table the value must be in
-
-
-@dataclass(frozen=True)
-class ParamDecl:
-    """A parameter a layer needs; `name` is local to the layer until the model prefixes it."""
-
-    name: str
-    shape: tuple
-    init: str
-    fan_in: int
-    fan_out: int
-    role: str                       # weight | bias | norm | embedding
-
-    def prefixed(self, prefix: str) -> "ParamDecl":
-        return ParamDecl(f"{prefix}.{self.name}", self.shape, self.init, self.fan_in, self.fan_out, self.role)
 
 
 @dataclass

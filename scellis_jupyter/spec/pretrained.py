@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import did_you_mean
 from .locate import format_path
-from .resources import resolve_resource
+from ..data.resources import resolve_resource
 from .schema import Checker, SpecError, kind_of, show
 
 PRETRAINED_KEYS = ("file", "rename", "skip")

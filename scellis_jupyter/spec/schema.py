@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ..data.info import BUILTIN_DATASETS
 from ..errors import Diagnostic, ScellisError, SpecError, did_you_mean
 from .locate import Locator, format_path
 
@@ -26,8 +27,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
                "ece", "brier"),
     "init": ("xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "orthogonal",
              "truncated_normal", "sparse", "normal", "uniform", "constant", "zeros", "ones", "pretrained"),
-    "dataset": ("digits", "iris", "wine", "breast_cancer", "pydoc_topics", "synthetic_classification",
-                "synthetic_regression", "synthetic_ring", "pydoc_sentences"),
+    "dataset": BUILTIN_DATASETS,
     "peft": ("lora", "qlora", "prefix_tuning", "bitfit", "ia3", "prompt_tuning"),
 }
 

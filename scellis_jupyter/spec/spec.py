@@ -22,13 +22,13 @@ import blake3
 
 from ..errors import Diagnostic, did_you_mean
 from . import adversarial as adv
-from .datasets import DatasetInfo, dataset_info
+from ..data.info import DatasetInfo, dataset_info
 from .layers import LAYERS, check_attrs
 from .locate import Locator, format_path
 from .model import ModelGraph, ModelSpec, NodeSpec, build_graph
 from .pretrained import check_against as check_pretrained
 from .pretrained import check_table as check_pretrained_table
-from .resources import resolve_resource
+from ..data.resources import resolve_resource
 from .schema import (CHECKPOINTING, DATA_KEYS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, LOSS_SCALE_KEYS, MAX_COUNT,
                      MAX_SIZE, MODEL_KEYS, NAME_RE, OPTIMIZER_KEYS, PEFT_KEYS, PLACEMENTS, PLAN_KEYS, PRECISIONS,
                      RECIPE_KEYS, SCHEDULER_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, show)

@@ -19,7 +19,8 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter import catalog
 from scellis_jupyter.catalog import CatalogError
-from scellis_jupyter.program.training import StepOptions, build_train_step, run_numpy
+from scellis_jupyter.program.training import StepOptions, build_train_step
+from scellis_jupyter.executor import run_numpy
 
 torch = pytest.importorskip("torch")
 

@@ -26,7 +26,8 @@ from scellis_jupyter.executor.executor import realize
 from scellis_jupyter.graph import functional as F
 from scellis_jupyter.graph.autodiff import grad
 from scellis_jupyter.tensor import tensor
-from scellis_jupyter.program.training import build_train_step, run_numpy
+from scellis_jupyter.program.training import build_train_step
+from scellis_jupyter.executor import run_numpy
 from scellis_jupyter.rng import Generator
 from scellis_jupyter.spec import Spec
 

@@ -13,7 +13,7 @@ import pytest
 
 from scellis_jupyter.data import DataError, load_dataset, synthetic_classification, synthetic_regression
 from scellis_jupyter.rng import Generator
-from scellis_jupyter.spec.datasets import dataset_info, pydoc_text, pydoc_vocab
+from scellis_jupyter.data.info import dataset_info, pydoc_text, pydoc_vocab
 
 sklearn_datasets = pytest.importorskip("sklearn.datasets")
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from scellis_jupyter.data import DataError, load_dataset
-from scellis_jupyter.spec.datasets import DatasetInfo, dataset_info
+from scellis_jupyter.data.info import DatasetInfo, dataset_info
 
 
 def _r(v) -> str:

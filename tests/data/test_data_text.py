@@ -14,7 +14,7 @@ import pytest
 from scellis_jupyter.data import DataError, load_dataset, split
 from scellis_jupyter.data.text import TextDataset, load_tokenizer, pydoc_sentences_dataset
 from scellis_jupyter.spec import Spec, SpecError, dataset_info
-from scellis_jupyter.spec.datasets import PYDOC_GROUPS, pydoc_sentences
+from scellis_jupyter.data.info import PYDOC_GROUPS, pydoc_sentences
 
 tokenizers = pytest.importorskip("tokenizers")
 

@@ -76,7 +76,7 @@ def test_char_transformer_example(tmp_path):
     assert res["steps"] == 20 == ck.step
     assert 3.0 < res["unigram"] < 3.5 and res["bigram"] < res["unigram"]
     assert res["val_perplexity"] == pytest.approx(math.exp(res["val_loss"]), rel=1e-6)
-    from scellis_jupyter.spec.datasets import pydoc_vocab
+    from scellis_jupyter.data.info import pydoc_vocab
     s = res["sample"]
     assert s.startswith("The ") and len(s) == 4 + 240 and set(s) <= set(pydoc_vocab())
     assert s in out                                                         # printed, not only recorded

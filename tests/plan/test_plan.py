@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import scellis_jupyter as sc
-from scellis_jupyter.plan import measure_step
+from scellis_jupyter.executor import measure_step
 from scellis_jupyter.plan.plan import GREEN_HEADROOM
 
 try:

@@ -16,7 +16,7 @@ import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.program.adversarial import GAN_LOSSES, build_gan_step
-from scellis_jupyter.program.training import run_numpy
+from scellis_jupyter.executor import run_numpy
 from scellis_jupyter.rng.generator import base_words
 from scellis_jupyter.rng.philox import bits_to_uniform, stream_bits, stream_key
 

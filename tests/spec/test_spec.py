@@ -12,7 +12,7 @@ import pytest
 
 from scellis_jupyter.errors import ScellisError
 from scellis_jupyter.spec import KNOWN, Spec, SpecError, dataset_info
-from scellis_jupyter.spec.datasets import pydoc_text, pydoc_vocab
+from scellis_jupyter.data.info import pydoc_text, pydoc_vocab
 
 EXAMPLE = '''name = "digits-mlp"
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..executor.executor import execute
+from ..backends.device import Device
+from ..backends.device import device as pick
+from .executor import execute
 
 
 def measure_step(plan, device=None) -> dict:
     """Execute `plan.step` once with synthetic inputs; returns measured peak and the loss."""
-    from ..backends.device import Device, device as pick
     step = plan.step
     dev = device if isinstance(device, Device) else pick(device or plan.backend)
     be = dev.fresh_impl()

@@ -11,7 +11,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from .schema import SpecError
+from ..errors import SpecError
 
 PACKAGE_PREFIX = "package:"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from scellis_jupyter.spec import SpecError
-from scellis_jupyter.spec.resources import resolve_resource
+from scellis_jupyter.data.resources import resolve_resource
 
 
 def test_relative_absolute_and_package(tmp_path, monkeypatch):
