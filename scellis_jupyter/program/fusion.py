@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from ..graph.opset import ELEMENTWISE
+from .ir import Value
 
 MAX_INPUTS = 7          # 8 storage bindings per stage (WebGPU default): the output and 7 inputs
 MAX_INSTRUCTIONS = 48   # keep generated shaders small and their compile time short
@@ -37,7 +38,6 @@ def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tupl
     keep: values that must stay materialized where they are (targets of control inputs: a running
     gradient sum the next micro-batch waits for must not be folded into a kernel at the end).
     """
-    from .schedule import Value
     n = len(values)
     users: list[set[int]] = [set() for _ in range(n)]
     for i, v in enumerate(values):

@@ -5,65 +5,17 @@ training loop or a repeated notebook poke compiles once and then only binds new 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 import blake3
 
-from .. import dtypes as dt
 from ..errors import GraphError
 from ..graph.node import Node, toposort
 from ..graph.opset import ELEMENTWISE
 from . import fusion
-from .liveness import ArenaPlan, align, plan_arena
+from .ir import Program, Value, multi_offset, value_nbytes  # noqa: F401 - Program is imported from here too
+from .liveness import plan_arena
 
 VIEW_OPS = ("reshape", "item")
-
-
-@dataclass
-class Value:
-    op: str
-    inputs: tuple[int, ...]
-    attrs: dict
-    shape: tuple
-    dtype: object
-    kind: str                   # "leaf" | "compute" | "view"
-    nbytes: int = 0
-
-
-@dataclass
-class Program:
-    values: list[Value]
-    leaves: list[int]
-    outputs: list[int]
-    steps: list[int]
-    arena: ArenaPlan
-    persistent: list[int]                       # computed bases of outputs: their own allocations
-    view_base: dict[int, tuple[int, int]]       # view value -> (base value, byte offset)
-    hash: str
-    tier: str
-    backend: str
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def persistent_bytes(self) -> int:
-        return sum(align(self.values[v].nbytes) for v in self.persistent)
-
-    def base_of(self, v: int) -> tuple[int, int]:
-        off = 0
-        while v in self.view_base:
-            v, o = self.view_base[v]
-            off += o
-        return v, off
-
-
-def value_nbytes(shape, dtype) -> int:
-    if isinstance(dtype, tuple):
-        return sum(align(dt.nbytes(s, d)) for s, d in zip(shape, dtype))
-    return dt.nbytes(shape, dtype)
-
-
-def multi_offset(shape, dtype, index: int) -> int:
-    return sum(align(dt.nbytes(s, d)) for s, d in zip(shape[:index], dtype[:index]))
 
 
 _CACHE: dict[tuple, Program] = {}

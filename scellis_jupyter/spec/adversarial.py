@@ -22,6 +22,7 @@ is checked here, before compute, and reported at the line:col where the user typ
 from __future__ import annotations
 
 from .model import ModelGraph, ModelSpec, build_graph
+from .entries import _check_optimizer, _check_scheduler, _named_table
 from .schema import Checker, SpecError
 
 NETWORKS = ("generator", "discriminator")
@@ -43,7 +44,6 @@ NOT_FOR_GAN = {"precision": ("fp32", "mixed precision"), "checkpointing": ("none
 
 def check_gan_recipe(ck: Checker, t: dict, path: tuple, r: dict) -> None:
     """The GAN part of [recipe] (r holds the shared keys, already checked); fills r in place."""
-    from .spec import _check_optimizer, _check_scheduler, _named_table
     for key, (keep, what) in NOT_FOR_GAN.items():
         if key in t and r.get(key) != keep:
             ck.error(path + (key,), f"{what} ({key}) is not supported with kind = \"gan\" yet", value=False,

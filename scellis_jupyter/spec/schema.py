@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from ..data.info import BUILTIN_DATASETS
-from ..errors import Diagnostic, ScellisError, SpecError, did_you_mean
+from ..errors import Diagnostic, SpecError, did_you_mean  # noqa: F401 - SpecError: its old home, still imported from here
 from .locate import Locator, format_path
 
 KNOWN: dict[str, tuple[str, ...]] = {

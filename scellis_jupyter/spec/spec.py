@@ -29,9 +29,10 @@ from .model import ModelGraph, ModelSpec, NodeSpec, build_graph
 from .pretrained import check_against as check_pretrained
 from .pretrained import check_table as check_pretrained_table
 from ..data.resources import resolve_resource
+from .entries import _check_named, _check_optimizer, _check_scheduler, _named_table
 from .schema import (CHECKPOINTING, DATA_KEYS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, LOSS_SCALE_KEYS, MAX_COUNT,
-                     MAX_SIZE, MODEL_KEYS, NAME_RE, OPTIMIZER_KEYS, PEFT_KEYS, PLACEMENTS, PLAN_KEYS, PRECISIONS,
-                     RECIPE_KEYS, SCHEDULER_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, show)
+                     MAX_SIZE, MODEL_KEYS, NAME_RE, PEFT_KEYS, PLACEMENTS, PLAN_KEYS, PRECISIONS,
+                     RECIPE_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, show)
 
 DEFAULT_SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
 SYNTHETIC_ONLY = ("n_rows", "n_features", "n_classes", "noise")
@@ -541,48 +542,6 @@ def _check_loss_scale(ck: Checker, t: dict, path: tuple, precision: str | None) 
 
 
 # ---- catalog entries named in the recipe: names from the registry (user entries too), params checked ----
-def _catalog_names(kind: str) -> tuple:
-    from ..catalog import registry
-    return tuple(e["name"] for e in registry.list_entries(kind))
-
-
-def _check_params(ck: Checker, entry, t: dict, p: tuple, skip: tuple = ("name",)) -> dict:
-    """A {name, **params} table against the entry's declared Params: unknown keys with did-you-mean, values
-    typed and in range, each error at its key's line:col. Returns the validated params."""
-    from ..catalog.registry import CatalogError
-    out = {}
-    for k, v in t.items():
-        if k in skip:
-            continue
-        if k not in entry.params:
-            hint = did_you_mean(k, entry.params) or (f"{entry.kind} {entry.name!r} takes: "
-                                                     f"{', '.join(entry.params) or 'no parameters'}")
-            ck.error(p + (k,), f"{entry.kind} {entry.name!r} has no parameter {k!r}", hint, value=False,
-                     kind="unknown-key", key=k)
-            continue
-        try:
-            out[k] = entry.params[k].validate(k, v, f"{entry.kind} {entry.name!r}")
-        except CatalogError as e:
-            ck.error(p + (k,), f"{entry.kind} {entry.name!r}: {e.diagnostic.message}", e.diagnostic.hint,
-                     kind="range", got=v)
-    return out
-
-
-def _check_named(ck: Checker, v: Any, p: tuple, kind: str, what: str) -> tuple[str | None, dict]:
-    """A catalog entry given as "name" or { name = "...", params... }: (name, validated params)."""
-    from ..catalog import registry
-    if isinstance(v, str):
-        name = ck.name_in(v, p, _catalog_names(kind), what)
-        return name, {}
-    t = ck.table(v, p, f' or a {what} name')
-    if t is None:
-        return None, {}
-    if not ck.required(t, "name", p):
-        return None, {}
-    name = ck.choice(t, "name", p, _catalog_names(kind), None, what)
-    if name is None:
-        return None, {}
-    return name, _check_params(ck, registry.get(kind, name), t, p)
 
 
 def _check_loss(ck: Checker, t: dict, path: tuple, default: str) -> tuple[str | None, dict]:
@@ -708,88 +667,6 @@ def _check_training_fits_model(ck: Checker, graph, info: DatasetInfo | None, rec
             check_augmentation(cfg, tuple(inp["shape"]), inp["dtype"])
         except ScellisError as e:
             ck.error(("recipe", "augment", j), e.diagnostic.message, e.diagnostic.hint, value=False, kind="invalid")
-
-
-def _named_table(ck: Checker, t: dict, key: str, path: tuple, default: str, check) -> dict | None:
-    """optimizer / scheduler: a name, or a table with `name` and hyperparameters; always a dict out."""
-    p = path + (key,)
-    if key not in t:
-        return check(ck, {"name": default}, p, implicit=True)
-    v = t[key]
-    if isinstance(v, str):
-        if ck.name_in(v, p, _catalog_names(key) if key == "optimizer" else KNOWN[key], key) is None:
-            return None
-        return check(ck, {"name": v}, p, implicit=True)
-    tab = ck.table(v, p, f' or a {key} name like "{default}"')
-    if tab is None:
-        return None
-    return check(ck, tab, p)
-
-
-def _check_optimizer(ck: Checker, t: dict, p: tuple, implicit: bool = False) -> dict:
-    """Built-in or user optimizer (names from the catalog registry); a user entry's own hyperparameters
-    are allowed and checked against its Params."""
-    from ..catalog import registry
-    entry = None
-    if isinstance(t.get("name"), str) and t["name"] in _catalog_names("optimizer"):
-        entry = registry.get("optimizer", t["name"])
-    own = tuple(k for k in (entry.params if entry is not None else {}) if k not in OPTIMIZER_KEYS)
-    ck.known_keys(t, p, OPTIMIZER_KEYS + own, "the optimizer")
-    if not implicit:
-        if not ck.required(t, "name", p):
-            return {}
-        if ck.choice(t, "name", p, _catalog_names("optimizer"), None, "optimizer") is None:
-            return {}
-    if own:
-        _check_params(ck, entry, {k: v for k, v in t.items() if k in own}, p)
-    out = dict(t)
-    out["lr"] = ck.number(t, "lr", p, 0.0, 100.0, 1e-3, lo_open=True)
-    ck.number(t, "weight_decay", p, 0.0, 10.0)
-    ck.number(t, "beta1", p, 0.0, 1.0, hi_open=True)
-    ck.number(t, "beta2", p, 0.0, 1.0, hi_open=True)
-    ck.number(t, "momentum", p, 0.0, 1.0)
-    ck.number(t, "dampening", p, 0.0, 1.0)
-    ck.number(t, "eps", p, 0.0, 1.0, lo_open=True, hi_open=True)
-    ck.boolean(t, "nesterov", p)
-    ck.boolean(t, "amsgrad", p)
-    if "betas" in t:
-        b = t["betas"]
-        ok = isinstance(b, list) and len(b) == 2 and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x < 1.0 for x in b)
-        if not ok:
-            ck.error(p + ("betas",), f"{format_path(p + ('betas',))} must be two numbers in [0, 1), got {show(b)}",
-                     kind="range", got=b)
-        else:
-            out["betas"] = [float(x) for x in b]
-    return out
-
-
-def _check_scheduler(ck: Checker, t: dict, p: tuple, implicit: bool = False) -> dict:
-    ck.known_keys(t, p, SCHEDULER_KEYS, "the scheduler")
-    if not implicit:
-        if not ck.required(t, "name", p):
-            return {}
-        if ck.choice(t, "name", p, KNOWN["scheduler"], None, "scheduler") is None:
-            return {}
-    for k in ("warmup_steps", "patience"):
-        ck.integer(t, k, p, 0, MAX_COUNT)
-    for k in ("total_steps", "step_size", "restart_every"):
-        ck.integer(t, k, p, 1, MAX_COUNT)
-    ck.integer(t, "cycles", p, 1, 10 ** 6)
-    ck.number(t, "min_lr", p, 0.0, 100.0)
-    for k in ("max_lr", "base_lr", "power"):
-        ck.number(t, k, p, 0.0, 100.0, lo_open=True)
-    ck.number(t, "gamma", p, 0.0, 10.0, lo_open=True)
-    for k in ("factor", "pct_start"):
-        ck.number(t, k, p, 0.0, 1.0, lo_open=True, hi_open=True)
-    if "milestones" in t:
-        m = t["milestones"]
-        ok = isinstance(m, list) and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in m) \
-            and m == sorted(set(m))
-        if not ok:
-            ck.error(p + ("milestones",), f"{format_path(p + ('milestones',))} must be increasing positive step "
-                     f"numbers, got {show(m)}", kind="type", got=m)
-    return dict(t)
 
 
 def _check_metrics(ck: Checker, t: dict, path: tuple) -> list:

@@ -21,7 +21,7 @@ from ....errors import KernelError
 from ...storage import Storage
 from ....program.schedule import multi_offset
 from ..templates import WGSL_TYPE, enable_f16, render
-from . import launcher
+from .registry import launcher
 from .strided import broadcast_strides, collapse, contiguous_strides, window
 
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it

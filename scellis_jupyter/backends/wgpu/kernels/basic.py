@@ -10,7 +10,7 @@ import math
 import struct
 
 from ..templates import WGSL_TYPE, enable_f16, render
-from . import launcher
+from .registry import launcher
 from .strided import broadcast_strides, contiguous_strides
 
 WG = 64

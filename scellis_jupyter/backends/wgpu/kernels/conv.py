@@ -13,7 +13,7 @@ import struct
 from ....errors import KernelError
 from ....graph.opset import conv_out
 from ..templates import WGSL_TYPE, enable_f16, render
-from . import launcher
+from .registry import launcher
 from .reduce import pack_words
 from .strided import window
 

@@ -7,7 +7,7 @@ import struct
 from .... import dtypes as dt
 from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
-from . import launcher
+from .registry import launcher
 from .strided import MAX_RANK, broadcast_strides, box_chunks, collapse, contiguous_strides, window
 
 HELPERS = """

@@ -8,7 +8,7 @@ import numpy as np
 
 from ....errors import DTypeError
 from ..templates import WGSL_TYPE
-from . import launcher
+from .registry import launcher
 from .elementwise import BINARY, COMPARE, FLOAT_UNARY, INT_UNARY, compute_type, run_strided
 from .strided import broadcast_strides, contiguous_strides
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
-from . import launcher
+from .registry import launcher
 from .reduce import pack_words
 from .strided import contiguous_strides, window
 

@@ -21,7 +21,7 @@ import struct
 from .... import dtypes as dt
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
-from . import launcher
+from .registry import launcher
 from .strided import collapse, contiguous_strides, window
 
 WG_MAX = 65535

@@ -12,7 +12,7 @@ import math
 import struct
 
 from ..templates import render
-from . import launcher
+from .registry import launcher
 from .strided import window
 
 

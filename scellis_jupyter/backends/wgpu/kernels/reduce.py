@@ -21,7 +21,7 @@ import struct
 
 from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
-from . import launcher
+from .registry import launcher
 from .strided import box_chunks, contiguous_strides, footprint, window
 
 MAXR = 8

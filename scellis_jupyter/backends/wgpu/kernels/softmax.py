@@ -12,7 +12,7 @@ import math
 
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
-from . import launcher
+from .registry import launcher
 from .reduce import pack_words, split_boxes
 from .strided import footprint, window
 
