@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import os
 import sys
 import textwrap
 from typing import Callable

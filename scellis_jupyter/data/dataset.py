@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 import blake3
 import numpy as np
 
-from ..errors import DataError, ScellisError
+from ..errors import DataError
 from .info import DatasetInfo
 
 _HASH_TAG = b"scellis-dataset-v1\0"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import QuantizeError, ScellisError, did_you_mean
+from ..errors import QuantizeError, did_you_mean
 from .opset import NF4_TABLE
 
 FORMATS = ("int8", "int4", "nf4")

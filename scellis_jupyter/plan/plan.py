@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import determinism
 from ..errors import PlanError, PlanRefused, ScellisError
+from ..spec import Spec
 
 GREEN_HEADROOM = 0.80         # green: the peak uses at most 80% of capacity
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "master_weights", "data",
@@ -87,21 +88,6 @@ class Plan:
                          hint=hint, peak_bytes=self.peak_bytes, capacity_bytes=self.capacity_bytes)
 
 
-def _spec_of(spec):
-    """A Spec from a Spec, spec text, or a spec file (a str path or a PathLike)."""
-    import os
-    from ..spec import Spec
-    if isinstance(spec, Spec):
-        return spec
-    if isinstance(spec, os.PathLike):
-        return Spec.from_file(spec)
-    if isinstance(spec, str):
-        if "\n" in spec or "=" in spec:
-            return Spec.from_text(spec)
-        return Spec.from_file(spec)
-    raise PlanError(f"sc.plan needs a Spec, spec text or a spec file path, got {type(spec).__name__}")
-
-
 # a leaf's role -> its breakdown category (other roles, e.g. per-step scalars, count as workspace)
 LEAF_CATEGORY = {"parameter": "parameters", "optimizer_state": "optimizer_state", "data": "data",
                  "master_weights": "master_weights", "buffer": "buffers"}
@@ -163,7 +149,7 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     options: a `StepOptions` (checkpointing, precision, shard, relay); default from the spec's recipe.
     """
     from ..program.training import StepOptions, build_train_step
-    spec = _spec_of(spec)
+    spec = Spec.of(spec)
     if getattr(spec, "kind", "supervised") == "gan":
         if options is not None:
             raise PlanError("step options (checkpointing, precision, shard, relay) do not apply to a GAN spec",

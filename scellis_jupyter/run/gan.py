@@ -21,6 +21,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .. import dtypes as dt
+from ..spec import Spec
 from ..program.adversarial import NETWORKS, generate_program, leaf_name, network_optimizer, sample_program
 from .run import Run, RunError
 
@@ -60,8 +61,7 @@ class GANRun(Run):
     def __init__(self, spec, *, device=None, store=None, tier: str | None = None, steps: int | None = None,
                  epochs: int | None = None, checkpoint_every: int | None = None, resume: str | None = None,
                  memory: int | None = None, max_skipped: int | None = None, run_id: str | None = None):
-        from ..plan.plan import _spec_of
-        self.spec = spec = _spec_of(spec)
+        self.spec = spec = Spec.of(spec)
         if spec.kind != "gan":
             raise RunError(f"spec {spec.name!r} trains one model (kind {spec.kind!r}), not a GAN",
                            where="GANRun", hint="train it with Run, or describe [model.generator] and "

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..errors import ScellisError, WaitTimeout
-from ..plan.plan import _spec_of
+from ..spec import Spec
+from ..errors import WaitTimeout
 from .run import Run, RunError
 
 # states after which a run's process does no more work (an interrupted run waits for `resume`)
@@ -260,7 +260,7 @@ def train(spec, *, store=None, detach: bool = False, progress: bool | Callable[[
     process and returns a `Detached` handle at once (`.wait()`, `.state`, `.result()`, `.follow(cb)`).
     A red plan raises the refusal (the run is recorded `refused`) before any compute.
     """
-    spec = _spec_of(spec)
+    spec = Spec.of(spec)
     st = open_store(store)
     if detach:
         from .detach import launch
@@ -291,7 +291,7 @@ def resume(ref: str, *, store=None, spec=None, steps: int | None = None, detach:
     if detach:
         ck, _ = _resume_target(st, ref)
         if spec is not None:                # refuse a mismatch here, not in the child
-            spec = _spec_of(spec)
+            spec = Spec.of(spec)
             if _spec_hash_of(st, ck) != spec.hash:
                 st.keep_spec_text(spec.hash, spec.text)          # for the diff
                 st.check_spec(st.load_checkpoint(ck), spec.hash)
@@ -314,7 +314,7 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
     if spec is None:
         spec, ck, _ = spec_of_checkpoint(st, ck_hash)
     else:
-        spec = _spec_of(spec)
+        spec = Spec.of(spec)
         ck = st.load_checkpoint(ck_hash)
     ex = ck.extra or {}
     rec = get_run(st, origin) if origin else None

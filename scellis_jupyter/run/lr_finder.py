@@ -17,7 +17,7 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from ..errors import LRFinderError, ScellisError, did_you_mean
+from ..errors import LRFinderError, did_you_mean
 
 __all__ = ["lr_range_test", "LRFinderResult", "LRFinderError", "steepest_lr"]
 

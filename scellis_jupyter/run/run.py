@@ -16,7 +16,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import RunError, ScellisError
+from ..spec import Spec
+from ..errors import RunError
 
 SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
 # dynamic loss scaling with torch.amp.GradScaler's defaults; the scale never backs off below SCALE_MIN
@@ -53,8 +54,7 @@ class Run:
                  epochs: int | None = None, checkpoint_every: int | None = None, eval_every: int | None = None,
                  resume: str | None = None, memory: int | None = None, options=None, max_skipped: int | None = None,
                  run_id: str | None = None, weights=None, weights_mapping: dict | None = None):
-        from ..plan.plan import _spec_of
-        self.spec = spec = _spec_of(spec)
+        self.spec = spec = Spec.of(spec)
         if spec.kind == "gan":
             raise RunError(f"spec {spec.name!r} trains two networks adversarially (kind \"gan\")", where="Run",
                            hint="train it with GANRun(spec)")

@@ -64,6 +64,18 @@ class Spec:
         return spec
 
     @classmethod
+    def of(cls, spec: "Spec | str | os.PathLike") -> "Spec":
+        """A Spec from a Spec, spec text, or a spec file (a str path or a PathLike): what every API takes."""
+        if isinstance(spec, Spec):
+            return spec
+        if isinstance(spec, os.PathLike):
+            return cls.from_file(spec)
+        if isinstance(spec, str):
+            return cls.from_text(spec) if "\n" in spec or "=" in spec else cls.from_file(spec)
+        raise SpecError(f"a spec is a Spec, spec text or a spec file path, got {type(spec).__name__}",
+                        where="spec argument", hint='pass sc.Spec.from_text(...), the TOML text, or "path/to/spec.toml"')
+
+    @classmethod
     def from_file(cls, path: str | os.PathLike) -> "Spec":
         """A spec file; dataset paths in it are relative to the file's folder."""
         p = Path(path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 
-from ..errors import CorruptObject, StoreError
+from ..errors import CorruptObject, StoreError  # noqa: F401 - the store's errors, importable from here
 
 
 def os_error(e: OSError, *, action: str, where: str) -> StoreError:
