@@ -12,12 +12,16 @@ def launcher(*ops):
     return deco
 
 
-from . import elementwise, basic  # noqa: E402,F401
-import importlib as _il  # noqa: E402
-
-for _m in ("fused", "reduce", "softmax", "matmul", "attention", "indexing", "conv", "random", "quant"):
-    try:
-        _il.import_module(f"{__name__}.{_m}")
-    except ModuleNotFoundError as _e:  # families land one by one; a missing one only lacks its ops
-        if _e.name != f"{__name__}.{_m}":
-            raise
+# every family registers its ops on import
+from . import (  # noqa: E402, F401
+    attention,
+    conv,
+    elementwise,
+    fused,
+    indexing,
+    matmul,
+    quant,
+    random,
+    reduce,
+    softmax,
+)
