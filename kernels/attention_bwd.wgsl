@@ -14,7 +14,6 @@ const DV: u32 = {{DV}}u;
 const BQ: u32 = {{BQ}}u;     // threads per workgroup (rows owned by the workgroup)
 const BK: u32 = {{BK}}u;     // rows of the other operand staged per step
 const CAUSAL: bool = {{CAUSAL}};
-const HAS_MASK: bool = {{HAS_MASK}};
 
 struct Params {
   nbh: u32, lq: u32, lk: u32, nrows: u32,      // heads in this chunk, full lengths, query rows per head here
@@ -26,17 +25,6 @@ struct Params {
   mshape: vec4<u32>, mstride: vec4<u32>,
 }
 @group(0) @binding(0) var<uniform> p: Params;
-
-fn mask_base(bh: u32) -> u32 {
-  var r = bh;
-  var off = p.moff;
-  for (var d = i32(p.mrank) - 1; d >= 0; d = d - 1) {
-    let s = p.mshape[u32(d)];
-    off = off + (r % s) * p.mstride[u32(d)];
-    r = r / s;
-  }
-  return off;
-}
 
 //=== stats
 @group(0) @binding(1) var<storage, read_write> o: array<{{T}}>;
@@ -64,17 +52,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dout: array<{{T}}>;
 @group(0) @binding(7) var<storage, read_write> dq: array<{{T}}>;
-{{MASK_DECL8}}
-
-var<workgroup> ks: array<f32, {{KS}}>;
-var<workgroup> vs: array<f32, {{VS}}>;
-
-fn allowed(i: u32, j: u32, mb: u32) -> bool {
-  var ok = true;
-  if (CAUSAL) { ok = i32(j) <= i32(i) + p.coff; }
-  {{MASK_TEST}}
-  return ok;
-}
+#include attention:mask
+#include attention:key_tiles
 
 @compute @workgroup_size({{BQ}})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -104,16 +83,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   for (var d = 0u; d < D; d = d + 1u) { acc[d] = 0.0; }
   let kbase = p.koff + bl * p.lk * D;
   let vbase = p.voff + bl * p.lk * DV;
-  var kend = p.lk;
-  if (CAUSAL) {
-    let last = i32(p.r0 + min(qb * BQ + BQ, p.nrows)) - 1;
-    kend = u32(clamp(last + p.coff + 1, 0, i32(p.lk)));
-  }
+  let kend = key_end(qb);
   for (var j0 = 0u; j0 < kend; j0 = j0 + BK) {
     let nj = min(BK, p.lk - j0);
     workgroupBarrier();
-    for (var e = t; e < nj * D; e = e + BQ) { ks[e] = f32(k[kbase + j0 * D + e]); }
-    for (var e = t; e < nj * DV; e = e + BQ) { vs[e] = f32(v[vbase + j0 * DV + e]); }
+    stage_kv(t, kbase, vbase, j0, nj);
     workgroupBarrier();
     if (valid) {
       for (var jj = 0u; jj < nj; jj = jj + 1u) {
@@ -141,18 +115,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 @group(0) @binding(5) var<storage, read_write> dout: array<{{T}}>;
 @group(0) @binding(6) var<storage, read_write> dk: array<{{T}}>;
 @group(0) @binding(7) var<storage, read_write> dv: array<{{T}}>;
-{{MASK_DECL8}}
+#include attention:mask
 
 var<workgroup> qs: array<f32, {{QS}}>;
 var<workgroup> ds_: array<f32, {{DS}}>;
 var<workgroup> st: array<f32, {{SS}}>;
-
-fn allowed(i: u32, j: u32, mb: u32) -> bool {
-  var ok = true;
-  if (CAUSAL) { ok = i32(j) <= i32(i) + p.coff; }
-  {{MASK_TEST}}
-  return ok;
-}
 
 @compute @workgroup_size({{BQ}})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

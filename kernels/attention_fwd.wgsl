@@ -10,7 +10,6 @@ const DV: u32 = {{DV}}u;
 const BQ: u32 = {{BQ}}u;
 const BK: u32 = {{BK}}u;
 const CAUSAL: bool = {{CAUSAL}};
-const HAS_MASK: bool = {{HAS_MASK}};
 const NEG: f32 = -3.0e38;            // "minus infinity" inside the kernel (exp(NEG - m) == 0)
 
 struct Params {
@@ -27,28 +26,8 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> v: array<{{T}}>;
 @group(0) @binding(4) var<storage, read_write> o: array<{{T}}>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
-{{MASK_DECL}}
-
-var<workgroup> ks: array<f32, {{KS}}>;
-var<workgroup> vs: array<f32, {{VS}}>;
-
-fn mask_base(bh: u32) -> u32 {
-  var r = bh;
-  var off = p.moff;
-  for (var d = i32(p.mrank) - 1; d >= 0; d = d - 1) {
-    let s = p.mshape[u32(d)];
-    off = off + (r % s) * p.mstride[u32(d)];
-    r = r / s;
-  }
-  return off;
-}
-
-fn allowed(i: u32, j: u32, mb: u32) -> bool {
-  var ok = true;
-  if (CAUSAL) { ok = i32(j) <= i32(i) + p.coff; }
-  {{MASK_TEST}}
-  return ok;
-}
+#include attention:mask
+#include attention:key_tiles
 
 @compute @workgroup_size({{BQ}})
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -72,16 +51,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var l = 0.0;
   let kbase = p.koff + bl * p.lk * D;
   let vbase = p.voff + bl * p.lk * DV;
-  var kend = p.lk;
-  if (CAUSAL) {
-    let last = i32(p.r0 + min(qb * BQ + BQ, p.nrows)) - 1;
-    kend = u32(clamp(last + p.coff + 1, 0, i32(p.lk)));
-  }
+  let kend = key_end(qb);
   for (var j0 = 0u; j0 < kend; j0 = j0 + BK) {
     let nj = min(BK, p.lk - j0);
     workgroupBarrier();
-    for (var e = t; e < nj * D; e = e + BQ) { ks[e] = f32(k[kbase + j0 * D + e]); }
-    for (var e = t; e < nj * DV; e = e + BQ) { vs[e] = f32(v[vbase + j0 * DV + e]); }
+    stage_kv(t, kbase, vbase, j0, nj);
     workgroupBarrier();
     if (valid) {
       var s: array<f32, {{BK}}>;

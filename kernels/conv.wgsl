@@ -23,3 +23,28 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   let ob = P(17u); let xb = P(18u);
   {{BODY}}
 }
+
+//=== unfold
+// BODY of unfold: patch element i of column (c, ki, kj) and position (oi, oj); padding reads the pad
+// value's f32 bits from the params
+let oj = i % ow; let oi = (i / ow) % oh; let kj = (i / (ow * oh)) % kw; let ki = (i / (ow * oh * kw)) % kh;
+let c = (i / (ow * oh * kw * kh)) % c_; let n = i / (ow * oh * kw * kh * c_);
+let y = i32(oi * sh + ki * dh) - i32(ph); let z = i32(oj * sw + kj * dw) - i32(pw);
+if (y < 0 || z < 0 || y >= i32(h_) || z >= i32(w_)) { out[ob + li] = {{OT}}(bitcast<f32>(P(14u))); return; }
+out[ob + li] = x0[xb + ((n * c_ + c) * h_ + u32(y)) * w_ + u32(z)];
+
+//=== fold
+// BODY of fold: pixel i sums the patch entries that cover it, in (ki, kj) order, in {{CT}}
+let z = i % w_; let y = (i / w_) % h_; let c = (i / (w_ * h_)) % c_; let n = i / (w_ * h_ * c_);
+var acc = {{CT}}(0);
+for (var ki = 0u; ki < kh; ki = ki + 1u) {
+  let ty = i32(y + ph) - i32(ki * dh);
+  if (ty < 0 || ty % i32(sh) != 0 || u32(ty) / sh >= oh) { continue; }
+  for (var kj = 0u; kj < kw; kj = kj + 1u) {
+    let tz = i32(z + pw) - i32(kj * dw);
+    if (tz < 0 || tz % i32(sw) != 0 || u32(tz) / sw >= ow) { continue; }
+    let row = (c * kh + ki) * kw + kj;
+    acc = acc + {{CT}}(x0[xb + (n * c_ * kh * kw + row) * oh * ow + (u32(ty) / sh) * ow + u32(tz) / sw]);
+  }
+}
+out[ob + li] = {{OT}}(acc);

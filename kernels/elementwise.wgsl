@@ -12,7 +12,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 {{BINDINGS}}
 
-{{HELPERS}}
+#include ops:helpers
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -30,3 +30,41 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   }
   {{BODY}}
 }
+
+//=== unary
+// This and the sections below are BODY pieces for the launchers in kernels/elementwise.py: A and B
+// are ops.wgsl `load` reads, EXPR an ops.wgsl expression, T the output's storage type.
+let a = {{A}};
+out[o[0]] = {{T}}({{EXPR}});
+
+//=== binary
+let a = {{A}};
+let b = {{B}};
+out[o[0]] = {{T}}({{EXPR}});
+
+//=== where
+let c = x0[o[1]];
+let a = {{A}};
+let b = {{B}};
+out[o[0]] = {{T}}({{EXPR}});
+
+//=== store
+out[o[0]] = {{EXPR}};
+
+//=== copy
+out[o[0]] = x0[o[1]];
+
+//=== iota
+out[o[0]] = {{T}}(o[0]);
+
+//=== raw
+// input 0 as stored (casts convert it themselves)
+x0[o[1]]
+
+//=== fill.float
+// the fill value's f32 bits come in p.value
+{{T}}(bitcast<f32>(p.value))
+//=== fill.i32
+bitcast<i32>(p.value)
+//=== fill.u32
+p.value

@@ -12,7 +12,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 {{BINDINGS}}
 
-{{HELPERS}}
+#include ops:helpers
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -34,3 +34,27 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   let o = array<u32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
   {{BODY}}
 }
+
+//=== let
+// This and the sections below are the pieces kernels/fused.py assembles BODY from: one `let` per
+// instruction of the group, then the store of the last one. Expressions come from ops.wgsl.
+let t{{J}} = {{EXPR}};
+
+//=== temp
+// the value of instruction {{J}}
+t{{J}}
+
+//=== round_f16
+// an f16 intermediate, rounded as a store would round it and computed on in f32
+f32(f16({{EXPR}}))
+
+//=== store
+out[o[0]] = {{T}}(t{{J}});
+
+//=== literal.float
+// a fill constant: its f32 bits (f16 values are rounded to f16 first)
+bitcast<f32>({{BITS}}u)
+//=== literal.i32
+i32({{V}})
+//=== literal.u32
+{{V}}u

@@ -18,3 +18,45 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   let ax = P(3u);
   {{BODY}}
 }
+
+//=== gather
+// BODY of gather: output element g reads x at g's coordinates with the axis coordinate from idx
+// (clamped into the axis)
+var rem = g;
+var xo = P(7u);
+for (var d = i32(rank) - 1; d >= 0; d = d - 1) {
+  let du = u32(d);
+  let c = rem % P(8u + du);
+  rem = rem / P(8u + du);
+  if (du != ax) { xo = xo + c * P(16u + du); }
+}
+let j = u32(clamp(idx[P(6u) + i], 0, i32(P(4u)) - 1));
+xo = xo + j * P(16u + ax);
+out[P(5u) + i] = x[xo];
+
+//=== scatter_add
+// BODY of scatter_add: output element g is base plus every src entry along the axis whose index
+// points at g, in increasing index position, rounded to T after every add (C: the compute type)
+var rem = g;
+var io = P(6u);
+var inside = true;
+var pos = 0u;
+for (var d = i32(rank) - 1; d >= 0; d = d - 1) {
+  let du = u32(d);
+  let c = rem % P(8u + du);
+  rem = rem / P(8u + du);
+  if (du == ax) { pos = c; } else {
+    if (c >= P(24u + du)) { inside = false; }
+    io = io + c * P(16u + du);
+  }
+}
+var acc = base[P(5u) + i];
+if (inside) {
+  let n_ax = P(24u + ax);
+  let st = P(16u + ax);
+  for (var t = 0u; t < n_ax; t = t + 1u) {
+    let k = io + t * st;
+    if (idx[k] == i32(pos)) { acc = {{T}}({{C}}(acc) + {{C}}(src[P(7u) + k - P(6u)])); }
+  }
+}
+out[P(5u) + i] = acc;

@@ -38,12 +38,77 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
   let abase = p.off.x + i0 * p.sa.x + i1 * p.sa.y + i2 * p.sa.z;
   let bbase = p.off.y + i0 * p.sb.x + i1 * p.sb.y + i2 * p.sb.z;
   let cbase = p.off.z + i0 * p.sc.x + i1 * p.sc.y + i2 * p.sc.z;
-{{DECL}}
+  {{DECL}}
   for (var k0 = 0u; k0 < p.K; k0 = k0 + {{BK}}u) {
-{{LOAD}}
+    {{LOAD}}
     workgroupBarrier();
-{{COMPUTE}}
+    {{COMPUTE}}
     workgroupBarrier();
   }
-{{STORE}}
+  {{STORE}}
+}
+
+//=== acc
+// accumulator of output row R (within the thread's RM rows), column group H (4 columns)
+var c{{R}}_{{H}} = vec4<f32>(0.0);
+
+//=== load_a
+// A load slot: element E0 + t of the tile, 4 rows x 1 k of A into As (k-major); zero outside A
+{ let e = t + {{E0}}u; let kk = e % {{BK}}u; let r4 = e / {{BK}}u;
+  let gk = k0 + kk; let gr = m0 + r4 * 4u;
+  var v = vec4<f32>(0.0);
+  if (gk < p.K) {
+    if (gr + 0u < p.M) { v.x = f32(A[abase + (gr + 0u) * p.lda + gk]); }
+    if (gr + 1u < p.M) { v.y = f32(A[abase + (gr + 1u) * p.lda + gk]); }
+    if (gr + 2u < p.M) { v.z = f32(A[abase + (gr + 2u) * p.lda + gk]); }
+    if (gr + 3u < p.M) { v.w = f32(A[abase + (gr + 3u) * p.lda + gk]); }
+  }
+  As[kk * {{TM4}}u + r4] = v; }
+
+//=== load_b
+// B load slot: 1 k x 4 columns of B into Bs; zero outside B
+{ let e = t + {{E0}}u; let kk = e / {{TN4}}u; let c4 = e % {{TN4}}u;
+  let gk = k0 + kk; let gc = n0 + c4 * 4u;
+  var v = vec4<f32>(0.0);
+  if (gk < p.K) {
+    let row = bbase + gk * p.ldb + gc;
+    if (gc + 0u < p.N) { v.x = f32(B[row + 0u]); }
+    if (gc + 1u < p.N) { v.y = f32(B[row + 1u]); }
+    if (gc + 2u < p.N) { v.z = f32(B[row + 2u]); }
+    if (gc + 3u < p.N) { v.w = f32(B[row + 3u]); }
+  }
+  Bs[kk * {{TN4}}u + c4] = v; }
+
+//=== k_step
+// one k of the staged tiles: the thread's A and B vec4s, then every accumulator's update
+{
+  {{A_REGS}}
+  {{B_REGS}}
+  {{FMAS}}
+}
+
+//=== a_reg
+let a{{G}} = As[{{I}}u + ty];
+
+//=== b_reg
+let b{{H}} = Bs[{{I}}u + tx];
+
+//=== fma
+// component C of a{{G}} times b{{H}} into row R's accumulator of column group H
+c{{R}}_{{H}} += a{{G}}.{{C}} * b{{H}};
+
+//=== store_row
+{ let row = m0 + {{ROW}}u + ty * 4u;
+  if (row < p.M) {
+    {{COLS}}
+  }
+}
+
+//=== store_cols
+// 4 columns of row `row` from accumulator c{{R}}_{{H}}, added onto C when p.acc is set
+{ let col = n0 + {{COL}}u + tx * 4u; let base = cbase + row * p.ldc + col;
+  if (col + 0u < p.N) { var v = c{{R}}_{{H}}.x; if (p.acc != 0u) { v += f32(C[base + 0u]); } C[base + 0u] = {{T}}(v); }
+  if (col + 1u < p.N) { var v = c{{R}}_{{H}}.y; if (p.acc != 0u) { v += f32(C[base + 1u]); } C[base + 1u] = {{T}}(v); }
+  if (col + 2u < p.N) { var v = c{{R}}_{{H}}.z; if (p.acc != 0u) { v += f32(C[base + 2u]); } C[base + 2u] = {{T}}(v); }
+  if (col + 3u < p.N) { var v = c{{R}}_{{H}}.w; if (p.acc != 0u) { v += f32(C[base + 3u]); } C[base + 3u] = {{T}}(v); }
 }

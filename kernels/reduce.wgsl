@@ -1,7 +1,7 @@
 // reduce_sum / reduce_max over a strided sub-box: output element o (row-major over the kept box) reduces
 // the R elements of its reduced box, each found by decomposing r over rshape with rstride.
-// MODE_ROW: one workgroup per output, each thread folds r = lid, lid + WG, ... in increasing order, then
-// a fixed-shape tree in workgroup memory: deterministic, no atomics. MODE_SERIAL (small R): one thread per
+// ROW (flag): one workgroup per output, each thread folds r = lid, lid + WG, ... in increasing order, then
+// a fixed-shape tree in workgroup memory: deterministic, no atomics. Without ROW (small R): one thread per
 // output folding r = 0 .. R-1 in order. `acc_flag` combines with the value already in `out` (partial
 // reductions of a split reduced box, combined in a fixed order by the launcher).
 {{ENABLE}}
@@ -87,3 +87,20 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   finish(offs.y, acc);
 }
 #endif
+
+//=== comb.sum
+// COMB (the combine step) and INIT (its identity) per op and compute type
+return a + b;
+//=== comb.max_float
+// NaN-propagating, like numpy
+return select(select(a, b, b > a), b, (bitcast<u32>(b) & 0x7fffffffu) > 0x7f800000u);
+//=== comb.max_int
+return max(a, b);
+//=== init.sum
+{{CT}}(0)
+//=== init.max_f32
+bitcast<f32>(0xff800000u)
+//=== init.max_i32
+i32(-2147483647 - 1)
+//=== init.max_u32
+0u

@@ -1,5 +1,6 @@
 // softmax / log_softmax along one axis of an [outer, R, inner] layout: one workgroup per row
-// (outer x inner rows), three fixed-order passes: max (tree), sum of exp(x - max) (tree), write.
+// (outer x inner rows), three fixed-order passes: max (tree), sum of exp(x - max) (tree), write
+// (x - max - log(sum) with the LOG flag: log_softmax).
 // f16 inputs are computed in f32 and rounded once on store.
 {{ENABLE}}
 struct Params { q: array<vec4<u32>, 4> }
@@ -44,9 +45,15 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     workgroupBarrier();
   }
   let sum = sh[0];
-  {{PRE}}
+#if LOG
+  let lse = mx + log(sum);
+#endif
   for (var r = lid.x; r < n; r = r + {{WG}}u) {
     let e = f32(x[xb + r * rs]);
-    out[ob + r * rs] = {{T}}({{EXPR}});
+#if LOG
+    out[ob + r * rs] = {{T}}(e - lse);
+#else
+    out[ob + r * rs] = {{T}}(exp(e - mx) / sum);
+#endif
   }
 }

@@ -41,6 +41,31 @@ def env_binding_limit(granted: int) -> int:
 
 POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full)
 
+# WebGPU's default limits (the spec's "default" column) that kernels depend on. Every kernel must
+# work under them (a browser grants no more without asking); SCELLIS_WGPU_LIMITS=default opens the
+# device with exactly these, so the kernel tests can be run as a browser would run them.
+WEBGPU_DEFAULT_LIMITS = {
+    "max-storage-buffer-binding-size": 134217728, "max-buffer-size": 268435456,
+    "max-compute-workgroup-storage-size": 16384, "max-compute-invocations-per-workgroup": 256,
+    "max-compute-workgroup-size-x": 256, "max-compute-workgroup-size-y": 256, "max-compute-workgroup-size-z": 64,
+    "max-compute-workgroups-per-dimension": 65535, "max-storage-buffers-per-shader-stage": 8,
+    "max-uniform-buffer-binding-size": 65536, "max-bind-groups": 4,
+}
+
+
+def requested_limits(adapter_limits) -> dict:
+    """The limits to open the device with: the adapter's best, or WebGPU's defaults when
+    SCELLIS_WGPU_LIMITS=default."""
+    mode = os.environ.get("SCELLIS_WGPU_LIMITS", "adapter")
+    if mode == "default":
+        return {k: min(v, adapter_limits[k]) if k in adapter_limits else v for k, v in WEBGPU_DEFAULT_LIMITS.items()}
+    if mode != "adapter":
+        raise DeviceError(f"SCELLIS_WGPU_LIMITS={mode!r} is neither 'adapter' nor 'default'", where="environment")
+    return {k: adapter_limits[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size",
+                                           "max-compute-workgroup-storage-size",
+                                           "max-compute-invocations-per-workgroup",
+                                           "max-compute-workgroup-size-x") if k in adapter_limits}
+
 
 class WgpuBackend:
     name = "wgpu"
@@ -51,11 +76,7 @@ class WgpuBackend:
         self.label = label
         feats = set(adapter.features)
         want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats]
-        lim = adapter.limits
-        required = {k: lim[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size",
-                                         "max-compute-workgroup-storage-size",
-                                         "max-compute-invocations-per-workgroup",
-                                         "max-compute-workgroup-size-x") if k in lim}
+        required = requested_limits(adapter.limits)
         try:
             self.device = adapter.request_device_sync(required_features=want, required_limits=required)
         except Exception as e:  # pragma: no cover - driver specific

@@ -11,7 +11,6 @@ query blocks), then dq (per query block, loop over key blocks) which overwrites 
 from __future__ import annotations
 
 import math
-import re
 import struct
 
 import numpy as np
@@ -27,7 +26,6 @@ from .strided import broadcast_strides, collapse, contiguous_strides, window
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
 MAX_HEAD = 256     # head sizes above this would need too much private memory per thread
 NEG_INF = 0xFF800000
-_SRC: dict = {}
 
 
 def _blk(be, per_row_floats: int) -> int:
@@ -115,16 +113,10 @@ def _rows(s: Storage, isz, re, L, b0, b1, r0, r1, align):
     return window(s, 0, lo, hi, isz, align)
 
 
-def _render(name: str, section: str | None, subs: dict) -> tuple[str, str]:
-    key = f"{name}:{section}:" + ":".join(f"{k}={v}" for k, v in sorted(subs.items()))
-    src = _SRC.get(key)
-    if src is None:
-        full = render(name, **subs)
-        if section is not None:
-            parts = re.split(r"^//=== ", full, flags=re.M)
-            body = [p for p in parts[1:] if p.split("\n", 1)[0].strip() == section]
-            full = parts[0] + body[0].split("\n", 1)[1]
-        _SRC[key] = src = full
+def _render(name: str, section: str | None, mask: bool, subs: dict) -> tuple[str, str]:
+    """(pipeline key, source) of one attention kernel; the shared pieces come from kernels/attention.wgsl."""
+    src = render(name, section, flags={"MASK": mask}, **subs)
+    key = f"{name}:{section}:mask={mask}:" + ":".join(f"{k}={v}" for k, v in sorted(subs.items()))
     return key, src
 
 
@@ -144,12 +136,6 @@ def _common(v, ins):
     return batch, bh, lq, lk, d, dv, t
 
 
-def _mask_subs(has_mask: bool, binding: int) -> dict:
-    decl = f"@group(0) @binding({binding}) var<storage, read_write> msk: array<u32>;" if has_mask else ""
-    test = "if (ok) { ok = msk[mb + i * p.msq + j * p.msk] != 0u; }" if has_mask else ""
-    return decl, test
-
-
 @launcher("attention")
 def _attention(be, v, ins, out):
     batch, bh, lq, lk, d, dv, t = _common(v, ins)
@@ -163,11 +149,9 @@ def _attention(be, v, ins, out):
         return
     isz = dt.ITEMSIZE[t]
     bk = _blk(be, d + dv)
-    decl, test = _mask_subs(mask is not None, 6)
-    key, src = _render("attention_fwd", None, dict(
+    key, src = _render("attention_fwd", None, mask is not None, dict(
         ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, BQ=BQ, BK=bk, CAUSAL=str(causal).lower(),
-        HAS_MASK=str(mask is not None).lower(), MASK_DECL=decl, MASK_TEST=test,
-        KS=max(bk * d, 1), VS=max(bk * dv, 1)))
+        MASK_BINDING=6, KS=max(bk * d, 1), VS=max(bk * dv, 1)))
     al = be.offset_align
     chunks = _plan(be, bh, lq, [d * isz, dv * isz, 4], [lk * d * isz, lk * dv * isz], mask, BQ)
     for b0, b1, r0, r1 in chunks:
@@ -224,18 +208,16 @@ def _attention_bwd(be, v, ins, out):
     stats = _stats_storage(be, dq, bh * lq)
     bk_dq = _blk(be, d + dv)
     bk_kv = _blk(be, d + dv + 2)
-    decl, test = _mask_subs(mask is not None, 8)
     base = dict(ENABLE=enable_f16(t, dout.dtype), T=WGSL_TYPE[t], D=d, DV=dv, BQ=BQ,
-                CAUSAL=str(causal).lower(), HAS_MASK=str(mask is not None).lower(), MASK_DECL8=decl,
-                MASK_TEST=test)
+                CAUSAL=str(causal).lower(), MASK_BINDING=8)
     # the dout binding's type: the same template placeholder T would be wrong if dout's dtype differs
     if dout.dtype != t:
         raise KernelError(f"attention gradient dtype {dout.dtype} differs from q's {t}", where="op 'attention_bwd'")
-    kst, sst = _render("attention_bwd", "stats", dict(base, BK=1, KS=1, VS=1, QS=1, DS=1, SS=1))
-    kdq, sdq = _render("attention_bwd", "dq", dict(base, BK=bk_dq, KS=max(bk_dq * d, 1), VS=max(bk_dq * dv, 1),
-                                                   QS=1, DS=1, SS=1))
-    kkv, skv = _render("attention_bwd", "dkdv", dict(base, BK=bk_kv, KS=1, VS=1, QS=max(bk_kv * d, 1),
-                                                     DS=max(bk_kv * dv, 1), SS=bk_kv * 2))
+    has = mask is not None
+    kst, sst = _render("attention_bwd", "stats", has, dict(base, BK=1))
+    kdq, sdq = _render("attention_bwd", "dq", has, dict(base, BK=bk_dq, KS=max(bk_dq * d, 1), VS=max(bk_dq * dv, 1)))
+    kkv, skv = _render("attention_bwd", "dkdv", has, dict(base, BK=bk_kv, QS=max(bk_kv * d, 1),
+                                                          DS=max(bk_kv * dv, 1), SS=bk_kv * 2))
     al = be.offset_align
     chunks = _plan(be, bh, lq, [d * isz, dv * osz, 4, dv * gsz, d * isz, 8],
                    [lk * d * isz, lk * dv * isz] * 2, mask, BQ)

@@ -12,7 +12,7 @@ import struct
 
 from ....errors import KernelError
 from ....graph.opset import conv_out
-from ..templates import WGSL_TYPE, enable_f16, render
+from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from .registry import launcher
 from .reduce import pack_words
 from .strided import window
@@ -22,29 +22,6 @@ def _geom(v, n, c, h, w):
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (v.attrs[k] for k in ("kernel", "stride", "padding", "dilation"))
     oh, ow = conv_out(h, kh, sh, ph, dh), conv_out(w, kw, sw, pw, dw)
     return [n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow]
-
-
-UNFOLD = """
-  let oj = i % ow; let oi = (i / ow) % oh; let kj = (i / (ow * oh)) % kw; let ki = (i / (ow * oh * kw)) % kh;
-  let c = (i / (ow * oh * kw * kh)) % c_; let n = i / (ow * oh * kw * kh * c_);
-  let y = i32(oi * sh + ki * dh) - i32(ph); let z = i32(oj * sw + kj * dw) - i32(pw);
-  if (y < 0 || z < 0 || y >= i32(h_) || z >= i32(w_)) { out[ob + li] = {OT}({PAD}); return; }
-  out[ob + li] = x0[xb + ((n * c_ + c) * h_ + u32(y)) * w_ + u32(z)];"""
-
-FOLD = """
-  let z = i % w_; let y = (i / w_) % h_; let c = (i / (w_ * h_)) % c_; let n = i / (w_ * h_ * c_);
-  var acc = {CT}(0);
-  for (var ki = 0u; ki < kh; ki = ki + 1u) {
-    let ty = i32(y + ph) - i32(ki * dh);
-    if (ty < 0 || ty % i32(sh) != 0 || u32(ty) / sh >= oh) { continue; }
-    for (var kj = 0u; kj < kw; kj = kj + 1u) {
-      let tz = i32(z + pw) - i32(kj * dw);
-      if (tz < 0 || tz % i32(sw) != 0 || u32(tz) / sw >= ow) { continue; }
-      let row = (c * kh + ki) * kw + kj;
-      acc = acc + {CT}(x0[xb + (n * c_ * kh * kw + row) * oh * ow + (u32(ty) / sh) * ow + u32(tz) / sw]);
-    }
-  }
-  out[ob + li] = {OT}(acc);"""
 
 
 def _run(be, name, body, v, x, out, g, pad_bits):
@@ -71,8 +48,7 @@ def _unfold(be, v, ins, out):
     (x,) = ins
     g = _geom(v, *x.shape)
     pad = struct.unpack("<I", struct.pack("<f", float(v.attrs.get("pad_value", 0.0))))[0]
-    t = WGSL_TYPE[v.dtype]
-    body = UNFOLD.replace("{OT}", t).replace("{PAD}", "bitcast<f32>(P(14u))")
+    body = snippet("conv", "unfold", OT=WGSL_TYPE[v.dtype])
     _run(be, "unfold", body, v, x, out, g, pad)
 
 
@@ -81,5 +57,5 @@ def _fold(be, v, ins, out):
     (cols,) = ins
     n, c, h, w = v.shape
     ct = "f32" if v.dtype in ("f32", "f16") else "i32"
-    body = FOLD.replace("{CT}", ct).replace("{OT}", WGSL_TYPE[v.dtype])
+    body = snippet("conv", "fold", CT=ct, OT=WGSL_TYPE[v.dtype])
     _run(be, "fold", body, v, cols, out, _geom(v, n, c, h, w), 0)

@@ -6,52 +6,14 @@ import struct
 
 from .... import dtypes as dt
 from ....errors import DTypeError, KernelError
-from ..templates import WGSL_TYPE, enable_f16, render
+from ..templates import WGSL_TYPE, bindings, enable_f16, render, sections, snippet
 from .registry import launcher
 from .strided import MAX_RANK, broadcast_strides, box_chunks, collapse, contiguous_strides, window
 
-HELPERS = """
-fn tanh_s(x: f32) -> f32 {
-  let e = exp(-2.0 * abs(x));
-  return select(sign(x) * (1.0 - e) / (1.0 + e), tanh(x), abs(x) < 0.5);
-}
-fn erf_s(x: f32) -> f32 {
-  let a = abs(x);
-  if (a < 0.5) {
-    let x2 = x * x;
-    return 1.1283791670955126 * x * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.1 + x2 * (-0.023809523809523808
-           + x2 * (0.004629629629629629 + x2 * (-0.0007575757575757576))))));
-  }
-  let t = 1.0 / (1.0 + 0.3275911 * a);
-  let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-a * a);
-  return sign(x) * y;
-}
-fn pow_s(a: f32, b: f32) -> f32 {
-  if (b == 0.0) { return 1.0; }
-  if (a == 0.0) { return select(0.0, bitcast<f32>(0x7f800000u), b < 0.0); }
-  if (b == 1.0) { return a; }
-  if (b == 2.0) { return a * a; }
-  let r = exp2(b * log2(abs(a)));
-  if (a < 0.0) {
-    if (b != floor(b)) { return bitcast<f32>(0x7fc00000u); }
-    return select(r, -r, (b * 0.5) != floor(b * 0.5));
-  }
-  return r;
-}
-"""
-
-FLOAT_UNARY = {
-    "neg": "-a", "exp": "exp(a)", "log": "log(a)", "tanh": "tanh_s(a)", "sigmoid": "1.0 / (1.0 + exp(-a))",
-    "relu": "select(a, 0.0, a < 0.0)", "gelu": "0.5 * a * (1.0 + erf_s(a * 0.7071067811865476))",
-    "gelu_grad": "0.5 * (1.0 + erf_s(a * 0.7071067811865476)) + a * exp(-0.5 * a * a) * 0.3989422804014327",
-    "sqrt": "sqrt(a)", "rsqrt": "1.0 / sqrt(a)", "abs": "abs(a)", "sign": "sign(a)", "sin": "sin(a)",
-    "cos": "cos(a)", "reciprocal": "1.0 / a", "erf": "erf_s(a)",
-}
-INT_UNARY = {"neg": "-a", "abs": "abs(a)", "sign": "sign(a)"}
-BINARY = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b", "pow": "pow_s(a, b)",
-          "maximum": "select(select(b, a, a > b), a, a != a)",
-          "minimum": "select(select(b, a, a < b), a, a != a)"}
-COMPARE = {"lt": "a < b", "le": "a <= b", "gt": "a > b", "ge": "a >= b", "eq": "a == b", "ne": "a != b"}
+FLOAT_UNARY = tuple(sections("ops", "float."))
+INT_UNARY = tuple(sections("ops", "int."))
+BINARY = tuple(sections("ops", "binary."))
+COMPARE = tuple(sections("ops", "compare."))
 
 
 def compute_type(d: str) -> str:
@@ -59,11 +21,22 @@ def compute_type(d: str) -> str:
 
 
 def load(k: int, d: str) -> str:
-    return f"{compute_type(d)}(x{k}[o[{k + 1}]])"
+    """Input operand k read in the compute type of dtype d."""
+    return snippet("ops", "load", CT=compute_type(d), K=k, K1=k + 1)
 
 
-def store(d: str, expr: str) -> str:
-    return f"{WGSL_TYPE[d]}({expr})"
+def op_expr(op: str, dtype: str, *args: str) -> str:
+    """The ops.wgsl expression of `op` on operands of `dtype` (in their compute type)."""
+    if len(args) == 1:
+        kind = "float" if dtype in ("f32", "f16") else "int"
+        if op not in (FLOAT_UNARY if kind == "float" else INT_UNARY):
+            raise DTypeError(f"op '{op}' is not defined for {dtype}", where=f"op '{op}'")
+        return snippet("ops", f"{kind}.{op}", A=args[0])
+    if op in COMPARE:
+        return snippet("ops", f"compare.{op}", A=args[0], B=args[1])
+    if dtype not in ("f32", "f16") and op == "pow":
+        raise DTypeError("integer pow is not supported on wgpu", where="op 'pow'", hint="cast to f32")
+    return snippet("ops", f"binary.{op}", A=args[0], B=args[1])
 
 
 def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape, value_bits: int = 0,
@@ -90,10 +63,8 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
     bases = [out_base] + [b for _, _, b in ins]
     stores = [out] + [s for s, _, _ in ins]
     isz = [dt.ITEMSIZE[d] for d in dtypes]
-    decl = [f"@group(0) @binding({i + 1}) var<storage, read_write> {'out' if i == 0 else f'x{i - 1}'}: "
-            f"array<{WGSL_TYPE[d]}>;" for i, d in enumerate(dtypes)]
-    src = render(template, ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS="\n".join(decl), HELPERS=HELPERS,
-                 BODY=body)
+    decl = bindings(*zip(["out"] + [f"x{k}" for k in range(len(ins))], dtypes))
+    src = render(template, ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS=decl, BODY=body)
     key = f"{template}:{body}:{','.join(dtypes)}"
     ops = [(b, st, i) for b, st, i in zip(bases, cstrides, isz)]
     for starts, sizes in box_chunks(cshape, ops, be.binding_limit, be.offset_align):
@@ -123,20 +94,9 @@ def _contig(node_shape, out_shape):
 @launcher(*FLOAT_UNARY, *BINARY, *COMPARE)
 def _elementwise(be, v, ins, out):
     d = ins[0].dtype
-    if len(ins) == 1:
-        table = FLOAT_UNARY if d in ("f32", "f16") else INT_UNARY
-        if v.op not in table:
-            raise DTypeError(f"op '{v.op}' is not defined for {d}", where=f"op '{v.op}'")
-        expr = table[v.op]
-        body = f"let a = {load(0, d)};\n  out[o[0]] = {store(v.dtype, expr)};"
-    else:
-        if v.op in COMPARE:
-            expr = f"select(0u, 1u, {COMPARE[v.op]})"
-        else:
-            expr = BINARY[v.op]
-            if d not in ("f32", "f16") and v.op == "pow":
-                raise DTypeError("integer pow is not supported on wgpu", where="op 'pow'", hint="cast to f32")
-        body = f"let a = {load(0, d)};\n  let b = {load(1, d)};\n  out[o[0]] = {store(v.dtype, expr)};"
+    expr = op_expr(v.op, d, *("a", "b")[:len(ins)])     # the body's `let a`, `let b`
+    body = snippet("elementwise", "unary" if len(ins) == 1 else "binary", A=load(0, d), B=load(len(ins) - 1, d),
+                   T=WGSL_TYPE[v.dtype], EXPR=expr)
     shape = v.shape
     run_strided(be, v.op, body, out, contiguous_strides(shape), 0,
                 [(s, _contig(s.shape, shape), 0) for s in ins], shape)
@@ -144,9 +104,9 @@ def _elementwise(be, v, ins, out):
 
 @launcher("where")
 def _where(be, v, ins, out):
-    c, a, b = ins
-    body = (f"let c = x0[o[1]];\n  let a = {load(1, a.dtype)};\n  let b = {load(2, b.dtype)};\n"
-            f"  out[o[0]] = {store(v.dtype, 'select(b, a, c != 0u)')};")
+    _, a, b = ins
+    expr = snippet("ops", "where", A="a", B="b", C="c")
+    body = snippet("elementwise", "where", A=load(1, a.dtype), B=load(2, b.dtype), T=WGSL_TYPE[v.dtype], EXPR=expr)
     run_strided(be, "where", body, out, contiguous_strides(v.shape), 0,
                 [(s, _contig(s.shape, v.shape), 0) for s in ins], v.shape)
 
@@ -158,16 +118,14 @@ def _cast(be, v, ins, out):
     if "i8" in (src, to):
         from .quant import cast_i8
         return cast_i8(be, v, x, out)
-    a = f"x0[o[1]]"
+    a = snippet("elementwise", "raw")
     if to == "bool":
-        zero = "0.0" if src == "f32" else "0.0h" if src == "f16" else "0"
-        zero = "0u" if src in ("bool", "u32") else zero
-        expr = f"select(0u, 1u, {a} != {zero})"
+        expr = snippet("ops", "cast.to_bool", A=a, ZERO=snippet("ops", f"zero.{WGSL_TYPE[src]}"))
     elif to == "i32" and src in ("f32", "f16"):
-        expr = f"select(i32(trunc(f32({a}))), 0, f32({a}) != f32({a}))"
+        expr = snippet("ops", "cast.float_to_i32", A=load(0, "f32"))
     else:
-        expr = f"{WGSL_TYPE[to]}({a})"
-    run_strided(be, "cast", f"out[o[0]] = {expr};", out, contiguous_strides(v.shape), 0,
+        expr = snippet("ops", "cast.convert", T=WGSL_TYPE[to], A=a)
+    run_strided(be, "cast", snippet("elementwise", "store", EXPR=expr), out, contiguous_strides(v.shape), 0,
                 [(x, contiguous_strides(x.shape), 0)], v.shape)
 
 
@@ -180,13 +138,9 @@ def _value_bits(value, dtype) -> int:
 def fill(be, out, value, dtype=None, strides=None, base=0, shape=None):
     dtype = dtype or out.dtype
     shape = tuple(shape if shape is not None else out.shape)
-    if dtype in ("f32", "f16"):
-        expr = f"{WGSL_TYPE[dtype]}(bitcast<f32>(p.value))"
-    elif dtype == "i32":
-        expr = "bitcast<i32>(p.value)"
-    else:
-        expr = "p.value"
-    run_strided(be, "fill", f"out[o[0]] = {expr};", out, strides or contiguous_strides(shape), base, [],
+    kind = "float" if dtype in ("f32", "f16") else "i32" if dtype == "i32" else "u32"
+    expr = snippet("elementwise", f"fill.{kind}", T=WGSL_TYPE[dtype])
+    run_strided(be, "fill", snippet("elementwise", "store", EXPR=expr), out, strides or contiguous_strides(shape), base, [],
                 shape, _value_bits(value, dtype))
 
 
@@ -197,11 +151,11 @@ def _fill(be, v, ins, out):
 
 @launcher("iota")
 def _iota(be, v, ins, out):
-    run_strided(be, "iota", f"out[o[0]] = {WGSL_TYPE[v.dtype]}(o[0]);", out, (1,), 0, [], v.shape)
+    run_strided(be, "iota", snippet("elementwise", "iota", T=WGSL_TYPE[v.dtype]), out, (1,), 0, [], v.shape)
 
 
 def copy(be, name, out, out_strides, out_base, x, in_strides, in_base, shape):
-    run_strided(be, name, "out[o[0]] = x0[o[1]];", out, out_strides, out_base, [(x, in_strides, in_base)], shape)
+    run_strided(be, name, snippet("elementwise", "copy"), out, out_strides, out_base, [(x, in_strides, in_base)], shape)
 
 
 @launcher("permute")

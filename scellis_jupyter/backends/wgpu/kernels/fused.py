@@ -1,30 +1,27 @@
-"""The `fused` op: WGSL generated from a fused elementwise group's instruction list (program/fusion.py)."""
+"""The `fused` op: a fused elementwise group's instruction list (program/fusion.py) as one kernel.
+
+The body is assembled from named pieces of kernels/fused.wgsl (one `let` per instruction, the f16
+rounding, literals, the store) around op expressions from kernels/ops.wgsl: no shader text here.
+"""
 from __future__ import annotations
 
-import re
 import struct
 
 import numpy as np
 
-from ....errors import DTypeError
-from ..templates import WGSL_TYPE
+from ..templates import WGSL_TYPE, snippet
 from .registry import launcher
-from .elementwise import BINARY, COMPARE, FLOAT_UNARY, INT_UNARY, compute_type, run_strided
+from .elementwise import compute_type, load, op_expr, run_strided
 from .strided import broadcast_strides, contiguous_strides
-
-
-def _subst(expr: str, **args: str) -> str:
-    """Put argument expressions in for the placeholders `a`, `b` of a kernel-table expression."""
-    return re.sub(r"\b([ab])\b", lambda m: f"({args[m.group(1)]})", expr)
 
 
 def _literal(value, dtype: str) -> str:
     if dtype in ("f32", "f16"):
         v = np.float32(np.float16(value)) if dtype == "f16" else np.float32(value)
-        return f"bitcast<f32>({struct.unpack('<I', v.tobytes())[0]}u)"
+        return snippet("fused", "literal.float", BITS=struct.unpack('<I', v.tobytes())[0])
     if dtype == "i32":
-        return f"i32({int(value)})"
-    return f"{int(bool(value)) if dtype == 'bool' else int(value) & 0xFFFFFFFF}u"
+        return snippet("fused", "literal.i32", V=int(value))
+    return snippet("fused", "literal.u32", V=int(bool(value)) if dtype == "bool" else int(value) & 0xFFFFFFFF)
 
 
 def _expr(op: str, attrs: dict, args: list[tuple[str, str]], dtype: str) -> str:
@@ -33,26 +30,15 @@ def _expr(op: str, attrs: dict, args: list[tuple[str, str]], dtype: str) -> str:
         return _literal(attrs["value"], dtype)
     if op == "where":
         (c, _), (a, _), (b, _) = args
-        return f"select({b}, {a}, ({c}) != 0u)"
+        return snippet("ops", "where", A=a, B=b, C=c)
     if op == "cast":
         (a, src), to = args[0], dtype
         if to == "bool":
-            zero = {"f32": "0.0", "f16": "0.0", "i32": "0"}.get(src, "0u")
-            return f"select(0u, 1u, ({a}) != {zero})"
+            return snippet("ops", "cast.to_bool", A=a, ZERO=snippet("ops", f"zero.{compute_type(src)}"))
         if to == "i32" and src in ("f32", "f16"):
-            return f"select(i32(trunc({a})), 0, ({a}) != ({a}))"
-        return f"{compute_type(to)}({a})"
-    d = args[0][1]
-    if len(args) == 1:
-        table = FLOAT_UNARY if d in ("f32", "f16") else INT_UNARY
-        if op not in table:
-            raise DTypeError(f"op '{op}' is not defined for {d}", where=f"op '{op}'")
-        return _subst(table[op], a=args[0][0])
-    if op in COMPARE:
-        return f"select(0u, 1u, {_subst(COMPARE[op], a=args[0][0], b=args[1][0])})"
-    if d not in ("f32", "f16") and op == "pow":
-        raise DTypeError("integer pow is not supported on wgpu", where="op 'pow'", hint="cast to f32")
-    return _subst(BINARY[op], a=args[0][0], b=args[1][0])
+            return snippet("ops", "cast.float_to_i32", A=a)
+        return snippet("ops", "cast.convert", T=compute_type(to), A=a)
+    return op_expr(op, args[0][1], *(e for e, _ in args))
 
 
 def body_of(code, in_dtypes: list[str], out_dtype: str) -> str:
@@ -61,15 +47,15 @@ def body_of(code, in_dtypes: list[str], out_dtype: str) -> str:
         args = []
         for kind, k in refs:
             if kind == "in":
-                args.append((f"{compute_type(in_dtypes[k])}(x{k}[o[{k + 1}]])", in_dtypes[k]))
+                args.append((load(k, in_dtypes[k]), in_dtypes[k]))
             else:
-                args.append((f"t{k}", code[k][4]))
+                args.append((snippet("fused", "temp", J=k), code[k][4]))
         e = _expr(op, dict(attrs), args, dtype)
         if dtype == "f16":
-            e = f"f32(f16({e}))"     # round as a store of the f16 intermediate would
-        lines.append(f"let t{j} = {e};")
-    lines.append(f"out[o[0]] = {WGSL_TYPE[out_dtype]}(t{len(code) - 1});")
-    return "\n  ".join(lines)
+            e = snippet("fused", "round_f16", EXPR=e)    # round as a store of the f16 intermediate would
+        lines.append(snippet("fused", "let", J=j, EXPR=e))
+    lines.append(snippet("fused", "store", T=WGSL_TYPE[out_dtype], J=len(code) - 1))
+    return "\n".join(lines)
 
 
 @launcher("fused")

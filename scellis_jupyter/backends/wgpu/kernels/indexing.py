@@ -20,10 +20,8 @@ from __future__ import annotations
 import math
 import os
 
-import numpy as np
-
 from ....errors import DTypeError, KernelError
-from ..templates import WGSL_TYPE, enable_f16, render
+from ..templates import WGSL_TYPE, bindings, enable_f16, render, snippet
 from .registry import launcher
 from .reduce import pack_words
 from .strided import contiguous_strides, window
@@ -50,11 +48,6 @@ def _whole(be, s, op):
     return s
 
 
-def _decl(names_types):
-    return "\n".join(f"@group(0) @binding({i + 1}) var<storage, read_write> {n}: array<{t}>;"
-                     for i, (n, t) in enumerate(names_types))
-
-
 def _chunks(be, n, isz):
     step = max(1, (be.binding_limit - be.offset_align) // isz)
     s = 0
@@ -62,45 +55,6 @@ def _chunks(be, n, isz):
         m = min(step, n - s)
         yield s, m
         s += m
-
-
-GATHER = """
-  var rem = g;
-  var xo = P(7u);
-  for (var d = i32(rank) - 1; d >= 0; d = d - 1) {
-    let du = u32(d);
-    let c = rem % P(8u + du);
-    rem = rem / P(8u + du);
-    if (du != ax) { xo = xo + c * P(16u + du); }
-  }
-  let j = u32(clamp(idx[P(6u) + i], 0, i32(P(4u)) - 1));
-  xo = xo + j * P(16u + ax);
-  out[P(5u) + i] = x[xo];"""
-
-SCATTER = """
-  var rem = g;
-  var io = P(6u);
-  var inside = true;
-  var pos = 0u;
-  for (var d = i32(rank) - 1; d >= 0; d = d - 1) {
-    let du = u32(d);
-    let c = rem % P(8u + du);
-    rem = rem / P(8u + du);
-    if (du == ax) { pos = c; } else {
-      if (c >= P(24u + du)) { inside = false; }
-      io = io + c * P(16u + du);
-    }
-  }
-  var acc = base[P(5u) + i];
-  if (inside) {
-    let n_ax = P(24u + ax);
-    let st = P(16u + ax);
-    for (var t = 0u; t < n_ax; t = t + 1u) {
-      let k = io + t * st;
-      if (idx[k] == i32(pos)) { acc = {T}({C}(acc) + {C}(src[P(7u) + k - P(6u)])); }
-    }
-  }
-  out[P(5u) + i] = acc;"""
 
 
 @launcher("gather")
@@ -121,8 +75,8 @@ def _gather(be, v, ins, out):
         raise KernelError(f"rank {rank} exceeds {MAXR}", where="op 'gather'")
     d = v.dtype
     isz = 2 if d == "f16" else 4
-    src = render("indexing", ENABLE=enable_f16(d), BODY=GATHER,
-                 BINDINGS=_decl([("out", WGSL_TYPE[d]), ("idx", "i32"), ("x", WGSL_TYPE[d])]))
+    src = render("indexing", ENABLE=enable_f16(d), BODY=snippet("indexing", "gather"),
+                 BINDINGS=bindings(("out", d), ("idx", "i32"), ("x", d)))
     wx = _whole(be, x, "gather")
     xst = contiguous_strides(x.shape)
     for s, m in _chunks(be, n, 4):
@@ -154,10 +108,8 @@ def _scatter_add(be, v, ins, out):
     _check_host(be, "scatter_add", idx, base.shape[ax])
     isz = 2 if d == "f16" else 4
     ct = "f32" if d in ("f32", "f16") else "i32" if d == "i32" else "u32"
-    body = SCATTER.replace("{T}", WGSL_TYPE[d]).replace("{C}", ct)
-    src = render("indexing", ENABLE=enable_f16(d), BODY=body,
-                 BINDINGS=_decl([("out", WGSL_TYPE[d]), ("base", WGSL_TYPE[d]), ("idx", "i32"),
-                                 ("src", WGSL_TYPE[d])]))
+    src = render("indexing", ENABLE=enable_f16(d), BODY=snippet("indexing", "scatter_add", T=WGSL_TYPE[d], C=ct),
+                 BINDINGS=bindings(("out", d), ("base", d), ("idx", "i32"), ("src", d)))
     wi, ws = _whole(be, idx, "scatter_add"), _whole(be, srcs, "scatter_add")
     ist = contiguous_strides(idx.shape)
     for s, m in _chunks(be, n, isz):

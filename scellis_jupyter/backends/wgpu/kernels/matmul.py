@@ -3,8 +3,8 @@
 Why this shape: the fast variant measured on an H200 through wgpu is a 128x128 tile per workgroup,
 256 threads, 8x8 outputs per thread in 16 NAMED vec4<f32> accumulators (a runtime-indexed private
 array spills to memory and was ~30x slower), BK=8, A and B staged in workgroup memory. The unrolled
-body is generated here into kernels/matmul.wgsl. Small or odd shapes take a smaller tile so fewer
-threads idle. Every load and store is bounds checked, so any M, N, K works.
+body is assembled here from the named pieces of kernels/matmul.wgsl. Small or odd shapes take a
+smaller tile so fewer threads idle. Every load and store is bounds checked, so any M, N, K works.
 
 Splitting: when an operand or the output exceeds the binding limit the launcher cuts the work into
 chunks (a batch box, an M row block, an N column block, a K block), binds aligned windows (A rows
@@ -20,7 +20,7 @@ import struct
 
 from .... import dtypes as dt
 from ....errors import KernelError
-from ..templates import WGSL_TYPE, enable_f16, render
+from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from .registry import launcher
 from .strided import collapse, contiguous_strides, window
 
@@ -55,55 +55,22 @@ def source(variant: str, dtype: str) -> str:
     b_slots = bk * tn // 4 // threads         # vec4 (1 k x 4 cols) B loads per thread per k-step
     assert a_slots * threads * 4 == tm * bk and b_slots * threads * 4 == tn * bk
     t = WGSL_TYPE[dtype]
+    sn_ = functools.partial(snippet, "matmul")
 
-    decl = [f"  var c{r}_{h} = vec4<f32>(0.0);" for r in range(rm) for h in range(gn)]
-
-    load = []
-    for j in range(a_slots):
-        load += [f"    {{ let e = t + {j * threads}u; let kk = e % {bk}u; let r4 = e / {bk}u;",
-                 "      let gk = k0 + kk; let gr = m0 + r4 * 4u;",
-                 "      var v = vec4<f32>(0.0);",
-                 "      if (gk < p.K) {"]
-        for i in range(4):
-            load.append(f"        if (gr + {i}u < p.M) {{ v.{XYZW[i]} = f32(A[abase + (gr + {i}u) * p.lda + gk]); }}")
-        load += ["      }", f"      As[kk * {tm // 4}u + r4] = v; }}"]
-    for j in range(b_slots):
-        load += [f"    {{ let e = t + {j * threads}u; let kk = e / {tn // 4}u; let c4 = e % {tn // 4}u;",
-                 "      let gk = k0 + kk; let gc = n0 + c4 * 4u;",
-                 "      var v = vec4<f32>(0.0);",
-                 "      if (gk < p.K) {",
-                 "        let row = bbase + gk * p.ldb + gc;"]
-        for i in range(4):
-            load.append(f"        if (gc + {i}u < p.N) {{ v.{XYZW[i]} = f32(B[row + {i}u]); }}")
-        load += ["      }", f"      Bs[kk * {tn // 4}u + c4] = v; }}"]
-
+    decl = [sn_("acc", R=r, H=h) for r in range(rm) for h in range(gn)]
+    load = [sn_("load_a", E0=j * threads, BK=bk, TM4=tm // 4) for j in range(a_slots)]
+    load += [sn_("load_b", E0=j * threads, TN4=tn // 4) for j in range(b_slots)]
     comp = []
     for kk in range(bk):
-        comp.append("    {")
-        for g in range(gm):
-            comp.append(f"      let a{g} = As[{kk * tm // 4 + g * sm // 4}u + ty];")
-        for h in range(gn):
-            comp.append(f"      let b{h} = Bs[{kk * tn // 4 + h * sn // 4}u + tx];")
-        for g in range(gm):
-            for i in range(4):
-                r = g * 4 + i
-                comp.append("      " + " ".join(f"c{r}_{h} += a{g}.{XYZW[i]} * b{h};" for h in range(gn)))
-        comp.append("    }")
-
-    store = []
-    for g in range(gm):
-        for i in range(4):
-            r = g * 4 + i
-            store.append(f"  {{ let row = m0 + {g * sm + i}u + ty * 4u;")
-            store.append("    if (row < p.M) {")
-            for h in range(gn):
-                store.append(f"      {{ let col = n0 + {h * sn}u + tx * 4u; let base = cbase + row * p.ldc + col;")
-                for q in range(4):
-                    store.append(f"        if (col + {q}u < p.N) {{ var v = c{r}_{h}.{XYZW[q]};"
-                                 f" if (p.acc != 0u) {{ v += f32(C[base + {q}u]); }} C[base + {q}u] = {t}(v); }}")
-                store.append("      }")
-            store.append("    }")
-            store.append("  }")
+        fmas = [" ".join(sn_("fma", R=g * 4 + i, G=g, C=XYZW[i], H=h) for h in range(gn))
+                for g in range(gm) for i in range(4)]
+        comp.append(sn_("k_step",
+                        A_REGS="\n".join(sn_("a_reg", G=g, I=kk * tm // 4 + g * sm // 4) for g in range(gm)),
+                        B_REGS="\n".join(sn_("b_reg", H=h, I=kk * tn // 4 + h * sn // 4) for h in range(gn)),
+                        FMAS="\n".join(fmas)))
+    store = [sn_("store_row", ROW=g * sm + i,
+                 COLS="\n".join(sn_("store_cols", COL=h * sn, R=g * 4 + i, H=h, T=t) for h in range(gn)))
+             for g in range(gm) for i in range(4)]
 
     return render("matmul", ENABLE=enable_f16(dtype), T=t, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
                   THREADS=threads, TXN=txn, AS_LEN=bk * tm // 4, BS_LEN=bk * tn // 4,

@@ -1,4 +1,4 @@
-"""Casts to and from i8 (called by elementwise._cast); i8 is stored packed, 4 per u32 word.
+"""Casts to and from i8 on kernels/cast_i8.wgsl (called by elementwise._cast); i8 is stored packed, 4 per u32 word.
 
 A tensor's byte size is numel; bindings are multiples of 4 bytes, so reads of the last word are
 padded (arena slots and buffers are aligned, the padding belongs to the same slot). To i8: one thread
@@ -16,57 +16,12 @@ import struct
 
 from .... import dtypes as dt
 from ....errors import DTypeError, KernelError
-from ..templates import WGSL_TYPE, enable_f16, render
+from ..templates import WGSL_TYPE, enable_f16, render, sections, snippet
 from .registry import launcher
 from .strided import window
 
-HEAD = """{enable}
-struct Params {{ n: u32, in_base: u32, out_base: u32, _p: u32 }}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<{ot}>;
-@group(0) @binding(2) var<storage, read_write> x: array<{xt}>;
-"""
-
-TO_I8 = HEAD + """
-fn to_i8(e: u32) -> u32 {{
-  let a = x[p.in_base + e];
-  {conv}
-}}
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
-  let j = gid.x + gid.y * nwg.x * 64u;     // output word (relative to this chunk)
-  if (j * 4u >= p.n) {{ return; }}
-  var w = 0u;
-  for (var l = 0u; l < 4u; l = l + 1u) {{
-    let e = j * 4u + l;
-    if (e < p.n) {{ w = w | ((to_i8(e) & 0xffu) << (8u * l)); }}
-  }}
-  out[p.out_base / 4u + j] = w;
-}}
-"""
-
-FROM_I8 = HEAD + """
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
-  let i = gid.x + gid.y * nwg.x * 64u;
-  if (i >= p.n) {{ return; }}
-  let b = p.in_base + i;                   // byte index in the binding
-  let word = x[b / 4u];
-  let v = bitcast<i32>(word << (24u - 8u * (b % 4u))) >> 24u;
-  out[p.out_base + i] = {store};
-}}
-"""
-
-CONV_TO = {
-    "f32": "if ((bitcast<u32>(a) & 0x7fffffffu) > 0x7f800000u) { return 0u; }\n  return bitcast<u32>(i32(clamp(trunc(a), -128.0, 127.0)));",
-    "f16": "let f = f32(a);\n  if ((bitcast<u32>(f) & 0x7fffffffu) > 0x7f800000u) { return 0u; }\n  return bitcast<u32>(i32(clamp(trunc(f), -128.0, 127.0)));",
-    "i32": "return bitcast<u32>(a);",
-    "u32": "return a;",
-    "bool": "return select(0u, 1u, a != 0u);",
-    "i8": "return (x[(p.in_base + e) / 4u] >> (8u * ((p.in_base + e) % 4u)));",
-}
-STORE_FROM = {"f32": "f32(v)", "f16": "f16(f32(v))", "i32": "v", "u32": "bitcast<u32>(v)",
-              "bool": "select(0u, 1u, v != 0)"}
+TO_I8 = tuple(sections("cast_i8", "convert."))     # source dtypes a cast to i8 takes
+FROM_I8 = tuple(sections("cast_i8", "widen."))     # target dtypes a cast from i8 takes
 
 
 def cast_i8(be, v, x, out):
@@ -74,13 +29,9 @@ def cast_i8(be, v, x, out):
     n = math.prod(v.shape)
     if n == 0:
         return
-    if src == "i8" and to == "i8":
-        conv_to = CONV_TO["i8"]
-    elif to == "i8":
-        if src not in CONV_TO:
-            raise DTypeError(f"cast {src} -> i8 is not supported on wgpu", where="op 'cast'")
-        conv_to = CONV_TO[src]
-    elif to not in STORE_FROM:
+    if to == "i8" and src not in TO_I8:
+        raise DTypeError(f"cast {src} -> i8 is not supported on wgpu", where="op 'cast'")
+    if to != "i8" and to not in FROM_I8:
         raise DTypeError(f"cast i8 -> {to} is not supported on wgpu", where="op 'cast'")
     isz_in = 1 if src == "i8" else dt.ITEMSIZE[src]
     isz_out = 1 if to == "i8" else dt.ITEMSIZE[to]
@@ -89,10 +40,12 @@ def cast_i8(be, v, x, out):
     step = max(4, (be.binding_limit - 2 * be.offset_align) // max(isz_in, isz_out) // be.offset_align * be.offset_align)
     if to == "i8":
         xt = "u32" if src == "i8" else WGSL_TYPE[src]
-        code = TO_I8.format(enable=enable_f16(src), ot="u32", xt=xt, conv=conv_to)
+        code = render("cast_i8", "to_i8", ENABLE=enable_f16(src), OT="u32", XT=xt,
+                      CONVERT=snippet("cast_i8", f"convert.{src}"))
         key = f"cast_to_i8:{src}"
     else:
-        code = FROM_I8.format(enable=enable_f16(to), ot=WGSL_TYPE[to], xt="u32", store=STORE_FROM[to])
+        code = render("cast_i8", "from_i8", ENABLE=enable_f16(to), OT=WGSL_TYPE[to], XT="u32",
+                      WIDEN=snippet("cast_i8", f"widen.{to}"))
         key = f"cast_from_i8:{to}"
     s = 0
     while s < n:

@@ -16,18 +16,6 @@ from .registry import launcher
 from .strided import window
 
 
-# word offset = 4 * blk + skip, plus the base (64-bit, with carry)
-_BASE_ADD = """  {
-    let w_lo = (blk_lo << 2u) | skip;
-    let w_hi = (blk_hi << 2u) | (blk_lo >> 30u);
-    let s_lo = w_lo + base[0];
-    let s_hi = w_hi + base[1] + select(0u, 1u, s_lo < w_lo);
-    blk_lo = (s_lo >> 2u) | (s_hi << 30u);
-    blk_hi = s_hi >> 2u;
-    skip = s_lo & 3u;
-  }"""
-
-
 @launcher("philox_bits", "philox_uniform")
 def _philox(be, v, ins, out):
     n = math.prod(v.shape)
@@ -36,12 +24,7 @@ def _philox(be, v, ins, out):
     off = int(v.attrs["offset"])
     k0, k1 = (int(k) & 0xFFFFFFFF for k in v.attrs["key"])
     based = len(ins) == 1
-    if based:
-        decl = ("@group(0) @binding(1) var<storage, read> base: array<u32>;\n"
-                "@group(0) @binding(2) var<storage, read_write> out: array<u32>;")
-    else:
-        decl = "@group(0) @binding(1) var<storage, read_write> out: array<u32>;"
-    src = render("philox", BASE_DECL=decl, BASE_ADD=_BASE_ADD if based else "")
+    src = render("philox", flags={"BASED": based})
     chunk = max(4, (be.binding_limit - be.offset_align) // 4 // 4 * 4)
     s = 0
     while s < n:

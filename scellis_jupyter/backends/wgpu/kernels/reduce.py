@@ -16,36 +16,14 @@ Empty reductions: sum = 0 (a fill); max over an empty axis is refused at graph b
 from __future__ import annotations
 
 import math
-import re
 import struct
 
 from ....errors import DTypeError, KernelError
-from ..templates import WGSL_TYPE, enable_f16, render
+from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from .registry import launcher
 from .strided import box_chunks, contiguous_strides, footprint, window
 
 MAXR = 8
-NEG_INF = "bitcast<f32>(0xff800000u)"
-
-
-def preprocess(src: str, **flags) -> str:
-    """Resolve `#if NAME` / `#else` / `#endif` blocks (no nesting) by the boolean flags."""
-    out, keep, stack = [], True, []
-    for line in src.splitlines():
-        m = re.match(r"\s*#if\s+(\w+)", line)
-        if m:
-            stack.append(keep)
-            keep = keep and bool(flags.get(m.group(1)))
-            continue
-        if re.match(r"\s*#else", line):
-            keep = stack[-1] and not keep
-            continue
-        if re.match(r"\s*#endif", line):
-            keep = stack.pop()
-            continue
-        if keep:
-            out.append(line)
-    return "\n".join(out) + "\n"
 
 
 def pack_words(words, n: int) -> bytes:
@@ -101,11 +79,10 @@ def _types(op, xd, od):
     else:
         raise DTypeError(f"{op} of {xd} is not supported on wgpu", where=f"op '{op}'", hint="cast to f32 or i32")
     if op == "reduce_sum":
-        comb, init = "return a + b;", f"{ct}(0)"
+        comb, init = snippet("reduce", "comb.sum"), snippet("reduce", "init.sum", CT=ct)
     else:
-        comb = ("return select(select(a, b, b > a), b, "
-                "(bitcast<u32>(b) & 0x7fffffffu) > 0x7f800000u);") if ct == "f32" else "return max(a, b);"
-        init = {"f32": NEG_INF, "i32": "i32(-2147483647 - 1)", "u32": "0u"}[ct]
+        comb = snippet("reduce", "comb.max_float" if ct == "f32" else "comb.max_int")
+        init = snippet("reduce", f"init.max_{ct}")
     return ct, comb, init
 
 
@@ -137,9 +114,8 @@ def _reduce(be, v, ins, out):
     R_total = math.prod(s for s, _ in red)
     row = R_total > 16
     wg = 256 if R_total >= 1024 else 64
-    src = render("reduce", ENABLE=enable_f16(od, xd), OT=WGSL_TYPE[od], XT=WGSL_TYPE[xd], CT=ct,
-                 COMB=comb, INIT=init, WG=wg)
-    src = preprocess(src, ROW=row)
+    src = render("reduce", flags={"ROW": row}, ENABLE=enable_f16(od, xd), OT=WGSL_TYPE[od], XT=WGSL_TYPE[xd],
+                 CT=ct, COMB=comb, INIT=init, WG=wg)
     key = f"reduce:{v.op}:{od}:{xd}:{row}:{wg}"
     if not shape:
         shape, x_st, o_st, nk = [1], [1], [1], 1

@@ -28,8 +28,7 @@ def _softmax(be, v, ins, out):
     d = v.dtype
     isz = 2 if d == "f16" else 4
     wg = 256 if R >= 1024 else 64 if R >= 64 else 32
-    pre, expr = ("", "exp(e - mx) / sum") if v.op == "softmax" else ("let lse = mx + log(sum);", "e - lse")
-    src = render("softmax", ENABLE=enable_f16(d), T=WGSL_TYPE[d], WG=wg, PRE=pre, EXPR=expr)
+    src = render("softmax", flags={"LOG": v.op == "log_softmax"}, ENABLE=enable_f16(d), T=WGSL_TYPE[d], WG=wg)
     key = f"softmax:{v.op}:{d}:{wg}"
     st = (R * inner, inner, 1)
     ops = [(0, st, isz), (0, st, isz)]
