@@ -19,7 +19,8 @@ BLOCK = 64
     "rank": Param(int, 8, lo=1, hi=4096, doc="r: inner dimension of B·A"),
     "alpha": Param(float, 16.0, lo=0.0, lo_open=True, doc="the update is scaled by alpha / r"),
     "dropout": Param(float, 0.0, lo=0.0, hi=0.0, doc="adapter-input dropout; only 0"),
-    "targets": Param(list, None, optional=True, doc="globs over param names; default every 2-D linear weight"),
+    "targets": Param(list, None, optional=True, doc="op names, node names or globs over param names (see "
+                     "peft.select_weights); default every 2-D linear weight"),
     "bits": Param(int, 4, lo=4, hi=4, doc="bits per stored weight: NF4 only"),
 })
 class QLoRA:

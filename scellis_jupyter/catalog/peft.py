@@ -124,19 +124,27 @@ def attrs_of(graph, key: str) -> dict:
 
 
 def select_weights(graph, targets) -> list[ParamDecl]:
-    """2-D linear weights named by `targets`: an op name selects the weights of its nodes ('linear', the
-    spec's default, means every linear projection, inside attention and blocks too); anything else is a
-    glob over parameter names. None: every 2-D linear weight."""
+    """2-D linear weights named by `targets`. Each target is 'linear' (the spec's default: every linear
+    projection, inside attention and blocks too), another op name (the weights of every node of that
+    op), a node's name or key such as "logits" or "0.linear" (that node's weights), or else a glob over
+    parameter names. None: every 2-D linear weight.
+
+    A weight's node is the one that declared it (graph.node_params), not a guess from its name: a named
+    node's parameters are `<name>.<param>`, so the first two name parts are not its key."""
     ws = weight_targets(graph, None)
     if not targets:
         return ws
-    ops = {graph.spec.nodes[i].key: graph.spec.nodes[i].op for i in graph.order}
-    keep = set(match([p.name for p in ws], [t for t in targets if t not in ops.values() and t != "linear"]))
+    owner = {p.name: key for key, ps in graph.node_params.items() for p in ps}
+    op_of = {n.key: n.op for n in graph.spec.nodes}
+    ops = set(op_of.values())
+    keep: set[str] = set()
     for t in targets:
         if t == "linear":
             keep |= {p.name for p in ws}
-        elif t in ops.values():
-            keep |= {p.name for p in ws if ops.get(p.name.split(".", 2)[0] + "." + p.name.split(".", 2)[1]) == t}
+        elif t in ops or t in op_of:
+            keep |= {p.name for p in ws if op_of.get(owner.get(p.name)) == t or owner.get(p.name) == t}
+        else:
+            keep |= set(match([p.name for p in ws], [t]))
     return [p for p in ws if p.name in keep]
 
 
