@@ -63,7 +63,8 @@ def weight_targets(graph, targets=None) -> list[ParamDecl]:
 
 # ---- helpers entries share ---------------------------------------------------------------------------
 __all__ = ["Adaptation", "StoredAs", "ParamDecl", "match", "weight_targets", "adapter_name", "count",
-           "with_factor", "nf4_storage", "node_keys", "attrs_of", "lora_pairs", "lora_transform",
+           "with_factor", "nf4_storage", "node_keys", "attrs_of", "lora_pairs", "lora_transform", "lora_adaptation",
+           "LORA_PARAMS",
            "targets_param", "select_weights", "is_default_targets", "SPEC_FILLED", "check_peft"]
 
 
@@ -187,6 +188,33 @@ def lora_transform(a_name: str, b_name: str, scale: float):
         delta = F.matmul(params[b_name], params[a_name])
         return F.add(w, F.mul(delta, scale))
     return fn
+
+
+# LoRA's and QLoRA's shared hyperparameters
+LORA_PARAMS = {
+    "rank": Param(int, 8, lo=1, hi=4096, doc="r: inner dimension of B·A"),
+    "alpha": Param(float, 16.0, lo=0.0, lo_open=True, doc="the update is scaled by alpha / r"),
+    "dropout": Param(float, 0.0, lo=0.0, hi=0.0, doc="adapter-input dropout; only 0 (a weight transform "
+                                                    "never sees the layer input)"),
+    "targets": Param(list, None, optional=True, doc="op names, node names or globs over param names (see "
+                     "peft.select_weights); default every 2-D linear weight"),
+}
+
+
+def lora_adaptation(graph, rank: int, alpha: float, targets, stored: Callable | None = None) -> Adaptation:
+    """LoRA on each target weight W: adapters A (r, in), B (out, r) and W + (alpha / r)·B·A as the weight
+    the layer uses; info['lora'] is what merge_lora folds back (weight -> (A, B, scale)). `stored(W decl)`
+    -> StoredAs keeps the frozen base in another format (QLoRA's NF4)."""
+    ad = Adaptation()
+    scale = alpha / rank
+    pairs = lora_pairs(graph, rank, targets)
+    for w, a, b in pairs:
+        ad.new_params += [a, b]
+        ad.transforms[w.name] = lora_transform(a.name, b.name, scale)
+        if stored is not None:
+            ad.stored[w.name] = stored(w)
+    ad.info["lora"] = {w.name: (a.name, b.name, scale) for w, a, b in pairs}
+    return ad
 
 
 def targets_param(targets):
