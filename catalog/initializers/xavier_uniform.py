@@ -5,24 +5,11 @@ for linear/tanh-like layers; torch.nn.init.xavier_uniform_ with the same gain dr
 """
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
-from scellis_jupyter.catalog import Param, initializer
-from scellis_jupyter.catalog.initializers import fan, finish
+from scellis_jupyter.catalog import initializer
+from scellis_jupyter.catalog.initializers import XAVIER_PARAMS, Xavier
 
 
 @initializer("xavier_uniform", summary="Xavier/Glorot uniform U(-b, b), b = gain sqrt(6 / (fan_in + fan_out))",
-             params={"gain": Param(float, 1.0, lo=0.0, doc="scale, e.g. initializers.gain('tanh')")})
-class XavierUniform:
-    random = True
-
-    def __init__(self, gain=1.0):
-        self.gain = gain
-
-    def __call__(self, shape: tuple, fan_in: int, fan_out: int, stream, name: str = "") -> np.ndarray:
-        n = fan("xavier_uniform", shape, fan_in, fan_out) + fan("xavier_uniform", shape, fan_in, fan_out, "fan_out")
-        bound = self.gain * math.sqrt(6.0 / n)
-        u = stream.uniform(tuple(shape)).astype(np.float64)
-        return finish((2.0 * u - 1.0) * bound, shape)
+             params=XAVIER_PARAMS)
+class XavierUniform(Xavier):
+    name, law = "xavier_uniform", "uniform"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from scellis_jupyter.catalog import CatalogError, metric
-from scellis_jupyter.catalog.metrics import Accumulator, as_logits, as_probs
+from scellis_jupyter.catalog.metrics import OneVsRest
 
 
 def average_precision(score: np.ndarray, positive: np.ndarray, what: str) -> float:
@@ -28,21 +28,8 @@ def average_precision(score: np.ndarray, positive: np.ndarray, what: str) -> flo
 
 @metric("auprc", summary="Average precision (area under the PR curve, step-wise), binary or OvR macro",
         params={})
-class AUPRC(Accumulator):
+class AUPRC(OneVsRest):
     name = "auprc"
-    higher_is_better = True
-    concatenated = ("probs", "target")
 
-    def __init__(self):
-        self.reset()
-
-    def update(self, pred: np.ndarray, target: np.ndarray) -> None:
-        z, t = as_logits(self, pred, target)
-        self._add(probs=as_probs(z), target=t)
-
-    def compute(self) -> float:
-        st = self._require()
-        p, t = st["probs"], st["target"]
-        if p.shape[1] == 2:
-            return average_precision(p[:, 1], t == 1, "class 1")
-        return float(np.mean([average_precision(p[:, k], t == k, f"class {k}") for k in range(p.shape[1])]))
+    def binary(self, score: np.ndarray, positive: np.ndarray, what: str) -> float:
+        return average_precision(score, positive, what)

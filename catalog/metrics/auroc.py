@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from scellis_jupyter.catalog import CatalogError, metric
-from scellis_jupyter.catalog.metrics import Accumulator, as_logits, as_probs, average_ranks
+from scellis_jupyter.catalog.metrics import OneVsRest, average_ranks
 
 
 def binary_auroc(score: np.ndarray, positive: np.ndarray, what: str) -> float:
@@ -23,21 +23,8 @@ def binary_auroc(score: np.ndarray, positive: np.ndarray, what: str) -> float:
 
 
 @metric("auroc", summary="Area under the ROC curve (binary, or one-vs-rest macro)", params={})
-class AUROC(Accumulator):
+class AUROC(OneVsRest):
     name = "auroc"
-    higher_is_better = True
-    concatenated = ("probs", "target")
 
-    def __init__(self):
-        self.reset()
-
-    def update(self, pred: np.ndarray, target: np.ndarray) -> None:
-        z, t = as_logits(self, pred, target)
-        self._add(probs=as_probs(z), target=t)
-
-    def compute(self) -> float:
-        st = self._require()
-        p, t = st["probs"], st["target"]
-        if p.shape[1] == 2:
-            return binary_auroc(p[:, 1], t == 1, "class 1 vs 0")
-        return float(np.mean([binary_auroc(p[:, k], t == k, f"class {k} vs rest") for k in range(p.shape[1])]))
+    def binary(self, score: np.ndarray, positive: np.ndarray, what: str) -> float:
+        return binary_auroc(score, positive, what)

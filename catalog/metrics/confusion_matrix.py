@@ -8,24 +8,19 @@ from __future__ import annotations
 import numpy as np
 
 from scellis_jupyter.catalog import Param, metric
-from scellis_jupyter.catalog.metrics import Accumulator, as_logits, confusion_counts, predicted_class
+from scellis_jupyter.catalog.metrics import ConfusionCounts
 
 
 @metric("confusion_matrix", summary="Confusion matrix, rows true, columns predicted (normalize true/pred/all)",
         params={"normalize": Param(str, "none", choices=("none", "true", "pred", "all"),
                                    doc="divide by row sums (true), column sums (pred) or the total")})
-class ConfusionMatrix(Accumulator):
+class ConfusionMatrix(ConfusionCounts):
     name = "confusion_matrix"
     higher_is_better = True        # larger is better on the diagonal; not a scalar to early-stop on
-    summed = ("cm",)
 
     def __init__(self, normalize="none"):
         self.normalize = normalize
         self.reset()
-
-    def update(self, pred: np.ndarray, target: np.ndarray) -> None:
-        z, t = as_logits(self, pred, target)
-        self._add(cm=confusion_counts(predicted_class(z), t, 2 if z.ndim == 1 else z.shape[1]))
 
     def compute(self) -> np.ndarray:
         cm = self._require()["cm"].copy()

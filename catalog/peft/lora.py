@@ -8,30 +8,16 @@ transform never sees, so only dropout = 0 is accepted.
 """
 from __future__ import annotations
 
-from scellis_jupyter.catalog import Param, peft
-from scellis_jupyter.catalog.peft import Adaptation, lora_pairs, lora_transform, targets_param, with_factor
-
-PARAMS = {
-    "rank": Param(int, 8, lo=1, hi=4096, doc="r: inner dimension of B·A"),
-    "alpha": Param(float, 16.0, lo=0.0, lo_open=True, doc="the update is scaled by alpha / r"),
-    "dropout": Param(float, 0.0, lo=0.0, hi=0.0, doc="adapter-input dropout; only 0 (see module doc)"),
-    "targets": Param(list, None, optional=True, doc="globs over param names; default every 2-D linear weight"),
-}
+from scellis_jupyter.catalog import peft
+from scellis_jupyter.catalog.peft import LORA_PARAMS, Adaptation, lora_adaptation, targets_param, with_factor
 
 
-@peft("lora", summary="LoRA (Hu et al. 2021): W + (alpha/r)·B·A on linear weights, base frozen", params=PARAMS)
+@peft("lora", summary="LoRA (Hu et al. 2021): W + (alpha/r)·B·A on linear weights, base frozen", params=LORA_PARAMS)
 class LoRA:
     def __init__(self, rank=8, alpha=16.0, dropout=0.0, targets=None):
         self.rank, self.alpha, self.dropout = rank, alpha, dropout
         self.targets = targets_param(targets)
 
     def apply(self, graph) -> Adaptation:
-        ad = Adaptation()
-        scale = self.alpha / self.rank
-        pairs = lora_pairs(graph, self.rank, self.targets)
-        for w, a, b in pairs:
-            ad.new_params += [a, b]
-            ad.transforms[w.name] = lora_transform(a.name, b.name, scale)
-        # what merge_lora folds back: weight -> (A, B, scale)
-        ad.info["lora"] = {w.name: (a.name, b.name, scale) for w, a, b in pairs}
-        return with_factor(graph, ad, rank=self.rank, scale=scale)
+        ad = lora_adaptation(graph, self.rank, self.alpha, self.targets)
+        return with_factor(graph, ad, rank=self.rank, scale=self.alpha / self.rank)

@@ -9,17 +9,14 @@ Dropout: only 0, as for LoRA (a weight transform never sees the layer input).
 from __future__ import annotations
 
 from scellis_jupyter.catalog import Param, peft
-from scellis_jupyter.catalog.peft import (Adaptation, lora_pairs, lora_transform, nf4_storage, targets_param,
+from scellis_jupyter.catalog.peft import (LORA_PARAMS, Adaptation, lora_adaptation, nf4_storage, targets_param,
                                           with_factor)
 
 BLOCK = 64
 
 
 @peft("qlora", summary="QLoRA (Dettmers et al. 2023): LoRA over NF4-stored frozen base weights", params={
-    "rank": Param(int, 8, lo=1, hi=4096, doc="r: inner dimension of B·A"),
-    "alpha": Param(float, 16.0, lo=0.0, lo_open=True, doc="the update is scaled by alpha / r"),
-    "dropout": Param(float, 0.0, lo=0.0, hi=0.0, doc="adapter-input dropout; only 0"),
-    "targets": Param(list, None, optional=True, doc="globs over param names; default every 2-D linear weight"),
+    **LORA_PARAMS,
     "bits": Param(int, 4, lo=4, hi=4, doc="bits per stored weight: NF4 only"),
 })
 class QLoRA:
@@ -28,12 +25,5 @@ class QLoRA:
         self.targets = targets_param(targets)
 
     def apply(self, graph) -> Adaptation:
-        ad = Adaptation()
-        scale = self.alpha / self.rank
-        pairs = lora_pairs(graph, self.rank, self.targets)
-        for w, a, b in pairs:
-            ad.new_params += [a, b]
-            ad.transforms[w.name] = lora_transform(a.name, b.name, scale)
-            ad.stored[w.name] = nf4_storage(w.shape, BLOCK)
-        ad.info["lora"] = {w.name: (a.name, b.name, scale) for w, a, b in pairs}
-        return with_factor(graph, ad, rank=self.rank, scale=scale, bits=self.bits, block=BLOCK)
+        ad = lora_adaptation(graph, self.rank, self.alpha, self.targets, stored=lambda w: nf4_storage(w.shape, BLOCK))
+        return with_factor(graph, ad, rank=self.rank, scale=self.alpha / self.rank, bits=self.bits, block=BLOCK)

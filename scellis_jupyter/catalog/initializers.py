@@ -15,9 +15,9 @@ import math
 import numpy as np
 
 from ..errors import did_you_mean
-from .registry import CatalogError
+from .registry import CatalogError, Param
 
-__all__ = ["gain", "NONLINEARITIES", "fan", "finish"]
+__all__ = ["gain", "NONLINEARITIES", "fan", "finish", "Kaiming", "KAIMING_PARAMS", "Xavier", "XAVIER_PARAMS"]
 
 NONLINEARITIES = ("linear", "identity", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
                   "conv_transpose3d", "sigmoid", "tanh", "relu", "leaky_relu", "selu")
@@ -64,6 +64,60 @@ def fan(entry: str, shape: tuple, fan_in: int, fan_out: int, mode: str = "fan_in
 def finish(x: np.ndarray, shape: tuple) -> np.ndarray:
     """float32, C-contiguous, exactly `shape` (what init_params stores)."""
     return np.ascontiguousarray(np.asarray(x, np.float64).astype(np.float32).reshape(tuple(shape)))
+
+
+# ---- variance-scaling families: the normal and uniform entries differ only in `law` ---------------------
+def _scaled(stream, shape: tuple, law: str, std: float, bound: float) -> np.ndarray:
+    """N(0, std^2) or U(-bound, bound) (bound = sqrt(3) std, the same variance), as finish() stores it."""
+    if law == "normal":
+        return finish(stream.normal(tuple(shape)).astype(np.float64) * std, shape)
+    u = stream.uniform(tuple(shape)).astype(np.float64)
+    return finish((2.0 * u - 1.0) * bound, shape)
+
+
+KAIMING_PARAMS = {
+    "a": Param(float, 0.0, doc="negative slope of leaky_relu (ignored for other nonlinearities)"),
+    "mode": Param(str, "fan_in", choices=("fan_in", "fan_out"), doc="which fan keeps its variance"),
+    "nonlinearity": Param(str, "leaky_relu", choices=NONLINEARITIES, doc="picks the gain"),
+}
+
+
+class Kaiming:
+    """Kaiming/He (He et al. 2015): std = gain(nonlinearity, a) / sqrt(fan), drawn per `law`.
+
+    Why a nonlinearity: ReLU-like layers halve the variance, so the gain (torch's table; `a` is
+    leaky_relu's negative slope) restores it; mode picks whether forward activations (fan_in) or backward
+    gradients (fan_out) keep their variance. Defaults are torch.nn.init.kaiming_*_'s."""
+
+    random = True
+    name, law = "kaiming_normal", "normal"
+
+    def __init__(self, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+        self.a, self.mode, self.nonlinearity = a, mode, nonlinearity
+
+    def __call__(self, shape: tuple, fan_in: int, fan_out: int, stream, name: str = "") -> np.ndarray:
+        std = gain(self.nonlinearity, self.a) / math.sqrt(fan(self.name, shape, fan_in, fan_out, self.mode))
+        return _scaled(stream, shape, self.law, std, math.sqrt(3.0) * std)
+
+
+XAVIER_PARAMS = {"gain": Param(float, 1.0, lo=0.0, doc="scale, e.g. initializers.gain('tanh')")}
+
+
+class Xavier:
+    """Xavier/Glorot (Glorot & Bengio 2010): variance gain^2 * 2 / (fan_in + fan_out), drawn per `law`.
+
+    Why both fans: it keeps the variance of activations (fan_in) and of gradients (fan_out) roughly
+    constant for linear/tanh-like layers (torch.nn.init.xavier_*_ with the same gain)."""
+
+    random = True
+    name, law = "xavier_normal", "normal"
+
+    def __init__(self, gain=1.0):
+        self.gain = gain
+
+    def __call__(self, shape: tuple, fan_in: int, fan_out: int, stream, name: str = "") -> np.ndarray:
+        n = fan(self.name, shape, fan_in, fan_out) + fan(self.name, shape, fan_in, fan_out, "fan_out")
+        return _scaled(stream, shape, self.law, self.gain * math.sqrt(2.0 / n), self.gain * math.sqrt(6.0 / n))
 
 
 # (shape, fan_in, fan_out) as layers declare them: linear (out, in), conv (out, c, kh, kw), bias / norm (d,)

@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from .registry import CatalogError
+from .registry import CatalogError, Param
 
-__all__ = ["Accumulator", "AVERAGES", "confusion_counts", "precision_recall_f1", "softmax", "log_softmax",
-           "sigmoid", "as_probs", "as_logits", "as_targets", "predicted_class", "average_ranks"]
+__all__ = ["Accumulator", "AVERAGES", "AVERAGE_PARAMS", "ConfusionCounts", "AveragedRatio", "OneVsRest",
+           "confusion_counts", "precision_recall_f1", "softmax", "log_softmax", "sigmoid", "as_probs", "as_logits",
+           "as_targets", "predicted_class", "average_ranks"]
 
 
 # ---- numerics ------------------------------------------------------------------------------------------
@@ -263,5 +264,70 @@ class Accumulator:
     def __repr__(self) -> str:
         n = {k: v.shape for k, v in self._st().items()}
         return f"{type(self).__name__}(state={n})"
+
+
+# ---- bases that entries share ---------------------------------------------------------------------------
+class ConfusionCounts(Accumulator):
+    """State: the (C, C) confusion matrix of predicted classes, exact integer counts summed over batches."""
+
+    summed = ("cm",)
+
+    def update(self, pred: np.ndarray, target: np.ndarray) -> None:
+        z, t = as_logits(self, pred, target)
+        self._add(cm=confusion_counts(predicted_class(z), t, 2 if z.ndim == 1 else z.shape[1]))
+
+
+# the hyperparameters of precision, recall and F1 (scikit-learn's names and defaults)
+AVERAGE_PARAMS = {
+    "average": Param(str, "macro", choices=AVERAGES, doc="macro / micro / weighted over classes, or binary"),
+    "pos_label": Param(int, 1, lo=0, doc="the positive class when average='binary'"),
+    "zero_division": Param(float, 0.0, lo=0.0, hi=1.0, doc="the value of a 0/0 ratio"),
+}
+
+
+class AveragedRatio(ConfusionCounts):
+    """Precision, recall or F1 (`ratio`) from the confusion counts, averaged by `precision_recall_f1`.
+
+    Why counts: accumulating over batches or merging workers gives exactly the metric on all the data,
+    and every average mode is computed from the same counts."""
+
+    higher_is_better = True
+    ratio = "precision"                                  # "precision", "recall" or "f1"
+
+    def __init__(self, average="macro", pos_label=1, zero_division=0.0):
+        self.average, self.pos_label, self.zero_division = average, pos_label, zero_division
+        self.reset()
+
+    def compute(self) -> float:
+        cm = self._require()["cm"]
+        prf = precision_recall_f1(self, cm, self.average, self.pos_label, self.zero_division)
+        return prf[("precision", "recall", "f1").index(self.ratio)]
+
+
+class OneVsRest(Accumulator):
+    """A ranking metric kept exact: every probability row and target is stored (concatenated state).
+
+    compute() is `binary(score, positive, what)` on class 1 for two classes, else its unweighted mean over
+    the classes, each against the rest (scikit-learn's multi_class='ovr', average='macro')."""
+
+    higher_is_better = True
+    concatenated = ("probs", "target")
+
+    def __init__(self):
+        self.reset()
+
+    def update(self, pred: np.ndarray, target: np.ndarray) -> None:
+        z, t = as_logits(self, pred, target)
+        self._add(probs=as_probs(z), target=t)
+
+    def binary(self, score: np.ndarray, positive: np.ndarray, what: str) -> float:
+        raise NotImplementedError
+
+    def compute(self) -> float:
+        st = self._require()
+        p, t = st["probs"], st["target"]
+        if p.shape[1] == 2:
+            return self.binary(p[:, 1], t == 1, "class 1 vs 0")
+        return float(np.mean([self.binary(p[:, k], t == k, f"class {k} vs rest") for k in range(p.shape[1])]))
 
 

@@ -62,7 +62,8 @@ def weight_targets(graph, targets=None) -> list[ParamDecl]:
 
 # ---- helpers entries share ---------------------------------------------------------------------------
 __all__ = ["Adaptation", "StoredAs", "ParamDecl", "match", "weight_targets", "adapter_name", "count",
-           "with_factor", "nf4_storage", "node_keys", "attrs_of", "lora_pairs", "lora_transform",
+           "with_factor", "nf4_storage", "node_keys", "attrs_of", "lora_pairs", "lora_transform", "lora_adaptation",
+           "LORA_PARAMS",
            "targets_param", "select_weights", "is_default_targets", "SPEC_FILLED"]
 
 
@@ -123,19 +124,27 @@ def attrs_of(graph, key: str) -> dict:
 
 
 def select_weights(graph, targets) -> list[ParamDecl]:
-    """2-D linear weights named by `targets`: an op name selects the weights of its nodes ('linear', the
-    spec's default, means every linear projection, inside attention and blocks too); anything else is a
-    glob over parameter names. None: every 2-D linear weight."""
+    """2-D linear weights named by `targets`. Each target is 'linear' (the spec's default: every linear
+    projection, inside attention and blocks too), another op name (the weights of every node of that
+    op), a node's name or key such as "logits" or "0.linear" (that node's weights), or else a glob over
+    parameter names. None: every 2-D linear weight.
+
+    A weight's node is the one that declared it (graph.node_params), not a guess from its name: a named
+    node's parameters are `<name>.<param>`, so the first two name parts are not its key."""
     ws = weight_targets(graph, None)
     if not targets:
         return ws
-    ops = {graph.spec.nodes[i].key: graph.spec.nodes[i].op for i in graph.order}
-    keep = set(match([p.name for p in ws], [t for t in targets if t not in ops.values() and t != "linear"]))
+    owner = {p.name: key for key, ps in graph.node_params.items() for p in ps}
+    op_of = {n.key: n.op for n in graph.spec.nodes}
+    ops = set(op_of.values())
+    keep: set[str] = set()
     for t in targets:
         if t == "linear":
             keep |= {p.name for p in ws}
-        elif t in ops.values():
-            keep |= {p.name for p in ws if ops.get(p.name.split(".", 2)[0] + "." + p.name.split(".", 2)[1]) == t}
+        elif t in ops or t in op_of:
+            keep |= {p.name for p in ws if op_of.get(owner.get(p.name)) == t or owner.get(p.name) == t}
+        else:
+            keep |= set(match([p.name for p in ws], [t]))
     return [p for p in ws if p.name in keep]
 
 
@@ -178,6 +187,33 @@ def lora_transform(a_name: str, b_name: str, scale: float):
         delta = F.matmul(params[b_name], params[a_name])
         return F.add(w, F.mul(delta, scale))
     return fn
+
+
+# LoRA's and QLoRA's shared hyperparameters
+LORA_PARAMS = {
+    "rank": Param(int, 8, lo=1, hi=4096, doc="r: inner dimension of B·A"),
+    "alpha": Param(float, 16.0, lo=0.0, lo_open=True, doc="the update is scaled by alpha / r"),
+    "dropout": Param(float, 0.0, lo=0.0, hi=0.0, doc="adapter-input dropout; only 0 (a weight transform "
+                                                    "never sees the layer input)"),
+    "targets": Param(list, None, optional=True, doc="op names, node names or globs over param names (see "
+                     "peft.select_weights); default every 2-D linear weight"),
+}
+
+
+def lora_adaptation(graph, rank: int, alpha: float, targets, stored: Callable | None = None) -> Adaptation:
+    """LoRA on each target weight W: adapters A (r, in), B (out, r) and W + (alpha / r)·B·A as the weight
+    the layer uses; info['lora'] is what merge_lora folds back (weight -> (A, B, scale)). `stored(W decl)`
+    -> StoredAs keeps the frozen base in another format (QLoRA's NF4)."""
+    ad = Adaptation()
+    scale = alpha / rank
+    pairs = lora_pairs(graph, rank, targets)
+    for w, a, b in pairs:
+        ad.new_params += [a, b]
+        ad.transforms[w.name] = lora_transform(a.name, b.name, scale)
+        if stored is not None:
+            ad.stored[w.name] = stored(w)
+    ad.info["lora"] = {w.name: (a.name, b.name, scale) for w, a, b in pairs}
+    return ad
 
 
 def targets_param(targets):

@@ -82,7 +82,11 @@ def _check_optimizer(ck: Checker, t: dict, p: tuple, implicit: bool = False) -> 
     if own:
         _check_params(ck, entry, {k: v for k, v in t.items() if k in own}, p)
     out = dict(t)
-    out["lr"] = ck.number(t, "lr", p, 0.0, 100.0, 1e-3, lo_open=True)
+    # a recipe without lr gets the entry's documented default (Prodigy 1.0, Lion 1e-4, Adafactor 1e-2 ...)
+    lr_param = entry.params.get("lr") if entry is not None else None
+    default_lr = float(lr_param.default) if lr_param is not None and isinstance(lr_param.default, (int, float)) \
+        else 1e-3
+    out["lr"] = ck.number(t, "lr", p, 0.0, 100.0, default_lr, lo_open=True)
     ck.number(t, "weight_decay", p, 0.0, 10.0)
     ck.number(t, "beta1", p, 0.0, 1.0, hi_open=True)
     ck.number(t, "beta2", p, 0.0, 1.0, hi_open=True)

@@ -156,18 +156,21 @@ register(Layer("dropout", {"p": Attr("float", 0.5, 0.0, 1.0, hi_open=True)},
                doc="inverted dropout; identity in eval"))
 
 
-def _softmax_infer(s, d, a):
-    _float_in("softmax", d)
-    _rank("softmax", s[0], 1)
-    _axis("softmax", a["axis"], len(s[0]))
-    return tuple(s[0]), d[0]
+def _along_axis(op: str):
+    """infer() of a float op that keeps its input's shape and works along attr `axis` (softmax, l2_normalize)."""
+    def infer(s, d, a):
+        _float_in(op, d)
+        _rank(op, s[0], 1)
+        _axis(op, a["axis"], len(s[0]))
+        return tuple(s[0]), d[0]
+    return infer
 
 
 def _batched_axis(x: Node, axis: int) -> int:
     return axis if axis < 0 else axis + 1
 
 
-register(Layer("softmax", {"axis": Attr("int", -1, -64, 63)}, _softmax_infer,
+register(Layer("softmax", {"axis": Attr("int", -1, -64, 63)}, _along_axis("softmax"),
                lambda xs, p, a, ctx: F.softmax(xs[0], _batched_axis(xs[0], a["axis"]))))
 
 
@@ -713,13 +716,6 @@ register(Layer("masked_mean_pool", {"pad_id": Attr("int", 0, 0, MAX_SIZE)}, _mas
                doc="mean over the real tokens: in = [hidden [seq, dim], ids [seq]] skips ids == pad_id -> [dim]"))
 
 
-def _l2_infer(s, d, a):
-    _float_in("l2_normalize", d)
-    _rank("l2_normalize", s[0], 1)
-    _axis("l2_normalize", a["axis"], len(s[0]))
-    return tuple(s[0]), d[0]
-
-
 def _l2_fwd(xs, p, a, ctx):
     x = xs[0]
     ax = _batched_axis(x, a["axis"])
@@ -729,4 +725,4 @@ def _l2_fwd(xs, p, a, ctx):
 
 register(Layer("l2_normalize", {"axis": Attr("int", -1, -64, 63),
                                 "eps": Attr("float", 1e-12, 0.0, 1.0, lo_open=True, hi_open=True)},
-               _l2_infer, _l2_fwd, doc="x / max(||x||_2, eps) along axis (torch.nn.functional.normalize)"))
+               _along_axis("l2_normalize"), _l2_fwd, doc="x / max(||x||_2, eps) along axis (torch.nn.functional.normalize)"))

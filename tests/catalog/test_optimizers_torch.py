@@ -125,12 +125,36 @@ def _adafactor_state(shape):
 
 
 @pytest.mark.skipif(not hasattr(torch.optim, "Adafactor"), reason="this torch has no Adafactor")
-@pytest.mark.parametrize("wd,lrs", [(0.0, [1e-2] * STEPS), (0.05, [0.3] * STEPS), (0.0, SCHEDULE)])
-def test_adafactor_matches_torch(wd, lrs):
+@pytest.mark.parametrize("hyper,lrs", [({}, [1e-2] * STEPS), ({"weight_decay": 0.05}, [0.3] * STEPS),
+                                       ({"lr": 1e-3}, SCHEDULE), ({"eps": (1e-20, 1e-2)}, [1e-2] * STEPS)])
+def test_adafactor_matches_torch(hyper, lrs):
+    """Giving lr keeps the relative step on, as torch.optim.Adafactor(lr=...) does."""
     params, grads = _data(4)
-    ours = run_ours("adafactor", {"lr": 1e-2, "relative_step": True, "weight_decay": wd}, params, grads, lrs)
-    theirs = run_torch(torch.optim.Adafactor, {"lr": 1e-2, "weight_decay": wd}, params, grads, lrs)
+    ours = run_ours("adafactor", hyper, params, grads, lrs)
+    theirs = run_torch(torch.optim.Adafactor, hyper, params, grads, lrs)
     compare(ours, theirs, _adafactor_state)
+
+
+@pytest.mark.skipif(not hasattr(torch.optim, "Adafactor"), reason="this torch has no Adafactor")
+def test_adafactor_f32_step_with_an_all_zero_row_and_column_is_finite_and_is_torchs():
+    """A dead hidden unit (a zero row of the gradient) meeting a constant-zero input pixel (a zero column):
+    in f32 the paper's g^2 + 1e-30 made R C / mean(R) underflow to 0 there and 0 * rsqrt(0) turned the
+    whole update NaN (the digits MLP diverged at step 1). Now finite and torch's f32 step, rtol 1e-5."""
+    rng = np.random.default_rng(12)
+    p = rng.standard_normal((6, 5)).astype(np.float32)
+    opt = catalog.make("optimizer", "adafactor")
+    st = catalog.initial_state(opt, p.shape, "f32")
+    t = torch.tensor(p, requires_grad=True)
+    topt = torch.optim.Adafactor([t], lr=1e-2)
+    for step in (1, 2, 3):
+        g = (rng.standard_normal(p.shape) * 1e-3).astype(np.float32)
+        g[2, :] = 0.0
+        g[:, 3] = 0.0
+        p, st = catalog.apply_update(opt, p, g, st, step, 1e-2)
+        t.grad = torch.tensor(g)
+        topt.step()
+        assert np.all(np.isfinite(p)) and all(np.all(np.isfinite(v)) for v in st.values())
+        np.testing.assert_allclose(p, t.detach().numpy(), rtol=1e-5, atol=1e-7, err_msg=f"step {step}")
 
 
 # ---- numpy transcriptions of the papers ---------------------------------------------------------------
@@ -266,15 +290,15 @@ def test_prodigy_matches_paper(hyper, lrs):
 
 @pytest.mark.parametrize("hyper", [
     {"lr": 0.05, "beta1": 0.9, "relative_step": False},
-    {"beta1": None},                                                       # lr None: relative step 1e-2
+    {},
     {"lr": 0.1, "scale_parameter": False, "clip_threshold": 0.5, "decay_rate": -0.5},
     {"warmup_init": True, "weight_decay": 0.1, "eps": (1e-20, 1e-2)},
 ])
 def test_adafactor_matches_paper(hyper):
-    eps1, eps2 = hyper.get("eps", (1e-30, 1e-3))
-    lr_given = hyper.get("lr")
-    rel = hyper.get("relative_step", lr_given is None)
-    scale = hyper.get("scale_parameter", rel)
+    """The paper's Algorithms 4/5 with eps1 where torch puts it, and HF's options (beta1, relative_step,
+    scale_parameter, warmup_init), transcribed in numpy."""
+    eps1, eps2 = hyper.get("eps", (np.finfo(np.float64).eps, 1e-3))
+    rel, scale = hyper.get("relative_step", True), hyper.get("scale_parameter", True)
     d, dr, b1 = hyper.get("clip_threshold", 1.0), hyper.get("decay_rate", -0.8), hyper.get("beta1")
     wd, warm = hyper.get("weight_decay", 0.0), hyper.get("warmup_init", False)
 
@@ -289,28 +313,25 @@ def test_adafactor_matches_paper(hyper):
         return np.sqrt(np.mean(a * a))
 
     def step(x, g, s, t, lr):
-        if rel:
-            rho = min(1e-6 * t if warm else (lr if lr_given is not None else 1e-2), 1 / math.sqrt(t))
-        else:
-            rho = lr
+        rho = min(1e-6 * t if warm else lr, 1 / math.sqrt(t)) if rel else lr
         alpha = max(eps2, rms(x)) * rho if scale else rho
         beta2 = 1 - t ** dr
         out = {}
+        x = x * (1 - lr * wd)
         if x.ndim >= 2:
-            R = beta2 * s["row"] + (1 - beta2) * np.mean(g * g + eps1, axis=-1)
-            C = beta2 * s["col"] + (1 - beta2) * np.mean(g * g + eps1, axis=-2)
-            V = R[..., :, None] * C[..., None, :] / np.mean(R, axis=-1)[..., None, None]
+            R = beta2 * s["row"] + (1 - beta2) * np.mean(g * g, axis=-1)
+            C = beta2 * s["col"] + (1 - beta2) * np.mean(g * g, axis=-2)
+            V = R[..., :, None] * C[..., None, :] / np.maximum(np.mean(R, axis=-1), eps1)[..., None, None]
             out.update(row=R, col=C)
         else:
-            V = out["v"] = beta2 * s["v"] + (1 - beta2) * (g * g + eps1)
-        U = g / np.sqrt(V)
+            V = out["v"] = beta2 * s["v"] + (1 - beta2) * g * g
+        U = g / np.sqrt(np.maximum(V, eps1 * eps1))
         U = U / max(1.0, rms(U) / d)
         if b1 is not None:
             U = out["m"] = b1 * s["m"] + (1 - b1) * U
-        x = x * (1 - (lr if lr_given is not None else rho) * wd)
         return x - alpha * U, out
     params, grads = _data(9)
-    lrs = [hyper.get("lr") or 1.0] * STEPS          # lr None: the node is ignored
+    lrs = [hyper.get("lr", 1e-2)] * STEPS
     compare_numpy(run_ours("adafactor", hyper, params, grads, lrs), run_numpy(step, init, params, grads, lrs))
 
 

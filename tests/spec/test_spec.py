@@ -150,6 +150,15 @@ def test_minimal_spec_defaults_and_missing_determinism():
     assert reg.input["shape"] == (7,)
 
 
+@pytest.mark.parametrize("name,lr", [("prodigy", 1.0), ("lion", 1e-4), ("sophia", 1e-4), ("adafactor", 1e-2)])
+def test_an_optimizer_without_lr_gets_its_documented_default(name, lr):
+    """Not 1e-3 for every optimizer: Prodigy at 1e-3 would scale its adapted step 1000x down."""
+    for table in (f'"{name}"', f'{{ name = "{name}" }}'):
+        s = Spec.from_text('[data]\ndataset = "iris"\n[model]\nnodes = [{ op = "linear", out = 3 }]\n'
+                           f'[recipe]\noptimizer = {table}\n')
+        assert s.recipe["optimizer"]["lr"] == lr
+
+
 def test_optional_sections_and_keys():
     text = EXAMPLE + '''grad_accum_steps = 4
 clip_grad_value = 0.5
