@@ -17,6 +17,7 @@ from ..errors import DeviceError, did_you_mean
 
 ADAPTER_TYPES = {"DiscreteGPU": "discrete", "IntegratedGPU": "integrated", "CPU": "cpu-emulated",
                  "VirtualGPU": "virtual", "Unknown": "unknown"}
+AUTO = "auto"
 RANK = {"discrete": 0, "integrated": 1, "virtual": 2, "unknown": 3, "cpu-emulated": 4}
 
 
@@ -192,8 +193,14 @@ def devices() -> list[Device]:
 
 
 def device(name: str | None = None) -> Device:
-    """The device to run on: by name ('wgpu', 'reference', or part of an adapter's name), else the best."""
-    name = name or os.environ.get("SCELLIS_DEVICE") or None
+    """The device to run on: by name ('wgpu', 'reference', or part of an adapter's name), else the best.
+
+    None and "auto" (a spec's default `[plan] device`) mean: $SCELLIS_DEVICE if set, else the best.
+    """
+    if name in (None, "", AUTO):
+        name = os.environ.get("SCELLIS_DEVICE") or None
+    if name == AUTO:
+        name = None
     key = ("pick", name)
     if key in _CACHE:
         return _CACHE[key]
