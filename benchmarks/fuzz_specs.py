@@ -190,7 +190,7 @@ def main(argv=None) -> int:
             counts[outcome] += 1
             by_kind[kind][outcome] += 1
             if outcome in ("traceback", "timeout"):
-                causes[detail.split(":")[0] + ": " + re.sub(r"\d+", "N", detail.split(": ", 1)[0])] += 1
+                causes[re.sub(r":\d+", "", detail.split(": ", 1)[0])] += 1
                 print(f"{outcome:10} {f.name:22} {kind:15} {detail}", file=sys.stderr)
     total = sum(counts.values())
     lines = [f"{args.n} mutants of {len(files)} specs (seed {args.seed}): " +

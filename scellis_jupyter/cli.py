@@ -20,8 +20,8 @@ from typing import Callable
 
 from ._version import __version__
 from .backends.device import ensure_xdg_runtime_dir
-from .errors import (EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT, ScellisError,
-                     did_you_mean)
+from .errors import (EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
+                     EXIT_TIMEOUT, ScellisError, did_you_mean)
 
 
 
@@ -492,11 +492,29 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _reader_gone() -> int:
+    """stdout's reader closed (`scellis catalog | head -1`): end quietly, as `cat` would.
+
+    What is still buffered cannot be written, and the interpreter's own flush at exit would raise again
+    ("Exception ignored ... BrokenPipeError"), so stdout is pointed at /dev/null first (the recipe of
+    Python's signal documentation). Exit 141 (128 + SIGPIPE), what a shell reports for a writer whose
+    reader left, so `set -o pipefail` scripts still see the output was cut short. (A training run whose
+    progress reader leaves trains on: run.lifecycle silences its printer the same way.)
+    """
+    from .run.lifecycle import silence
+    silence(sys.stdout)
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     ensure_xdg_runtime_dir()
     try:
         args = _parse(argv)
-        return args.run(args)
+        rc = args.run(args)
+        sys.stdout.flush()              # inside the try: a closed pipe is reported here, not at exit
+        return rc
+    except BrokenPipeError:
+        return _reader_gone()
     except ScellisError as e:
         # a spec with several mistakes reports each (in text order), in the one format
         for d in getattr(e, "diagnostics", None) or [e.diagnostic]:
