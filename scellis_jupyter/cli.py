@@ -5,15 +5,15 @@ One function per subcommand (`cmd_<name>(args) -> exit code`) plus one that decl
 2 (3 for a refused plan), without a traceback; argparse's own complaints (unknown flag, bad value,
 missing argument) come out in the same diagnostic format, with a did-you-mean where one is close.
 
-Exit codes: 0 ok / finished / verified; 1 a run failed or was interrupted, or verify found differences;
-2 bad input; 3 refused (red plan); 124 `wait --timeout` ran out; 130 interrupted in the foreground.
+Exit codes: 0 ok / finished / verified; 1 a run failed or was interrupted, verify found differences, or fsck
+found problems (left unrepaired); 2 bad input; 3 refused (red plan); 124 `wait --timeout` ran out;
+130 interrupted in the foreground; 141 stdout's reader went away (`| head`).
 """
 from __future__ import annotations
 
 import argparse
 import difflib
 import json
-import os
 import sys
 import textwrap
 from typing import Callable
@@ -240,6 +240,24 @@ def cmd_gc(args) -> int:
     return EXIT_OK
 
 
+def _args_fsck(p: argparse.ArgumentParser) -> None:
+    _args_store(p)
+    p.add_argument("--repair", action="store_true",
+                   help="drop index rows that name nothing, move bad objects to <store>/quarantine/ (deletes nothing)")
+
+
+def cmd_fsck(args) -> int:
+    """Check a store: re-hash every object, SQLite's integrity check, index against files, load every checkpoint."""
+    from .store.fsck import fsck
+    from .store.store import default_path
+    report = fsck(default_path(args.store), repair=args.repair)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print("\n".join(report.lines()))
+    return EXIT_OK if not report.unrepaired else EXIT_FAILED
+
+
 # ---- scellis train / resume / wait (the run lifecycle) ------------------------------------------------------
 def _args_run_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None, metavar="DIR",
@@ -460,6 +478,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "verify": (_args_verify, cmd_verify),
     "catalog": (_args_catalog, cmd_catalog),
     "gc": (_args_gc, cmd_gc),
+    "fsck": (_args_fsck, cmd_fsck),
 }
 
 
