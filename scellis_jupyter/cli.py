@@ -413,8 +413,9 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="reference",
                    help="where to re-execute (default: reference, the deterministic numpy path)")
     p.add_argument("--tolerance", type=_nonnegative_float, default=None, metavar="REL",
-                   help="compare within this relative error (default: the run's tier: debug on the same device "
-                        "bit for bit, else determinism.TOLERANCE)")
+                   help="relative error allowed per step: step t's loss within t times it, the final weights and "
+                        "metrics within steps times it (default: the run's tier: debug on the same device bit for "
+                        "bit, else determinism.TOLERANCE)")
 
 
 def cmd_verify(args) -> int:
