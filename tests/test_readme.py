@@ -49,3 +49,13 @@ def test_the_first_python_snippet_prints_a_tier(run_python):
     assert r.returncode == 0, r.stderr
     assert r.stdout.rstrip().endswith("debug"), r.stdout          # print(x.grad.numpy(), y.tier)
     assert "None" not in r.stdout
+
+
+def test_the_readme_points_only_inside_the_repository():
+    """The design it refers to ships in the repository (docs/DESIGN.md), and no path leaves it."""
+    assert "../" not in README
+    for target in re.findall(r"\]\(([^)#]+)\)", README):
+        if not target.startswith(("http://", "https://")):
+            assert (ROOT / target).is_file(), target
+    design = (ROOT / "docs" / "DESIGN.md").read_text()
+    assert "docs/DESIGN.md" in README and "## Layout" in design and "## The pipeline" in design
