@@ -5,8 +5,9 @@ One function per subcommand (`cmd_<name>(args) -> exit code`) plus one that decl
 2 (3 for a refused plan), without a traceback; argparse's own complaints (unknown flag, bad value,
 missing argument) come out in the same diagnostic format, with a did-you-mean where one is close.
 
-Exit codes: 0 ok / finished / verified; 1 a run failed or was interrupted, or verify found differences;
-2 bad input; 3 refused (red plan); 124 `wait --timeout` ran out; 130 interrupted in the foreground.
+Exit codes: 0 ok / finished / verified; 1 a run failed or was interrupted, verify found differences, or fsck
+found problems (left unrepaired); 2 bad input; 3 refused (red plan); 124 `wait --timeout` ran out;
+130 interrupted in the foreground; 141 stdout's reader went away (`| head`).
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from typing import Callable
 
 from ._version import __version__
 from .backends.device import ensure_xdg_runtime_dir
-from .errors import (EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, EXIT_TIMEOUT, ScellisError,
-                     UsageError, did_you_mean)
+from .errors import (EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
+                     EXIT_TIMEOUT, ScellisError, UsageError, did_you_mean)
 
 
 
@@ -235,6 +236,24 @@ def cmd_gc(args) -> int:
     return EXIT_OK
 
 
+def _args_fsck(p: argparse.ArgumentParser) -> None:
+    _args_store(p)
+    p.add_argument("--repair", action="store_true",
+                   help="drop index rows that name nothing, move bad objects to <store>/quarantine/ (deletes nothing)")
+
+
+def cmd_fsck(args) -> int:
+    """Check a store: re-hash every object, SQLite's integrity check, index against files, load every checkpoint."""
+    from .store.fsck import fsck
+    from .store.store import default_path
+    report = fsck(default_path(args.store), repair=args.repair)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print("\n".join(report.lines()))
+    return EXIT_OK if not report.unrepaired else EXIT_FAILED
+
+
 # ---- scellis train / resume / wait (the run lifecycle) ------------------------------------------------------
 def _args_run_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None, metavar="DIR",
@@ -390,8 +409,9 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="reference",
                    help="where to re-execute (default: reference, the deterministic numpy path)")
     p.add_argument("--tolerance", type=_nonnegative_float, default=None, metavar="REL",
-                   help="compare within this relative error (default: the run's tier: debug on the same device "
-                        "bit for bit, else determinism.TOLERANCE)")
+                   help="relative error allowed per step: step t's loss within t times it, the final weights and "
+                        "metrics within steps times it (default: the run's tier: debug on the same device bit for "
+                        "bit, else determinism.TOLERANCE)")
 
 
 def cmd_verify(args) -> int:
@@ -455,6 +475,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "verify": (_args_verify, cmd_verify),
     "catalog": (_args_catalog, cmd_catalog),
     "gc": (_args_gc, cmd_gc),
+    "fsck": (_args_fsck, cmd_fsck),
 }
 
 
@@ -487,11 +508,29 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _reader_gone() -> int:
+    """stdout's reader closed (`scellis catalog | head -1`): end quietly, as `cat` would.
+
+    What is still buffered cannot be written, and the interpreter's own flush at exit would raise again
+    ("Exception ignored ... BrokenPipeError"), so stdout is pointed at /dev/null first (the recipe of
+    Python's signal documentation). Exit 141 (128 + SIGPIPE), what a shell reports for a writer whose
+    reader left, so `set -o pipefail` scripts still see the output was cut short. (A training run whose
+    progress reader leaves trains on: run.lifecycle silences its printer the same way.)
+    """
+    from .run.lifecycle import silence
+    silence(sys.stdout)
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     ensure_xdg_runtime_dir()
     try:
         args = _parse(argv)
-        return args.run(args)
+        rc = args.run(args)
+        sys.stdout.flush()              # inside the try: a closed pipe is reported here, not at exit
+        return rc
+    except BrokenPipeError:
+        return _reader_gone()
     except ScellisError as e:
         # a spec with several mistakes reports each (in text order), in the one format
         for d in getattr(e, "diagnostics", None) or [e.diagnostic]:

@@ -36,6 +36,7 @@ from typing import Iterable
 
 # process exit codes of every command-line entry point (cli, the detached child, the quickstart)
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_REFUSED, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 3, 124, 130
+EXIT_BROKEN_PIPE = 141             # 128 + SIGPIPE: the reader of stdout went away (`| head`)
 
 
 @dataclass

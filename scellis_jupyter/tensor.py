@@ -71,7 +71,8 @@ class Tensor:
 
     @property
     def tier(self) -> str | None:
-        """The determinism tier of the program that computed this tensor (None until realized)."""
+        """The determinism tier of the program that computed this tensor: set once it is realized (by
+        `.numpy()`, `.item()`, printing, `.realize()`, or `.backward()` on it); None before."""
         return self.node.tier
 
     def __len__(self) -> int:
@@ -140,7 +141,9 @@ class Tensor:
                 g = F.expand(F.reshape(g, (1,) * (len(leaf.shape) - len(g.shape)) + tuple(g.shape)), leaf.shape)
             leaf.grad = g if leaf.grad is None else F.add(leaf.grad, g)
             new.append(leaf.grad)
-        realize(new, self.device.impl)
+        # the output is computed in the same program as its gradients (as torch has it by then): `.tier` and
+        # `.item()` after backward() need no second program, and report the tier the gradients ran under
+        realize(new + [self.node], self.device.impl)
 
     # ---- operators ----------------------------------------------------------------------------------
     def _bin(self, other, fn, rev=False):

@@ -40,7 +40,11 @@ def load_dataset(name_or_path: str | os.PathLike | None = None, data_table: dict
     if name in BUILTIN_NAMES:
         return builtin(name, data)
     path = resolve(name, base_dir)
-    if not path.exists() and not any(c in name for c in "/\\."):
+    try:
+        exists = path.exists()
+    except (OSError, ValueError) as e:      # a name too long for the file system, a NUL byte in it
+        raise DataError(f"dataset {name[:60]!r} is not a usable path: {e}", where=name[:300]) from None
+    if not exists and not any(c in name for c in "/\\."):
         raise DataError(f"{name!r} is neither a built-in dataset nor an existing file ({path})",
                         where=name, hint=did_you_mean(name, BUILTIN_NAMES)
                         or f"built-ins: {', '.join(BUILTIN_NAMES)}")

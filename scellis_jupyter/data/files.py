@@ -376,7 +376,21 @@ def image_size(data: dict, where: str) -> tuple[int, tuple[int, int]]:
 
 def load_file(path: Path, data: dict) -> Dataset:
     """The dataset a path names, chosen by its suffix (a directory is an image folder)."""
-    if not path.exists():
+    try:
+        return _load_file(path, data)
+    except OSError as e:                  # unreadable, a name too long, a folder where a file was named
+        raise DataError(f"cannot read the dataset: {(e.strerror or str(e)).lower()}", where=str(path)[:300],
+                        hint="check the path and its permissions") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"the file is not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
+
+
+def _load_file(path: Path, data: dict) -> Dataset:
+    try:
+        exists = path.exists()
+    except ValueError:
+        raise DataError("the path holds a NUL byte", where=repr(str(path))[:300]) from None
+    if not exists:
         raise DataError("the file does not exist", where=str(path),
                         hint="check the path (relative paths are taken from the spec's folder)")
     if path.is_dir():

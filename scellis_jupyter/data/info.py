@@ -6,14 +6,16 @@ datasets (scikit-learn need not be installed); the text set is measured from CPy
 """
 from __future__ import annotations
 
+import csv
 import functools
+import json
 import os
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import did_you_mean
-from ..errors import SpecError
+from ..errors import SpecError, did_you_mean
 
 # every built-in dataset by name (the loaders are in builtin.py and text.py; the spec's names come from here)
 BUILTIN_DATASETS = ("digits", "iris", "wine", "breast_cancer", "pydoc_topics", "synthetic_classification",
@@ -164,21 +166,79 @@ def dataset_info(name_or_path: str, data: dict | None = None, *, where: str = ""
     path = Path(name)
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
-    if not path.exists():
+    try:
+        if "\x00" in name:
+            raise ValueError("embedded null byte")
+        exists = path.exists()
+    except (OSError, ValueError) as e:     # a name too long for the file system, a NUL byte in it
+        raise SpecError(f"dataset {_short(name)!r} is not a usable path: {path_problem(e)}", where=where,
+                        hint="give a built-in dataset name or the path of a file", kind="bad-path") from None
+    if not exists:
         looks_like_name = not any(c in name for c in "/\\.")
         hint = did_you_mean(name, BUILTIN_DATASETS) if looks_like_name else ""
         raise SpecError(f"dataset {name!r} is neither a built-in dataset nor an existing file ({path})",
                         where=where, hint=hint or f"built-ins: {', '.join(BUILTIN_DATASETS)}",
                         kind="unknown-dataset", path=str(path))
-    if data.get("tokenizer") is not None:
-        return _text_file_info(path, data)
-    return _file_info(path, data)
+    try:
+        if data.get("tokenizer") is not None:
+            return _text_file_info(path, data)
+        return _file_info(path, data)
+    except SpecError as e:
+        raise in_dataset_file(e, where) from None
+    except OSError as e:
+        raise SpecError(f"dataset file {str(path)!r} cannot be read: {path_problem(e)}", where=where,
+                        kind="unreadable-file", path=str(path)) from None
+
+
+def _short(text: str, n: int = 60) -> str:
+    return text if len(text) <= n else text[:n - 3] + "..."
+
+
+def path_problem(e: Exception) -> str:
+    """What is wrong with a path, in words: 'file name too long', 'it holds a NUL byte', ..."""
+    if isinstance(e, OSError):
+        return (e.strerror or str(e)).lower()
+    return "it holds a NUL byte" if "null" in str(e) else str(e)
+
+
+def in_dataset_file(e: SpecError, where: str) -> SpecError:
+    """A problem found inside a dataset file, pinned to the spec's `dataset` line; the message names the file
+    (and its line) the problem is in."""
+    d = e.diagnostic
+    loc = d.where or ""
+    if not loc or loc == where:
+        return e
+    name = re.escape(Path(loc.rsplit(":", 1)[0] if loc.rsplit(":", 1)[-1].isdigit() else loc).name)
+    msg = re.sub(rf"^{name}(:\d+)?:\s+", "", d.message)
+    return SpecError(msg if loc in msg else f"dataset file {loc}: {msg}", where=where, hint=d.hint, code=d.code,
+                     **{**d.details, "file": loc})
+
+
+def _not_utf8(path: Path) -> SpecError:
+    """The first byte of `path` that is not UTF-8, as a diagnostic at that file line."""
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+        start, reason = 0, "unknown"
+    except UnicodeDecodeError as e:
+        start, reason = e.start, e.reason
+    line = raw.count(b"\n", 0, start) + 1
+    return SpecError(f"{path.name}:{line}: the file is not UTF-8 text (byte 0x{raw[start]:02x}: {reason})",
+                     where=f"{path}:{line}", kind="encoding", hint="save the data file as UTF-8")
 
 
 def text_table(path: Path, text_col: str, target_col: str) -> tuple[list[str], list[str]]:
     """(texts, raw labels) of a CSV/TSV (header row naming the columns) or JSON Lines file."""
-    import csv
-    import json
+    if path.is_dir():
+        raise SpecError(f"{path} is a folder; a text dataset is a .csv, .tsv or .jsonl file", where=str(path),
+                        kind="invalid", hint="give the path of the file holding the texts and labels")
+    try:
+        return _text_table(path, text_col, target_col)
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
+
+
+def _text_table(path: Path, text_col: str, target_col: str) -> tuple[list[str], list[str]]:
     suffix = path.suffix.lower()
     texts, labels = [], []
     with open(path, encoding="utf-8", newline="") as f:
@@ -234,7 +294,15 @@ def _file_info(path: Path, data: dict) -> DatasetInfo:
     suffix = path.suffix.lower()
     if suffix == ".npz":
         import numpy as np
-        with np.load(path, allow_pickle=False) as z:
+        try:
+            z = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+            raise SpecError(f"{path.name}: cannot read the array file: {e}", where=str(path), kind="invalid",
+                            hint="write it with numpy.savez (no pickled objects)") from None
+        if not hasattr(z, "files"):
+            raise SpecError(f"{path.name}: not an .npz archive", where=str(path), kind="invalid",
+                            hint="write it with numpy.savez")
+        with z:
             xkey = next((k for k in ("x", "X", "features", "inputs") if k in z.files), None)
             ykey = next((k for k in ("y", "Y", "labels", "targets") if k in z.files), None)
             if xkey is None:
@@ -251,9 +319,12 @@ def _file_info(path: Path, data: dict) -> DatasetInfo:
             return DatasetInfo(path.name, int(x.shape[0]), tuple(int(s) for s in x.shape[1:]), dtype, classes, task)
     if suffix in (".csv", ".tsv"):
         sep = "\t" if suffix == ".tsv" else ","
-        with open(path, encoding="utf-8") as f:
-            header = f.readline().rstrip("\n").split(sep)
-            rows = sum(1 for line in f if line.strip())
+        try:
+            with open(path, encoding="utf-8") as f:
+                header = f.readline().rstrip("\n").split(sep)
+                rows = sum(1 for line in f if line.strip())
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
         n_feat = len(header) - 1 if len(header) > 1 else len(header)
         return DatasetInfo(path.name, rows, (n_feat,), "f32", None, "unknown")
     return DatasetInfo(path.name, None, None, None, None, "unknown")

@@ -39,8 +39,14 @@ def resolve_resource(name: str, base_dir: str | os.PathLike | None = None, *, wh
         path = Path(name).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = Path(base_dir) / path
-    if not path.is_file():
-        near = sorted(p.name for p in path.parent.iterdir())[:12] if path.parent.is_dir() else []
+    try:
+        is_file = path.is_file()
+        near = [] if is_file else sorted(p.name for p in path.parent.iterdir())[:12] if path.parent.is_dir() else []
+    except (OSError, ValueError) as e:      # a name too long for the file system, a NUL byte, no permission
+        why = (e.strerror or str(e)).lower() if isinstance(e, OSError) else "it holds a NUL byte"
+        raise SpecError(f"{what} {name[:60]!r} is not a usable path: {why}", where=where, kind="bad-path",
+                        hint="give the path of a file (relative paths start at the spec file's folder)") from None
+    if not is_file:
         hint = f"{path.parent} holds: {', '.join(near)}" if near else "check the path (relative paths start at " \
                                                                       "the spec file's folder)"
         raise SpecError(f"{what} {name!r} does not exist ({path})", where=where, kind="missing-file", hint=hint,

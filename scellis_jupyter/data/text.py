@@ -143,6 +143,10 @@ def load_text(name: str, data: dict, base_dir: str | os.PathLike | None = None) 
     p = Path(name).expanduser()
     if not p.is_absolute() and base_dir is not None:
         p = Path(base_dir) / p
-    if not p.is_file():
-        raise DataError(f"text dataset file {str(p)!r} does not exist", where="[data] dataset")
+    try:
+        ok = p.is_file()
+    except (OSError, ValueError) as e:        # a name too long for the file system, a NUL byte in it
+        raise DataError(f"text dataset {str(p)[:60]!r} is not a usable path: {e}", where="[data] dataset") from None
+    if not ok:
+        raise DataError(f"text dataset file {str(p)[:300]!r} does not exist (or is a folder)", where="[data] dataset")
     return text_file_dataset(p, tok_path, seq_len, data.get("text", "text"), data.get("target", "label"))

@@ -184,11 +184,26 @@ class _Signals:
                 pass
 
 
+def silence(stream) -> None:
+    """Point `stream`'s file descriptor at /dev/null: its reader left (`| head`), and neither later prints
+    nor the interpreter's flush at exit should raise BrokenPipeError again. A stream without a descriptor
+    (a notebook's) is left alone."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
 def _printer(stream=None) -> Callable[[dict], None]:
     def show(ev: dict) -> None:
         line = format_event(ev)
         if line is not None:
-            print(line, file=stream or sys.stdout, flush=True)
+            try:
+                print(line, file=stream or sys.stdout, flush=True)
+            except BrokenPipeError:         # the reader left: the run goes on, its lines go nowhere
+                silence(stream or sys.stdout)
     return show
 
 

@@ -37,10 +37,26 @@ class Verification:
     run: str
     ok: bool
     mode: str                      # "exact" or "tolerance"
-    tolerance: float
+    tolerance: float               # relative error allowed per step (step t's loss: t times it)
     device: str
     checks: list = field(default_factory=list)
     rerun: dict | None = None      # the re-executed run's weights hash, steps, metrics
+    steps: int | None = None       # steps re-executed: the final weights and metrics get steps x tolerance
+
+    @property
+    def final_tolerance(self) -> float | None:
+        """The relative error allowed on the final weights and metrics (None before the re-run)."""
+        return None if self.steps is None else self.tolerance * max(1, self.steps)
+
+    def rule(self) -> str:
+        """In words, the comparison the checks apply."""
+        if self.mode == "exact":
+            return "bit-identical"
+        t = f"{self.tolerance:g}"
+        if self.steps is None:
+            return f"relative error {t} per step, times the steps taken"
+        return (f"relative error: step t's loss within t x {t}, final weights and metrics within "
+                f"{self.final_tolerance:.3g} after {self.steps} steps")
 
     @property
     def differences(self) -> list[Check]:
@@ -49,11 +65,12 @@ class Verification:
     def to_json(self) -> dict:
         d = asdict(self)
         d["differences"] = [asdict(c) for c in self.differences]
+        d.update(final_tolerance=self.final_tolerance, rule=self.rule())
         return d
 
     def lines(self) -> list[str]:
         head = (f"{'verified' if self.ok else 'DOES NOT VERIFY'}: run {self.run} re-executed on {self.device} "
-                f"({'bit-identical' if self.mode == 'exact' else f'tolerance {self.tolerance:g}'})")
+                f"({self.rule()})")
         return [head] + [f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in self.checks]
 
 
@@ -237,6 +254,7 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
     r = run.result()
     out.rerun = {"weights_hash": r["weights_hash"], "steps": r["steps"], "metrics": r["metrics"],
                  "measured_peak_bytes": r["measured_peak_bytes"]}
+    out.steps = int(r["steps"])
     add("steps", r["steps"] == ex["steps"], f"{r['steps']}" + ("" if r["steps"] == ex["steps"] else
                                                              f", recorded {ex['steps']}"))
     want_loss = list(ex.get("loss_history") or [])
@@ -255,7 +273,7 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
             add("measured peak", r["measured_peak_bytes"] == rec.measured_peak_bytes,
                 f"{r['measured_peak_bytes']} bytes (recorded {rec.measured_peak_bytes})")
     else:
-        tol_end = tol * max(1, int(r["steps"]))      # after the last step (trajectory_tolerance)
+        tol_end = out.final_tolerance                  # after the last step (trajectory_tolerance)
         final = rec.last_checkpoint
         try:
             want_w = st.load_checkpoint(final).weights

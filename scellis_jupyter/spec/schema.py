@@ -176,7 +176,11 @@ class Checker:
             self.error(p, f"{format_path(p)} must be a number, got {show(v)} ({kind_of(v)})", hint,
                        kind="type", expected="number", got=v)
             return default if default is not _MISSING else None
-        ok = math.isfinite(v) and (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)
+        try:
+            fv = float(v)                  # an integer past float's range is out of any range a spec takes
+        except OverflowError:
+            fv = math.inf if v > 0 else -math.inf
+        ok = math.isfinite(fv) and (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)
         if not ok:
             rng = _interval(lo, hi, lo_open, hi_open)
             self.error(p, f"{format_path(p)} must be in {rng}, got {v!r}", kind="range", expected=rng, got=v)
@@ -260,6 +264,9 @@ def parse_bytes(v: Any) -> int | None:
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", v)
     if not m or m.group(2).lower() not in _UNITS:
         return None
-    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    f = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not math.isfinite(f):
+        return None
+    n = int(f)
     return n if n > 0 else None
 

@@ -12,8 +12,6 @@ import functools
 import json
 import math
 import os
-import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -30,13 +28,14 @@ from .pretrained import check_against as check_pretrained
 from .pretrained import check_table as check_pretrained_table
 from ..data.resources import resolve_resource
 from .entries import _check_named, _check_optimizer, _check_scheduler, _named_table
+from .source import decode as decode_spec
+from .source import parse as parse_toml
 from .schema import (CHECKPOINTING, DATA_KEYS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, LOSS_SCALE_KEYS, MAX_COUNT,
                      MAX_SIZE, MODEL_KEYS, NAME_RE, PEFT_KEYS, PLACEMENTS, PLAN_KEYS, PRECISIONS,
                      RECIPE_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, show)
 
 DEFAULT_SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
 SYNTHETIC_ONLY = ("n_rows", "n_features", "n_classes", "noise")
-_TOML_POS = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -80,12 +79,15 @@ class Spec:
         """A spec file; dataset paths in it are relative to the file's folder."""
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            data = p.read_bytes()
         except FileNotFoundError:
             raise SpecError(f"spec file {str(p)!r} does not exist", where=str(p), kind="missing-file") from None
         except OSError as e:
             raise SpecError(f"spec file {str(p)!r} cannot be read: {e.strerror or e}", where=str(p),
                             kind="unreadable-file") from None
+        text, bad = decode_spec(data, str(p))
+        if bad is not None:
+            raise SpecError.from_diagnostics([bad])
         return cls.from_text(text, source=str(p), base_dir=p.parent)
 
     @staticmethod
@@ -203,10 +205,9 @@ def spec_hash(parsed: dict) -> str:
 def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec | None]:
     if not isinstance(text, str):
         return [Diagnostic("spec", f"spec text must be a string, got {type(text).__name__}", source)], None
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        return [_syntax_diag(e, text, source)], None
+    raw, bad, text = parse_toml(text, source)
+    if bad is not None:
+        return [bad], None
     ck = Checker(Locator(text), source)
     ck.known_keys(raw, (), TOP_KEYS, "the top level")
     name = ck.string(raw, "name", (), None)
@@ -274,20 +275,6 @@ def _text_order(d: Diagnostic) -> tuple[int, int]:
         return int(parts[-2]), int(parts[-1])
     except (IndexError, ValueError):
         return 1 << 30, 0
-
-
-def _syntax_diag(e: tomllib.TOMLDecodeError, text: str, source: str) -> Diagnostic:
-    msg = str(e)
-    m = _TOML_POS.search(msg)
-    if m:
-        line, col = int(m.group(1)), int(m.group(2))
-        msg = msg[:m.start()].rstrip()
-    else:  # "(at end of document)"
-        lines = text.split("\n")
-        line, col = len(lines), len(lines[-1]) + 1
-        msg = re.sub(r"\s*\(at end of document\)", "", msg) + " at the end of the text"
-    return Diagnostic("spec", f"TOML syntax error: {msg}", f"{source}:{line}:{col}",
-                      "check quotes, brackets and '=' on that line", {"kind": "syntax"})
 
 
 def _input_of(model: ModelSpec, data: dict, info: DatasetInfo | None) -> dict | None:

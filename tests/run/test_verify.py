@@ -134,6 +134,23 @@ def test_prod_tier_is_compared_within_its_tolerance(project):
     assert [c.name for c in v.differences] == ["loss history"]
 
 
+def test_the_printed_tolerance_is_the_one_checked(project, capsys):
+    spec, csv, st = project
+    spec.write_text(SPEC.replace("TIER", "prod"))
+    run = sc.train(str(spec), store=st, device="reference", progress=False, steps=12)
+    assert main(["verify", run.run_id, "--store", str(st)]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    v = sc.verify(run.run_id, store=st)
+    (w,) = [c for c in v.checks if c.name == "weights"]
+    checked = w.detail.split("(tolerance ")[1].split()[0]           # the bound the weights check applied
+    assert checked == f"{12 * 1e-5:.3g}" and v.final_tolerance == pytest.approx(12 * 1e-5)
+    assert f"within {checked} after 12 steps" in head and "t x 1e-05" in head, head
+    assert "(tolerance 1e-05)" not in head
+    (loss,) = [c for c in v.checks if c.name == "loss history"]
+    step = int(loss.detail.split(" at step ")[1].split()[0])
+    assert f"(allowed {step * 1e-5:.3g})" in loss.detail            # step t's loss: t x the per-step bound
+
+
 @pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
 def test_a_wgpu_run_verifies_on_the_reference_path_within_tolerance(project):
     spec, csv, st = project

@@ -1,0 +1,267 @@
+"""`fsck`: check a whole store without re-running anything, and optionally repair what can be repaired.
+
+Why: a store outlives crashes, full disks and hand edits; before a resume or a verify trusts it, one
+command should say whether every object still hashes to its name, whether SQLite's own check passes,
+whether the index and the files agree both ways, and whether every checkpoint loads with its tensors.
+Repairs never lose data: a bad object is moved into `<store>/quarantine/` (never deleted), and only
+index rows that name nothing are dropped. Run it while no training writes to the store.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+from .checkpoint import FORMAT, load_checkpoint
+from .errors import StoreError
+from .objects import HASH_LEN, hash_bytes
+from .store import Store, default_path
+
+QUARANTINE = "quarantine"
+_HASH = re.compile(r"[0-9a-f]{64}")
+
+# what each kind of problem is, and what --repair does about it
+KINDS = {
+    "index-damaged": "SQLite's integrity check fails or the index cannot be opened (not repaired: restore a copy)",
+    "corrupt-object": "the file's bytes do not hash to its name (repair: moved to quarantine/, its rows dropped)",
+    "missing-object": "the index names an object with no file (repair: the row is dropped)",
+    "unindexed-object": "a file the index does not know (repair: registered)",
+    "dangling-checkpoint": "a checkpoint row names no stored checkpoint (repair: the row is dropped)",
+    "broken-checkpoint": "a checkpoint does not load: a malformed manifest or missing/corrupt tensors "
+                         "(repair: the manifest is moved to quarantine/, its rows dropped)",
+    "dangling-ref": "a ref or pin names no object (repair: the ref is dropped)",
+    "missing-run-record": "a run's current record object is gone (not repaired)",
+    "dangling-last-checkpoint": "a run's last checkpoint does not load (repair: the newest one that loads, or none)",
+}
+
+
+@dataclass
+class Problem:
+    kind: str
+    subject: str                  # an object hash, "checkpoint <hash>", "ref <name>", "run <id>", "index"
+    detail: str
+    repaired: str = ""            # what --repair did; "" when nothing was done
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class FsckReport:
+    """What fsck found: `.problems` (each with what was repaired), `.ok` when there were none."""
+
+    store: str
+    problems: list[Problem] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)
+    repair: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def unrepaired(self) -> list[Problem]:
+        return [p for p in self.problems if not p.repaired]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"store": self.store, "ok": self.ok, "repair": self.repair, "checked": self.checked,
+                "seconds": round(self.seconds, 3), "problems": [p.to_json() for p in self.problems]}
+
+    def lines(self) -> list[str]:
+        c = self.checked
+        head = (f"{'ok' if self.ok else f'{len(self.problems)} problem(s)'}: store {self.store}: "
+                f"{c.get('objects', 0)} objects re-hashed, {c.get('checkpoints', 0)} checkpoints loaded, "
+                f"{c.get('index_rows', 0)} index rows checked")
+        if self.ok:
+            return [head]
+        rows = [("KIND", "SUBJECT", "DETAIL") + (("REPAIR",) if self.repair else ())]
+        for p in self.problems:
+            rows.append(tuple(_short(x) for x in (p.kind, p.subject, p.detail) +
+                              ((p.repaired or "not repaired",) if self.repair else ())))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        out = [head] + ["  ".join([c.ljust(w) for c, w in zip(r[:-1], widths)] + [r[-1]]) for r in rows]
+        if not self.repair:
+            out.append("repair what can be repaired (nothing is deleted; bad objects go to quarantine/): "
+                       f"scellis fsck --repair --store {self.store}")
+        return out
+
+
+def _short(text: str) -> str:
+    """Full hashes as their first 12 digits, as `scellis runs` shows them (the JSON keeps them whole)."""
+    return _HASH.sub(lambda m: m.group(0)[:12], text)
+
+
+def _rehash(path: Path) -> str | None:
+    h = blake3.blake3()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _quarantine(root: Path, src: Path, h: str) -> str:
+    """Move `src` to <root>/quarantine/<hash> (a suffix when that name is taken); returns where it went."""
+    q = root / QUARANTINE
+    q.mkdir(exist_ok=True)
+    dest, n = q / h, 1
+    while dest.exists():
+        dest, n = q / f"{h}.{n}", n + 1
+    os.replace(src, dest)
+    return str(dest.relative_to(root))
+
+
+def _open(root: Path, store: Store | None, problems: list[Problem]) -> Store | None:
+    """The store with a sound index (SQLite's integrity check first, read-only), else None (and why)."""
+    path = root / "index.sqlite"
+    if not path.exists():
+        problems.append(Problem("index-damaged", "index", "index.sqlite is missing"))
+        return None
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0) as c:
+            rows = [r[0] for r in c.execute("PRAGMA integrity_check").fetchall()]
+    except sqlite3.Error as e:
+        problems.append(Problem("index-damaged", "index", f"SQLite cannot read index.sqlite: {e}"))
+        return None
+    if rows != ["ok"]:
+        problems.append(Problem("index-damaged", "index", "PRAGMA integrity_check: " + "; ".join(rows[:5])))
+        return None
+    try:
+        return store if store is not None else Store(root)
+    except StoreError as e:
+        problems.append(Problem("index-damaged", "index", e.diagnostic.message))
+        return None
+
+
+def _kind_of(data: bytes) -> str:
+    try:
+        m = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        return "blob"
+    return "checkpoint" if isinstance(m, dict) and m.get("format") == FORMAT else "json"
+
+
+def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False) -> FsckReport:
+    """Check every object, the index (both ways) and every checkpoint of `store`; with `repair`, fix what can
+    be fixed without losing data. Returns the report; raises StoreError only when there is no store."""
+    t0 = time.monotonic()
+    root = store.root if isinstance(store, Store) else default_path(store)
+    if not (root / "objects").is_dir() and not (root / "index.sqlite").exists():
+        raise StoreError(f"no store at {root}", where=f"store {root}", code="store-missing",
+                         hint="pass --store DIR or set $SCELLIS_STORE to the store of your runs")
+    rep = FsckReport(str(root), repair=repair)
+    problems = rep.problems
+    st = _open(root, store if isinstance(store, Store) else None, problems)
+    index = st.index if st is not None else None
+
+    # 1. every object file re-hashes to its name
+    objects_dir = root / "objects"
+    files: dict[str, Path] = {}
+    bad: set[str] = set()
+    for shard in sorted(objects_dir.iterdir()) if objects_dir.is_dir() else []:
+        if len(shard.name) != 2 or not shard.is_dir():
+            continue
+        for f in sorted(shard.iterdir()):
+            if f.name.startswith(".tmp-") or len(f.name) != HASH_LEN - 2 or not f.is_file():
+                continue                       # a killed writer's temp file: no name points at it (gc removes it)
+            h = shard.name + f.name
+            files[h] = f
+            got = _rehash(f)
+            if got != h:
+                bad.add(h)
+                detail = "unreadable" if got is None else f"{f.stat().st_size} bytes hash to {got[:12]}..."
+                p = Problem("corrupt-object", h, detail)
+                if repair:
+                    p.repaired = f"moved to {_quarantine(root, f, h)}"
+                problems.append(p)
+    rep.checked["objects"] = len(files)
+    if index is None:
+        rep.seconds = time.monotonic() - t0
+        return rep
+
+    # 2. the index against the files, both ways
+    rows = {r["hash"]: r for r in index.objects()}
+    ck_rows = {r["hash"]: r for r in index.checkpoints()}
+    refs, runs = index.refs(), index.runs()
+    rep.checked["index_rows"] = len(rows) + len(ck_rows) + len(refs) + len(runs)
+    drop: set[str] = set(bad)
+    for h, r in rows.items():
+        if h not in files:
+            p = Problem("missing-object", h, f"indexed as {r['kind']} ({r['size']} bytes), no file")
+            problems.append(p)
+            drop.add(h)
+            if repair:
+                p.repaired = "row dropped"
+    for h, f in files.items():
+        if h not in rows and h not in bad:
+            p = Problem("unindexed-object", h, f"{f.stat().st_size} bytes, not in the index")
+            problems.append(p)
+            if repair:
+                data = f.read_bytes()
+                if hash_bytes(data) == h:
+                    kind = _kind_of(data)
+                    index.add_object(h, kind, len(data))
+                    p.repaired = f"registered as {kind}"
+
+    # 3. every checkpoint loads, tensors and all
+    manifests = sorted({h for h, r in rows.items() if r["kind"] == "checkpoint"} | set(ck_rows))
+    loaded = 0
+    for h in manifests:
+        if h in drop:
+            continue
+        if h not in files:
+            p = Problem("dangling-checkpoint", f"checkpoint {h}", "the checkpoint row names no stored object")
+            problems.append(p)
+            drop.add(h)
+            if repair:
+                p.repaired = "row dropped"
+            continue
+        try:
+            load_checkpoint(st, h)
+            loaded += 1
+        except StoreError as e:
+            p = Problem("broken-checkpoint", f"checkpoint {h}", e.diagnostic.message.split("\n")[0][:200])
+            problems.append(p)
+            drop.add(h)
+            if repair and files[h].exists():
+                p.repaired = f"manifest moved to {_quarantine(root, files[h], h)}"
+    rep.checked["checkpoints"] = loaded
+
+    # 4. refs and runs name what is there
+    present = set(files) - drop
+    for r in refs:
+        if r["hash"] not in present:
+            p = Problem("dangling-ref", f"ref {r['name']}", f"{r['kind']} names {r['hash'][:12]}, which is not stored "
+                        "intact")
+            problems.append(p)
+            if repair:
+                index.delete_ref(r["name"])
+                p.repaired = "ref dropped"
+    if repair and drop:
+        index.remove_objects(sorted(drop))             # object and checkpoint rows of what is gone or quarantined
+    for r in runs:
+        if r["record"] and r["record"] not in present:
+            problems.append(Problem("missing-run-record", f"run {r['id']}", f"record {r['record'][:12]} is not stored "
+                                    "intact"))
+        last = r["last_checkpoint"]
+        if last and last not in present:
+            p = Problem("dangling-last-checkpoint", f"run {r['id']}", f"last checkpoint {last[:12]} does not load")
+            problems.append(p)
+            if repair:
+                good = [c["hash"] for c in index.checkpoints(r["id"]) if c["hash"] in present and c["hash"] not in drop]
+                newest = good[-1] if good else None
+                index.update_run(r["id"], last_checkpoint=newest)
+                p.repaired = f"last checkpoint now {newest[:12]}" if newest else "last checkpoint cleared"
+    rep.checked["runs"] = len(runs)
+    rep.seconds = time.monotonic() - t0
+    return rep
