@@ -134,7 +134,7 @@ def summary_lines(r: dict, store_root: str | None = None) -> list[str]:
     dev = r.get("device") or {}
     where = f"{dev.get('backend', '?')}:{dev.get('name', '?')}" if isinstance(dev, dict) else str(dev)
     lines = [f"{r['state']} {r['run']}: {r.get('steps')} steps on {where}, tier {r.get('tier')}"]
-    if r.get("stop_reason"):
+    if r.get("stop_reason") and not (r["state"] == "failed" and r.get("error")):
         lines.append(f"  stopped: {r['stop_reason']}")
     if r.get("error") and r["state"] != "finished":
         e = r["error"]
@@ -147,7 +147,8 @@ def summary_lines(r: dict, store_root: str | None = None) -> list[str]:
                      f"planned {r.get('predicted_peak_bytes')}")
     ck = r.get("final_checkpoint") or r.get("last_checkpoint")
     if ck:
-        lines.append(f"  checkpoint {ck}" + (f" in {store_root}" if store_root else ""))
+        good = " (the last good one)" if r["state"] == "failed" else ""
+        lines.append(f"  checkpoint {ck}{good}" + (f" in {store_root}" if store_root else ""))
     if r.get("weights_hash"):
         lines.append(f"  weights {r['weights_hash']}")
     s = f" --store {store_root}" if store_root else ""
@@ -405,7 +406,8 @@ def result_of_record(rec, store=None) -> dict:
             "skipped_steps": ex.get("skipped"), "stop_reason": ex.get("stop_reason"),
             "measured_peak_bytes": rec.measured_peak_bytes, "predicted_peak_bytes": rec.predicted_peak_bytes,
             "device": rec.device, "tier": rec.tier, "spec_hash": rec.spec_hash, "program_hash": rec.program_hash,
-            "error": rec.error, "resumed_from": ex.get("resumed_from"), "resumed_by": ex.get("resumed_by")}
+            "error": rec.error, "reason": (rec.error or {}).get("message") if rec.state != "finished" else None,
+            "resumed_from": ex.get("resumed_from"), "resumed_by": ex.get("resumed_by")}
 
 
 def follow(store, run_id: str, *, timeout: float | None = None, poll: float = 0.25,

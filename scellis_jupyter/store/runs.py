@@ -63,9 +63,14 @@ class RunRecord:
 
     @property
     def last_checkpoint(self) -> str | None:
+        """Where this run can be continued from: the newest checkpoint that verifies once it was settled,
+        else its newest checkpoint, else (a resumed run that saved none of its own yet) the checkpoint it
+        started from, so a resumed run killed early is never a dead end."""
         if self.resume_from:
             return self.resume_from
-        return self.checkpoints[-1]["hash"] if self.checkpoints else None
+        if self.checkpoints:
+            return self.checkpoints[-1]["hash"]
+        return (self.extra or {}).get("resumed_from")
 
     def last_checkpoint_step(self, store=None) -> int | None:
         """The step of the last good checkpoint: from the record, else (a checkpoint saved just before the
@@ -231,8 +236,8 @@ class RunHandle:
     def finish(self, **fields: Any) -> RunRecord:
         return self._end("finished", fields)
 
-    def fail(self, error: Any) -> RunRecord:
-        return self._end("failed", {}, error=_error_json(error))
+    def fail(self, error: Any, **fields: Any) -> RunRecord:
+        return self._end("failed", fields, error=_error_json(error))
 
     def refuse(self, diagnostic: Any) -> RunRecord:
         return self._end("refused", {}, error=_error_json(diagnostic))
@@ -354,6 +359,10 @@ def _last_good(store: "Store", rec: RunRecord) -> str | None:
     seen = {c["hash"]: c["step"] for c in rec.checkpoints}
     for r in store.index.checkpoints(rec.id):
         seen.setdefault(r["hash"], r["step"])
+    start = (rec.extra or {}).get("resumed_from")        # a resumed run starts from another run's checkpoint
+    if start and start not in seen:
+        row = store.index.checkpoint(start)
+        seen[start] = row["step"] if row is not None else -1
     for h in sorted(seen, key=lambda k: seen[k], reverse=True):
         try:
             load_checkpoint(store, h)
