@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..backends.device import ensure_xdg_runtime_dir
-from ..errors import EXIT_ERROR, EXIT_REFUSED, ScellisError
+from ..errors import EXIT_ERROR, EXIT_FAILED, EXIT_REFUSED, ScellisError
 
 
 # `-c` rather than `-m scellis_jupyter.run.detach`: the package imports this module, and runpy warns then
@@ -235,6 +235,9 @@ def child_main(job_path: str) -> int:
         return exit_code(run.state)
     except ScellisError as e:
         print(e.diagnostic.format(), flush=True)
+        row = store.index.run(run_id)
+        if row is not None and row["state"] == "failed":     # it ran and failed (diverged, ...): exit 1, as `train`
+            return EXIT_FAILED
         _record_failure(store, run_id, e, spec)
         return EXIT_REFUSED if e.diagnostic.code == "plan-red" else EXIT_ERROR
     except KeyboardInterrupt:
