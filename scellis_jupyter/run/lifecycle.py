@@ -269,7 +269,8 @@ def train(spec, *, store=None, detach: bool = False, progress: bool | Callable[[
     st = open_store(store)
     if detach:
         from .detach import launch
-        return launch(st, {"kind": "train", "spec": _spec_job(spec), "kwargs": _detach_kwargs(kw)}, run_id=run_id)
+        return launch(st, {"kind": "train", "spec": _spec_job(spec), "spec_hash": spec.hash,
+                           "kwargs": _detach_kwargs(kw)}, run_id=run_id)
     run = run_class(spec)(spec, store=st, run_id=run_id, **kw)
     drive(run, progress=progress)
     return run
