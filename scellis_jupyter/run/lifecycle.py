@@ -346,7 +346,7 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
 
 def _resume_target(st, ref: str) -> tuple[str, str | None]:
     """(checkpoint hash, the run it belongs to) for a checkpoint reference or a run id."""
-    from ..store.runs import get_run, resolve_run
+    from ..store.runs import get_run, newest_good_checkpoint, resolve_run
     origin = None
     if isinstance(ref, str) and ref.startswith("run-") and st.index.ref(ref) is None:
         origin = resolve_run(st, ref)
@@ -355,7 +355,19 @@ def _resume_target(st, ref: str) -> tuple[str, str | None]:
             raise RunError(f"run {origin} is still running (pid {rec.pid} on {rec.host})", where=f"run {origin}",
                            hint=f"wait for it (scellis wait {origin}), or resume from one of its checkpoints "
                                 "by hash to branch off")
-        h = st.resolve_checkpoint(origin)
+        h, skipped = newest_good_checkpoint(st, rec)
+        for sk in skipped:          # the README promises "its last good checkpoint": say which were passed over
+            print(f"scellis: skipped checkpoint {sk['hash'][:12]} of run {origin} (step {sk['step']}): "
+                  f"{sk['problem']}", file=sys.stderr)
+        if h is None:
+            if not skipped:
+                h = st.resolve_checkpoint(origin)          # none at all: its own clear error
+            raise RunError(f"none of the {len(skipped)} checkpoints of run {origin} verifies", where=f"run {origin}",
+                           code="store-corrupt", skipped=skipped,
+                           hint="restore the store from a copy, or start the run again")
+        if skipped:
+            print(f"scellis: resuming run {origin} from checkpoint {h[:12]}, its newest that verifies",
+                  file=sys.stderr)
     else:
         h = st.resolve_checkpoint(ref)
         row = st.index.checkpoint(h)

@@ -404,6 +404,13 @@ def _is_gone(row, timeout: float, now: float, starting: bool = False) -> bool:
 
 def _last_good(store: "Store", rec: RunRecord) -> str | None:
     """The newest checkpoint of the run that loads and verifies (record list and index rows together)."""
+    return newest_good_checkpoint(store, rec)[0]
+
+
+def newest_good_checkpoint(store: "Store", rec: RunRecord) -> tuple[str | None, list[dict[str, Any]]]:
+    """(the newest of the run's checkpoints that loads and verifies, or None; the newer ones skipped as
+    [{"hash", "step", "problem"}]). Candidates: the record's list, the index rows of the run (a checkpoint
+    saved just before its process died), and the checkpoint a resumed run started from."""
     from .checkpoint import load_checkpoint
     seen = {c["hash"]: c["step"] for c in rec.checkpoints}
     for r in store.index.checkpoints(rec.id):
@@ -412,13 +419,16 @@ def _last_good(store: "Store", rec: RunRecord) -> str | None:
     if start and start not in seen:
         row = store.index.checkpoint(start)
         seen[start] = row["step"] if row is not None else -1
+    if rec.resume_from and rec.resume_from not in seen:
+        seen[rec.resume_from] = -1
+    skipped = []
     for h in sorted(seen, key=lambda k: seen[k], reverse=True):
         try:
             load_checkpoint(store, h)
-            return h
-        except ScellisError:
-            continue
-    return None
+            return h, skipped
+        except ScellisError as e:
+            skipped.append({"hash": h, "step": seen[h], "problem": e.diagnostic.message})
+    return None, skipped
 
 
 def _settle(store: "Store", row, timeout: float) -> RunRecord:

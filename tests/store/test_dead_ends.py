@@ -134,3 +134,32 @@ def test_dangling_rows_are_dropped_on_open_and_never_suggested(tmp_path):
     typo = typo[:6] + ("0" if typo[6] != "0" else "1") + typo[7:]
     r = cli("resume", typo, "--store", str(st))                  # a typo still gets its suggestion
     assert r.returncode == 2 and f"did you mean {run.checkpoints[-1][:12]}" in r.stderr
+
+
+def test_resume_falls_back_to_the_newest_checkpoint_that_verifies_and_says_which_it_skipped(tmp_path):
+    st = tmp_path / "st"
+    run = sc.train(SPEC, store=st, steps=12, checkpoint_every=4, device="reference", progress=False)
+    s = Store.open(st)
+    steps = {h: s.load_checkpoint(h).step for h in run.checkpoints}
+    last, before = run.checkpoints[-1], run.checkpoints[-2]
+    assert (steps[last], steps[before]) == (12, 8)
+    w = s.objects.path(s.load_checkpoint(last).weights_hash)    # flip one byte of its weights
+    data = bytearray(w.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    w.write_bytes(bytes(data))
+    r = cli("resume", run.run_id, "--store", str(st), "--steps", "20", "--json")
+    assert r.returncode == 0, r.stderr
+    assert f"skipped checkpoint {last[:12]} of run {run.run_id} (step 12)" in r.stderr and "corrupt" in r.stderr
+    assert f"from checkpoint {before[:12]}, its newest that verifies" in r.stderr
+    got = json.loads(r.stdout)
+    whole = sc.train(SPEC, steps=20, device="reference", progress=False, store=tmp_path / "whole")
+    assert got["steps"] == 20 and Store.open(st).get_run(got["run"]).extra["resumed_from"] == before
+    assert got["loss_history"] == whole.loss_history and got["weights_hash"] == whole.weights_hash()
+    assert s.verify([s.load_checkpoint(before).weights_hash]) == {}
+    # (the resumed run's own step-12 checkpoint rewrote the same weights object, which repaired it)
+    for h in run.checkpoints:                                    # none verifies: a clear error, exit 2
+        m = s.objects.path(h)
+        m.write_bytes(m.read_bytes()[:-1])
+    bad = cli("resume", run.run_id, "--store", str(st), "--steps", "20")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert f"none of the 3 checkpoints of run {run.run_id} verifies" in bad.stderr
