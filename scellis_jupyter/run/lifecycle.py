@@ -271,7 +271,10 @@ def train(spec, *, store=None, detach: bool = False, progress: bool | Callable[[
         from .detach import launch
         return launch(st, {"kind": "train", "spec": _spec_job(spec), "spec_hash": spec.hash,
                            "kwargs": _detach_kwargs(kw)}, run_id=run_id)
-    run = run_class(spec)(spec, store=st, run_id=run_id, **kw)
+    from ..store.runs import new_run_id
+    run_id = run_id or new_run_id()
+    with _reserved(st, run_id):            # listed at once, before the data loads and the step compiles
+        run = run_class(spec)(spec, store=st, run_id=run_id, **kw)
     drive(run, progress=progress)
     return run
 
@@ -312,11 +315,44 @@ def resume(ref: str, *, store=None, spec=None, steps: int | None = None, detach:
 
 def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None, run_id: str | None = None,
                    **kw) -> Run:
-    """The Run that `resume` drives (not started): iterate it yourself for step-by-step control."""
-    from ..store.runs import get_run, mark_resumed
-    from .run import spec_of_checkpoint
+    """The Run that `resume` drives (not started): iterate it yourself for step-by-step control.
+
+    The new run is in the index (reserved, then adopted by the Run) as soon as its checkpoint is found,
+    before the spec is analysed, the dataset loaded and the step compiled: `scellis runs` lists it at once.
+    """
+    from ..store.runs import new_run_id
     st = open_store(store, create=False)
     ck_hash, origin = _resume_target(st, ref)
+    run_id = run_id or new_run_id()
+    with _reserved(st, run_id, origin=origin, checkpoint=ck_hash):
+        return _prepare_resume(st, ck_hash, origin, spec=spec, steps=steps, run_id=run_id, **kw)
+
+
+class _reserved:
+    """Reserve `run_id` for this process for the duration of a Run's start-up; withdraw the reservation if
+    the start-up fails before the Run took it up (bad input stays an error, not a listed run)."""
+
+    def __init__(self, st, run_id: str, **extra):
+        from ..store.runs import reserve_run
+        self.st, self.run_id = st, run_id
+        self.mine = reserve_run(st, run_id, pid=os.getpid(), extra={k: v for k, v in extra.items() if v})
+
+    def __enter__(self) -> "_reserved":
+        return self
+
+    def __exit__(self, et, e, tb) -> None:
+        if et is not None and self.mine:
+            from ..store.runs import release_run
+            try:
+                release_run(self.st, self.run_id, os.getpid())
+            except ScellisError:
+                pass                       # a read-only or full store: the reservation reads gone later
+
+
+def _prepare_resume(st, ck_hash: str, origin: str | None, *, spec=None, steps: int | None = None,
+                    run_id: str | None = None, **kw) -> Run:
+    from ..store.runs import get_run, mark_resumed
+    from .run import spec_of_checkpoint
     if spec is None:
         spec, ck, _ = spec_of_checkpoint(st, ck_hash)
     else:

@@ -343,6 +343,15 @@ def reserve_run(store: "Store", run_id: str, *, pid: int, **fields: Any) -> bool
     return True
 
 
+def release_run(store: "Store", run_id: str, pid: int) -> bool:
+    """Withdraw a reservation of `pid` not yet adopted (the run never started: bad input before it could
+    register), so no run is listed that never existed. An adopted run is never touched."""
+    row = store.index.run(run_id)
+    if row is None or not reserved_for(store, row, pid):
+        return False
+    return store.index.delete_reserved_run(run_id, pid, row["record"])
+
+
 def reserved_for(store: "Store", row, pid: int | None = None) -> bool:
     """Whether index row `row` is a reservation (`reserve_run`) not yet adopted, for process `pid` if given."""
     if row["state"] not in ("running", "interrupted") or row["host"] != socket.gethostname():
