@@ -5,9 +5,10 @@ One function per subcommand (`cmd_<name>(args) -> exit code`) plus one that decl
 2 (3 for a refused plan), without a traceback; argparse's own complaints (unknown flag, bad value,
 missing argument) come out in the same diagnostic format, with a did-you-mean where one is close.
 
-Exit codes: 0 ok / finished / verified; 1 a run failed or was interrupted, verify found differences, or fsck
-found problems (left unrepaired); 2 bad input; 3 refused (red plan); 124 `wait --timeout` ran out;
-130 interrupted in the foreground; 141 stdout's reader went away (`| head`).
+Exit codes: 0 ok / finished / verified; 1 a run failed (diverged, NaN storm, an error mid-run: its record is
+printed, as JSON with --json) or was interrupted, verify found differences, or fsck found problems (left
+unrepaired); 2 bad input; 3 refused (red plan); 124 `wait --timeout` ran out; 130 interrupted in the
+foreground; 141 stdout's reader went away (`| head`).
 """
 from __future__ import annotations
 
@@ -319,8 +320,24 @@ def _foreground(start, args, store) -> int:
     except ScellisError as e:
         if e.diagnostic.code == "plan-red":
             return _refused(e, run_id, args)
-        raise
+        row = store.index.run(run_id)
+        if row is None or row["state"] != "failed":      # bad input before the run registered: exit 2
+            raise
+        return _failed(e, run_id, args, store)
     return _finish(run, args, store)
+
+
+def _failed(e: ScellisError, run_id: str, args, store) -> int:
+    """A registered run that failed (diverged, a NaN storm, a data or device error mid-run): the diagnostic
+    on stderr, its record (state, reason, last checkpoint) on stdout, as JSON with --json; exit 1."""
+    from .run.lifecycle import result_of_record, summary_lines
+    print(e.diagnostic.format(), file=sys.stderr)
+    r = result_of_record(store.get_run(run_id), store)
+    if args.json:
+        print(json.dumps(r, default=str))
+    else:
+        print("\n".join(summary_lines(r, str(store.root))))
+    return EXIT_FAILED
 
 
 def cmd_train(args) -> int:

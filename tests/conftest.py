@@ -5,6 +5,46 @@ import pytest
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 os.environ.setdefault("SCELLIS_DEVICE", "reference")
 
+# ---- wgpu tests without an adapter: loud locally, a failure in CI ------------------------------------------
+# Tests of the wgpu backend skip when this machine has no adapter, with a reason starting "no wgpu"
+# (`skipif(WG is None and not CI, reason="no wgpu adapter")`, or `pytest.skip(f"no wgpu device: {e}")`).
+# Locally that must not pass unnoticed, so the session summary says how many did not run; with CI set, a
+# missing adapter is a failure, whichever way the test skipped.
+_NO_WGPU = ("no wgpu adapter", "no wgpu device")
+_wgpu_skipped: list[str] = []
+
+
+def _skip_reason(report) -> str:
+    lr = report.longrepr
+    return str(lr[2]) if isinstance(lr, tuple) and len(lr) == 3 else str(lr or "")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or not any(r in _skip_reason(report) for r in _NO_WGPU):
+        return
+    if os.environ.get("CI"):
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid}: {_skip_reason(report)} - with CI set, a missing wgpu adapter is a "
+                           "failure (install Mesa's llvmpipe: the README's test command does)")
+    elif report.when in ("setup", "call"):
+        _wgpu_skipped.append(item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _wgpu_skipped:
+        return
+    tr = terminalreporter
+    tr.section("wgpu NOT TESTED", sep="!", red=True, bold=True)
+    tr.write_line(f"{len(_wgpu_skipped)} wgpu test(s) were SKIPPED: this machine has no wgpu adapter, so the "
+                  "wgpu backend was not exercised.", red=True, bold=True)
+    tr.write_line("Install a Vulkan driver (Mesa's llvmpipe: apt-get install mesa-vulkan-drivers libvulkan1) or "
+                  "set CI=1 to make a missing adapter fail. First skipped:", red=True)
+    for nodeid in _wgpu_skipped[:5]:
+        tr.write_line(f"  {nodeid}")
+
 
 @pytest.fixture
 def ref():

@@ -29,7 +29,7 @@ from scellis_jupyter.graph.node import Node
     "weight_decay": Param(float, 0.0, lo=0.0, doc="decoupled: p -= lr d weight_decay p"),
     "d0": Param(float, 1e-6, lo=0.0, lo_open=True, doc="initial estimate of the distance to the solution"),
     "d_coef": Param(float, 1.0, lo=0.0, lo_open=True, doc="multiplies the d estimate"),
-    "growth_rate": Param(float, math.inf, lo=1.0, doc="d grows at most by this factor per step"),
+    "growth_rate": Param(float, math.inf, lo=1.0, inf_ok=True, doc="d grows at most by this factor per step"),
 })
 class Prodigy:
     def __init__(self, lr=1.0, betas=(0.9, 0.999), beta3=None, eps=1e-8, weight_decay=0.0, d0=1e-6, d_coef=1.0,

@@ -44,7 +44,8 @@ class Param:
 
     `type` is float, int, bool, str or tuple (a fixed-length tuple of floats, each checked against the
     range). A default of None (or optional=True) lets None through, meaning "derive it" (documented by
-    the entry).
+    the entry). Ranges mean what they say: an unbounded end is open (`[0, inf)`), so inf and -inf are
+    refused unless the entry declares `inf_ok=True` (shown as `[1, inf]`); NaN is always refused.
     """
 
     type: Any
@@ -57,6 +58,7 @@ class Param:
     optional: bool = False
     length: int | None = None
     doc: str = ""
+    inf_ok: bool = False           # an unbounded end accepts the infinity itself (e.g. "no limit")
 
     @property
     def type_name(self) -> str:
@@ -70,13 +72,13 @@ class Param:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if self.lo is None and self.hi is None:
             return ""
-        lo = "(-inf" if self.lo is None else ("(" if self.lo_open else "[") + _num(self.lo)
-        hi = "inf)" if self.hi is None else _num(self.hi) + (")" if self.hi_open else "]")
+        lo = ("[-inf" if self.inf_ok else "(-inf") if self.lo is None else ("(" if self.lo_open else "[") + _num(self.lo)
+        hi = ("inf]" if self.inf_ok else "inf)") if self.hi is None else _num(self.hi) + (")" if self.hi_open else "]")
         r = f"{lo}, {hi}"
         return f"each in {r}" if self.type is tuple else r
 
     def _in_range(self, x: float) -> bool:
-        if math.isnan(x):
+        if math.isnan(x) or (math.isinf(x) and not self.inf_ok):
             return False
         if self.lo is not None and (x <= self.lo if self.lo_open else x < self.lo):
             return False
@@ -126,6 +128,10 @@ class Param:
             raise CatalogError(f"{key}={value!r} is not {self.range()}", where=where,
                                hint=hint or f"use {self.range()}")
         for x in items:
+            if not math.isfinite(float(x)) and not self._in_range(float(x)):
+                raise CatalogError(f"{key}={_num(float(x))} is out of range {self.range()}: not a finite number",
+                                   where=where, hint=f"give a finite {key} in {self.range().removeprefix('each in ')}"
+                                                     f" (default {self.default!r})")
             if not self._in_range(float(x)):
                 raise CatalogError(f"{key}={value!r} is out of range {self.range()}", where=where,
                                    hint=f"{key} must be in {self.range().removeprefix('each in ')}"
@@ -137,7 +143,7 @@ class Param:
 
 
 def _num(x: float) -> str:
-    return "inf" if x == math.inf else "-inf" if x == -math.inf else f"{x:g}"
+    return "inf" if x == math.inf else "-inf" if x == -math.inf else "nan" if x != x else f"{x:g}"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..backends.device import ensure_xdg_runtime_dir
-from ..errors import EXIT_ERROR, EXIT_REFUSED, ScellisError
+from ..errors import EXIT_ERROR, EXIT_FAILED, EXIT_REFUSED, ScellisError
 
 
 # `-c` rather than `-m scellis_jupyter.run.detach`: the package imports this module, and runpy warns then
@@ -33,7 +33,7 @@ _CHILD = "import sys; from scellis_jupyter.run.detach import child_main; sys.exi
 
 def launch(store, job: dict, run_id: str | None = None) -> "Detached":
     """Start `job` ({"kind": "train"|"resume", ...}) in a new session; returns its handle immediately."""
-    from ..store.runs import _proc_start, new_run_id
+    from ..store.runs import _proc_start, new_run_id, reserve_run
     run_id = run_id or new_run_id()
     if store.index.run(run_id) is not None:
         from ..store import StoreError
@@ -59,6 +59,12 @@ def launch(store, job: dict, run_id: str | None = None) -> "Detached":
     launch_info = {"run": run_id, "pid": proc.pid, "proc_start": _proc_start(proc.pid), "host": socket.gethostname(),
                    "log": str(log_path), "started": time.time(), "argv": argv}
     _write_json(store.log_path(run_id, "launch.json"), launch_info, store)
+    # in the index before the id is printed: `scellis runs` shows it at once (the child adopts the row)
+    spec = job.get("spec") or {}
+    reserve_run(store, run_id, pid=proc.pid, spec_hash=job.get("spec_hash"),
+                extra={"detached": True, "kind": job["kind"], "log": str(log_path),
+                       **({"resume_ref": job["ref"]} if job.get("ref") else {}),
+                       **({"spec_source": spec["source"]} if spec.get("source") else {})})
     return Detached(store, run_id, pid=proc.pid, log=log_path, popen=proc)
 
 
@@ -83,6 +89,8 @@ def current_state(store, run_id: str):
     from ..store.runs import get_run, pid_alive
     if store.index.run(run_id) is not None:
         rec = get_run(store, run_id)
+        if rec.state == "running" and (rec.extra or {}).get("starting"):
+            return "starting", rec              # reserved by the launcher, not yet taken up by the child
         return rec.state, rec
     info = launch_info(store, run_id)
     if info is not None and info.get("host") == socket.gethostname() and \
@@ -235,6 +243,9 @@ def child_main(job_path: str) -> int:
         return exit_code(run.state)
     except ScellisError as e:
         print(e.diagnostic.format(), flush=True)
+        row = store.index.run(run_id)
+        if row is not None and row["state"] == "failed":     # it ran and failed (diverged, ...): exit 1, as `train`
+            return EXIT_FAILED
         _record_failure(store, run_id, e, spec)
         return EXIT_REFUSED if e.diagnostic.code == "plan-red" else EXIT_ERROR
     except KeyboardInterrupt:
@@ -248,8 +259,10 @@ def child_main(job_path: str) -> int:
 
 def _record_failure(store, run_id: str, error: BaseException, spec) -> None:
     """A run that failed before it registered is still recorded, so whoever waits on it learns why."""
+    from ..store.runs import reserved_for
     try:
-        if store.index.run(run_id) is None:
+        row = store.index.run(run_id)
+        if row is None or reserved_for(store, row, os.getpid()):      # never registered, or only reserved
             from ..store import start_run
             start_run(store, id=run_id, spec_hash=spec.hash if spec is not None else None,
                       extra={"detached": True}).fail(error)

@@ -130,7 +130,7 @@ def summary_lines(r: dict, store_root: str | None = None) -> list[str]:
     dev = r.get("device") or {}
     where = f"{dev.get('backend', '?')}:{dev.get('name', '?')}" if isinstance(dev, dict) else str(dev)
     lines = [f"{r['state']} {r['run']}: {r.get('steps')} steps on {where}, tier {r.get('tier')}"]
-    if r.get("stop_reason"):
+    if r.get("stop_reason") and not (r["state"] == "failed" and r.get("error")):
         lines.append(f"  stopped: {r['stop_reason']}")
     if r.get("error") and r["state"] != "finished":
         e = r["error"]
@@ -143,7 +143,8 @@ def summary_lines(r: dict, store_root: str | None = None) -> list[str]:
                      f"planned {r.get('predicted_peak_bytes')}")
     ck = r.get("final_checkpoint") or r.get("last_checkpoint")
     if ck:
-        lines.append(f"  checkpoint {ck}" + (f" in {store_root}" if store_root else ""))
+        good = " (the last good one)" if r["state"] == "failed" else ""
+        lines.append(f"  checkpoint {ck}{good}" + (f" in {store_root}" if store_root else ""))
     if r.get("weights_hash"):
         lines.append(f"  weights {r['weights_hash']}")
     s = f" --store {store_root}" if store_root else ""
@@ -279,8 +280,12 @@ def train(spec, *, store=None, detach: bool = False, progress: bool | Callable[[
     st = open_store(store)
     if detach:
         from .detach import launch
-        return launch(st, {"kind": "train", "spec": _spec_job(spec), "kwargs": _detach_kwargs(kw)}, run_id=run_id)
-    run = run_class(spec)(spec, store=st, run_id=run_id, **kw)
+        return launch(st, {"kind": "train", "spec": _spec_job(spec), "spec_hash": spec.hash,
+                           "kwargs": _detach_kwargs(kw)}, run_id=run_id)
+    from ..store.runs import new_run_id
+    run_id = run_id or new_run_id()
+    with _reserved(st, run_id):            # listed at once, before the data loads and the step compiles
+        run = run_class(spec)(spec, store=st, run_id=run_id, **kw)
     drive(run, progress=progress)
     return run
 
@@ -321,11 +326,44 @@ def resume(ref: str, *, store=None, spec=None, steps: int | None = None, detach:
 
 def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None, run_id: str | None = None,
                    **kw) -> Run:
-    """The Run that `resume` drives (not started): iterate it yourself for step-by-step control."""
-    from ..store.runs import get_run, mark_resumed
-    from .run import spec_of_checkpoint
+    """The Run that `resume` drives (not started): iterate it yourself for step-by-step control.
+
+    The new run is in the index (reserved, then adopted by the Run) as soon as its checkpoint is found,
+    before the spec is analysed, the dataset loaded and the step compiled: `scellis runs` lists it at once.
+    """
+    from ..store.runs import new_run_id
     st = open_store(store, create=False)
     ck_hash, origin = _resume_target(st, ref)
+    run_id = run_id or new_run_id()
+    with _reserved(st, run_id, origin=origin, checkpoint=ck_hash):
+        return _prepare_resume(st, ck_hash, origin, spec=spec, steps=steps, run_id=run_id, **kw)
+
+
+class _reserved:
+    """Reserve `run_id` for this process for the duration of a Run's start-up; withdraw the reservation if
+    the start-up fails before the Run took it up (bad input stays an error, not a listed run)."""
+
+    def __init__(self, st, run_id: str, **extra):
+        from ..store.runs import reserve_run
+        self.st, self.run_id = st, run_id
+        self.mine = reserve_run(st, run_id, pid=os.getpid(), extra={k: v for k, v in extra.items() if v})
+
+    def __enter__(self) -> "_reserved":
+        return self
+
+    def __exit__(self, et, e, tb) -> None:
+        if et is not None and self.mine:
+            from ..store.runs import release_run
+            try:
+                release_run(self.st, self.run_id, os.getpid())
+            except ScellisError:
+                pass                       # a read-only or full store: the reservation reads gone later
+
+
+def _prepare_resume(st, ck_hash: str, origin: str | None, *, spec=None, steps: int | None = None,
+                    run_id: str | None = None, **kw) -> Run:
+    from ..store.runs import get_run, mark_resumed
+    from .run import spec_of_checkpoint
     if spec is None:
         spec, ck, _ = spec_of_checkpoint(st, ck_hash)
     else:
@@ -355,7 +393,7 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
 
 def _resume_target(st, ref: str) -> tuple[str, str | None]:
     """(checkpoint hash, the run it belongs to) for a checkpoint reference or a run id."""
-    from ..store.runs import get_run, resolve_run
+    from ..store.runs import get_run, newest_good_checkpoint, resolve_run
     origin = None
     if isinstance(ref, str) and ref.startswith("run-") and st.index.ref(ref) is None:
         origin = resolve_run(st, ref)
@@ -364,7 +402,19 @@ def _resume_target(st, ref: str) -> tuple[str, str | None]:
             raise RunError(f"run {origin} is still running (pid {rec.pid} on {rec.host})", where=f"run {origin}",
                            hint=f"wait for it (scellis wait {origin}), or resume from one of its checkpoints "
                                 "by hash to branch off")
-        h = st.resolve_checkpoint(origin)
+        h, skipped = newest_good_checkpoint(st, rec)
+        for sk in skipped:          # the README promises "its last good checkpoint": say which were passed over
+            print(f"scellis: skipped checkpoint {sk['hash'][:12]} of run {origin} (step {sk['step']}): "
+                  f"{sk['problem']}", file=sys.stderr)
+        if h is None:
+            if not skipped:
+                h = st.resolve_checkpoint(origin)          # none at all: its own clear error
+            raise RunError(f"none of the {len(skipped)} checkpoints of run {origin} verifies", where=f"run {origin}",
+                           code="store-corrupt", skipped=skipped,
+                           hint="restore the store from a copy, or start the run again")
+        if skipped:
+            print(f"scellis: resuming run {origin} from checkpoint {h[:12]}, its newest that verifies",
+                  file=sys.stderr)
     else:
         h = st.resolve_checkpoint(ref)
         row = st.index.checkpoint(h)
@@ -416,7 +466,8 @@ def result_of_record(rec, store=None) -> dict:
             "skipped_steps": ex.get("skipped"), "stop_reason": ex.get("stop_reason"),
             "measured_peak_bytes": rec.measured_peak_bytes, "predicted_peak_bytes": rec.predicted_peak_bytes,
             "device": rec.device, "tier": rec.tier, "spec_hash": rec.spec_hash, "program_hash": rec.program_hash,
-            "error": rec.error, "resumed_from": ex.get("resumed_from"), "resumed_by": ex.get("resumed_by")}
+            "error": rec.error, "reason": (rec.error or {}).get("message") if rec.state != "finished" else None,
+            "resumed_from": ex.get("resumed_from"), "resumed_by": ex.get("resumed_by")}
 
 
 def follow(store, run_id: str, *, timeout: float | None = None, poll: float = 0.25,

@@ -5,6 +5,14 @@ stop) belong to user code, so the Run only does one planned step per iteration a
 a step depends on is explicit state here (weights and optimizer state on the device, the Philox
 positions of every sub-stream, the loader's place, the schedule, the loss scale), which is exactly what a
 checkpoint holds, so a resumed run continues bit for bit.
+
+Non-finite steps. Under fp32 a non-finite loss on finite inputs is divergence: the run stops at that step
+with a `RunError` (code run-diverged) naming it, records `failed` and keeps its last good checkpoint (a
+checkpoint is never written from non-finite weights). A batch whose own inputs are not finite (a poisoned
+example) is skipped instead, as are steps whose gradients alone overflow. Under mixed precision non-finite
+steps are expected (the f16 loss or gradients overflowed at the current loss scale): they are skipped and
+the scale backs off, by design. Either way, `max_skipped_steps` skipped steps in a row (a NaN storm) fail
+the run (code run-nan-storm).
 """
 from __future__ import annotations
 
@@ -359,10 +367,12 @@ class Run:
             else:
                 self.loss_scale = max(self.loss_scale * self.scaler["backoff_factor"], SCALE_MIN)
                 self._good_steps = 0
-        self._count_skip(finite)
         self.step += 1
         self.loss_history.append(loss)
         self._record("loss", loss)
+        if not self.mixed and not math.isfinite(loss) and not self._bad_inputs(x, y, st.options.data == "device"):
+            raise self._diverged(f"the loss is {loss} at step {self.step} (its inputs are finite)")
+        self._count_skip(finite)
         metrics = {}
         if self.metric_names and self.eval_every and self.step % self.eval_every == 0 and self._has("val"):
             metrics = self.evaluate("val")
@@ -375,15 +385,43 @@ class Run:
         return StepResult(self.step, self.epoch, loss, lr, scale, not finite, metrics, self.batch_size, dt_s)
 
     def _count_skip(self, finite: bool) -> None:
-        """A step with non-finite gradients was skipped: count it; too many in a row (a NaN storm) stop the run."""
+        """A step with non-finite gradients was skipped: count it; too many in a row (a NaN storm) fail the run."""
         if finite:
             self._skip_run = 0
             return
         self.skipped += 1
         self._skip_run += 1
         if self._skip_run >= self.max_skipped:
-            self.stop(f"{self._skip_run} steps in a row had non-finite gradients (NaN storm); "
+            reason = (f"{self._skip_run} steps in a row had non-finite gradients (NaN storm); "
                       f"{self.skipped} skipped in all")
+            self._stop_reason = reason
+            raise RunError(f"stopped at step {self.step}: {reason}", where=f"step {self.step}",
+                           code="run-nan-storm", step=self.step, last_checkpoint=self._last_checkpoint(),
+                           hint=self._diverged_hint("max_skipped_steps raises the bound"))
+
+    def _bad_inputs(self, x, y, rows: bool = False) -> bool:
+        """The batch's own inputs or targets are not finite (a poisoned example, not a diverged model)."""
+        if rows:                                 # placement = "device": x holds row ids, read those rows back
+            x, y = self.dataset.read(np.asarray(x).reshape(-1))
+        for a in (x, y):
+            a = np.asarray(a) if a is not None else None
+            if a is not None and a.dtype.kind in "fc" and not np.isfinite(a).all():
+                return True
+        return False
+
+    def _last_checkpoint(self) -> str | None:
+        return self.checkpoints[-1] if self.checkpoints else self.parent
+
+    def _diverged_hint(self, extra: str = "") -> str:
+        ck = self._last_checkpoint()
+        keep = (f"the last good checkpoint is {ck[:12]}" if ck else "no checkpoint was saved before it")
+        return "; ".join(filter(None, ["lower the learning rate or clip gradients (clip_grad_norm)", extra, keep]))
+
+    def _diverged(self, what: str) -> RunError:
+        """The error that ends a diverged run: names the step and the last good checkpoint."""
+        self._stop_reason = f"diverged: {what}"
+        return RunError(f"the run diverged: {what}", where=f"step {self.step}", code="run-diverged",
+                        step=self.step, last_checkpoint=self._last_checkpoint(), hint=self._diverged_hint())
 
     def _record(self, name: str, value: float) -> None:
         self.metric_history.setdefault(name, []).append([self.step, float(value)])
@@ -486,6 +524,9 @@ class Run:
             prog, order = self._eval_program(len(sel))
             feeds = self._eval_feeds(prog, order, x, y, weights, f"Run.evaluate({part!r})")
             pred, loss_v = self.impl.read_many(execute(prog, feeds, self.impl))
+            if not np.isfinite(pred).all() and not self._bad_inputs(x, None):
+                raise self._diverged(f"the model's outputs on the {part} split are not finite after step "
+                                     f"{self.step}")
             total += float(loss_v) * len(sel)
             count += len(sel)
             for m in metrics.values():
@@ -559,7 +600,11 @@ class Run:
             raise RunError("this run has no store to checkpoint into", where=f"{type(self).__name__}.checkpoint",
                            hint=f"sc.{type(self).__name__}(spec, store='.scellis') or --store DIR")
         from ..store import save_checkpoint
-        h = save_checkpoint(self.store, weights=self.weights(), optimizer_state=self.optimizer_state(),
+        weights = self.weights()
+        bad = sorted(k for k, v in weights.items() if v.dtype.kind in "fc" and not np.isfinite(v).all())
+        if bad:                                 # never a checkpoint of a diverged model: the last good one stays
+            raise self._diverged(f"weight {bad[0]!r} is not finite after step {self.step}")
+        h = save_checkpoint(self.store, weights=weights, optimizer_state=self.optimizer_state(),
                             rng_state=self.gen.state_dict(), epoch=epoch, step=self.step,
                             metrics_history=self.metric_history, spec_hash=self.spec.hash, parent=self.parent,
                             extra=extra, run=self._handle.id if self._handle else None)
@@ -711,10 +756,15 @@ class Run:
             self._handle.interrupt(reason)
 
     def _fail(self, e: BaseException) -> None:
+        """Record the run failed with `e` and where it stood (steps, skips, loss curve, the reason)."""
         self.state = "failed"
         if self._handle is not None and self._handle.state == "running":
             self._stop_hb()
-            self._handle.fail(e)
+            extra = dict(self._handle.record.extra or {})
+            reason = e.diagnostic.message if isinstance(e, ScellisError) else f"{type(e).__name__}: {e}"
+            extra.update(steps=self.step, skipped=self.skipped, loss_history=list(self.loss_history),
+                         stop_reason=self._stop_reason or reason)
+            self._handle.fail(e, extra=extra)
 
     # ---- results ---------------------------------------------------------------------------------------
     def run_to_end(self) -> dict:
@@ -726,6 +776,7 @@ class Run:
         """The summary `scellis train --json` prints."""
         return {"run": self.run_id, "state": self.state, "steps": self.step, "epochs": self.epoch,
                 "final_checkpoint": self.checkpoints[-1] if self.checkpoints else None,
+                "last_checkpoint": self._last_checkpoint(),
                 "weights_hash": self.weights_hash(), "metrics": getattr(self, "final_metrics", {}),
                 "loss_history": list(self.loss_history), "skipped_steps": self.skipped,
                 "stop_reason": self._stop_reason, "measured_peak_bytes": self.step_peak,

@@ -188,6 +188,12 @@ class Index:
             c.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
                       tuple(row[k] for k in cols))
 
+    def delete_reserved_run(self, run_id: str, pid: int, record: str) -> bool:
+        """Delete a run row only while it is still the given reservation (same pid and record object)."""
+        with self.tx() as c:
+            return c.execute("DELETE FROM runs WHERE id = ? AND pid = ? AND record = ?",
+                             (run_id, pid, record)).rowcount > 0
+
     def update_run(self, run_id: str, *, expect_state: str | None = None, expect_heartbeat: float | None = None,
                    **row: Any) -> bool:
         """Update a run's row; with expect_*, only if it still has that state/heartbeat (compare-and-set)."""

@@ -63,9 +63,14 @@ class RunRecord:
 
     @property
     def last_checkpoint(self) -> str | None:
+        """Where this run can be continued from: the newest checkpoint that verifies once it was settled,
+        else its newest checkpoint, else (a resumed run that saved none of its own yet) the checkpoint it
+        started from, so a resumed run killed early is never a dead end."""
         if self.resume_from:
             return self.resume_from
-        return self.checkpoints[-1]["hash"] if self.checkpoints else None
+        if self.checkpoints:
+            return self.checkpoints[-1]["hash"]
+        return (self.extra or {}).get("resumed_from")
 
     def last_checkpoint_step(self, store=None) -> int | None:
         """The step of the last good checkpoint: from the record, else (a checkpoint saved just before the
@@ -231,8 +236,8 @@ class RunHandle:
     def finish(self, **fields: Any) -> RunRecord:
         return self._end("finished", fields)
 
-    def fail(self, error: Any) -> RunRecord:
-        return self._end("failed", {}, error=_error_json(error))
+    def fail(self, error: Any, **fields: Any) -> RunRecord:
+        return self._end("failed", fields, error=_error_json(error))
 
     def refuse(self, diagnostic: Any) -> RunRecord:
         return self._end("refused", {}, error=_error_json(diagnostic))
@@ -286,22 +291,77 @@ def _set_fields(rec: RunRecord, fields: dict) -> None:
 
 
 def start_run(store: "Store", **fields: Any) -> RunHandle:
-    """Register a new run in state `running` (record object + index row with pid/host/heartbeat)."""
+    """Register a new run in state `running` (record object + index row with pid/host/heartbeat).
+
+    A run reserved for this very process (`reserve_run`, by the launcher of a detached run) is adopted:
+    its row gets the full record; any other existing id is refused.
+    """
     now, pid = time.time(), os.getpid()
     fields = dict(fields)
     run_id = fields.pop("id", None) or new_run_id(now)
-    if store.index.run(run_id) is not None:
+    row = store.index.run(run_id)
+    adopt = row is not None and reserved_for(store, row, pid)
+    if row is not None and not adopt:
         raise StoreError(f"run {run_id} already exists", where=f"store {store.root}", code="bad-argument")
-    rec = RunRecord(id=run_id, state="running", engine_version=__version__, created=now, updated=now,
-                    host=socket.gethostname(), pid=pid)
+    rec = RunRecord(id=run_id, state="running", engine_version=__version__, created=row["created"] if adopt else now,
+                    updated=now, host=socket.gethostname(), pid=pid)
     _set_fields(rec, fields)
     rec.heartbeat = now
     h = store.put_json(rec.to_json(), kind="run-record")
     rec.record_hash = h
-    store.index.insert_run(id=run_id, state="running", spec_hash=rec.spec_hash, created=now, updated=now,
-                           heartbeat=now, pid=pid, host=rec.host, proc_start=_proc_start(pid), record=h,
-                           last_checkpoint=None)
+    if adopt:
+        store.index.update_run(run_id, state="running", spec_hash=rec.spec_hash, updated=now, heartbeat=now,
+                               pid=pid, host=rec.host, proc_start=_proc_start(pid), record=h, last_checkpoint=None)
+    else:
+        store.index.insert_run(id=run_id, state="running", spec_hash=rec.spec_hash, created=now, updated=now,
+                               heartbeat=now, pid=pid, host=rec.host, proc_start=_proc_start(pid), record=h,
+                               last_checkpoint=None)
     return RunHandle(store, rec)
+
+
+def reserve_run(store: "Store", run_id: str, *, pid: int, **fields: Any) -> bool:
+    """Register run `run_id` for process `pid` of this host that is starting it (a detached child), so
+    `scellis runs` lists it the moment its id is printed; the child's `start_run` adopts the row. The
+    record says `extra.starting`; until adopted the run is never settled as gone while `pid` lives.
+    Returns False when the child registered first (nothing to do)."""
+    now = time.time()
+    if store.index.run(run_id) is not None:
+        return False
+    rec = RunRecord(id=run_id, state="running", engine_version=__version__, created=now, updated=now,
+                    host=socket.gethostname(), pid=pid)
+    _set_fields(rec, fields)
+    rec.extra = dict(rec.extra or {}, starting=True)
+    h = store.put_json(rec.to_json(), kind="run-record")
+    try:
+        store.index.insert_run(id=run_id, state="running", spec_hash=rec.spec_hash, created=now, updated=now,
+                               heartbeat=now, pid=pid, host=rec.host, proc_start=_proc_start(pid), record=h,
+                               last_checkpoint=None)
+    except StoreError:
+        if store.index.run(run_id) is not None:      # the child was quicker
+            return False
+        raise
+    return True
+
+
+def release_run(store: "Store", run_id: str, pid: int) -> bool:
+    """Withdraw a reservation of `pid` not yet adopted (the run never started: bad input before it could
+    register), so no run is listed that never existed. An adopted run is never touched."""
+    row = store.index.run(run_id)
+    if row is None or not reserved_for(store, row, pid):
+        return False
+    return store.index.delete_reserved_run(run_id, pid, row["record"])
+
+
+def reserved_for(store: "Store", row, pid: int | None = None) -> bool:
+    """Whether index row `row` is a reservation (`reserve_run`) not yet adopted, for process `pid` if given."""
+    if row["state"] not in ("running", "interrupted") or row["host"] != socket.gethostname():
+        return False
+    if pid is not None and row["pid"] != pid:
+        return False
+    try:
+        return bool((store.get_json(row["record"]).get("extra") or {}).get("starting"))
+    except (StoreError, AttributeError):
+        return False
 
 
 class HeartbeatThread(threading.Thread):
@@ -341,32 +401,49 @@ def _load(store: "Store", row) -> RunRecord:
     return rec
 
 
-def _is_gone(row, timeout: float, now: float) -> bool:
-    if row["host"] == socket.gethostname() and not pid_alive(row["pid"], row["proc_start"]):
-        return True
+def _is_gone(row, timeout: float, now: float, starting: bool = False) -> bool:
+    if row["host"] == socket.gethostname():
+        if not pid_alive(row["pid"], row["proc_start"]):
+            return True
+        if starting:                         # a detached child still importing and planning: alive is enough
+            return False
     beat = row["heartbeat"] if row["heartbeat"] is not None else row["updated"]
     return now - beat > timeout
 
 
 def _last_good(store: "Store", rec: RunRecord) -> str | None:
     """The newest checkpoint of the run that loads and verifies (record list and index rows together)."""
+    return newest_good_checkpoint(store, rec)[0]
+
+
+def newest_good_checkpoint(store: "Store", rec: RunRecord) -> tuple[str | None, list[dict[str, Any]]]:
+    """(the newest of the run's checkpoints that loads and verifies, or None; the newer ones skipped as
+    [{"hash", "step", "problem"}]). Candidates: the record's list, the index rows of the run (a checkpoint
+    saved just before its process died), and the checkpoint a resumed run started from."""
     from .checkpoint import load_checkpoint
     seen = {c["hash"]: c["step"] for c in rec.checkpoints}
     for r in store.index.checkpoints(rec.id):
         seen.setdefault(r["hash"], r["step"])
+    start = (rec.extra or {}).get("resumed_from")        # a resumed run starts from another run's checkpoint
+    if start and start not in seen:
+        row = store.index.checkpoint(start)
+        seen[start] = row["step"] if row is not None else -1
+    if rec.resume_from and rec.resume_from not in seen:
+        seen[rec.resume_from] = -1
+    skipped = []
     for h in sorted(seen, key=lambda k: seen[k], reverse=True):
         try:
             load_checkpoint(store, h)
-            return h
-        except ScellisError:
-            continue
-    return None
+            return h, skipped
+        except ScellisError as e:
+            skipped.append({"hash": h, "step": seen[h], "problem": e.diagnostic.message})
+    return None, skipped
 
 
 def _settle(store: "Store", row, timeout: float) -> RunRecord:
     """The run's record, first persisting `interrupted` when its process is gone."""
     rec = _load(store, row)
-    if row["state"] != "running" or not _is_gone(row, timeout, time.time()):
+    if row["state"] != "running" or not _is_gone(row, timeout, time.time(), bool((rec.extra or {}).get("starting"))):
         return rec
     rec.state = "interrupted"
     rec.resume_from = _last_good(store, rec)

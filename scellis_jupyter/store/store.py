@@ -55,6 +55,22 @@ class Store:
         self.root = Path(root)
         self.objects = ObjectStore(self.root)
         self.index = Index(self.root / "index.sqlite", store=str(self.root))
+        self.dropped_rows = self._drop_dangling()
+
+    def _drop_dangling(self) -> list[str]:
+        """Drop index rows that name an object file which is not there, so the index never names what the
+        store does not hold (every writer puts the file before its row, and gc drops rows before files,
+        so only a store damaged by hand, or written by an older engine killed mid-write, has any)."""
+        named = {r[0] for r in self.index.query("SELECT hash FROM objects UNION SELECT hash FROM checkpoints")}
+        if not named:
+            return []
+        missing = sorted(named - set(self.objects))
+        if missing:
+            try:
+                self.index.remove_objects(missing)
+            except StoreError:                  # a read-only store: reads still refuse the missing objects
+                return []
+        return missing
 
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, *, create: bool = True) -> "Store":
@@ -80,11 +96,11 @@ class Store:
 
     # ---- objects ----------------------------------------------------------------------------------
     def put_bytes(self, data: bytes, *, kind: str = "blob") -> str:
-        """Store bytes; returns their BLAKE3 hash. The index row comes first, so every file has a kind."""
+        """Store bytes; returns their BLAKE3 hash. The file comes first (durable), then its index row, so a
+        kill in between leaves an unnamed file (gc removes it), never a row naming nothing."""
         data = bytes(data)
-        h = hash_bytes(data)
+        h = self.objects.write(data)
         self.index.add_object(h, kind, len(data))
-        self.objects.write(data)
         return h
 
     def get_bytes(self, ref: str) -> bytes:
@@ -237,11 +253,11 @@ class Store:
         except StoreError as e:
             if e.diagnostic.code not in ("store-unknown", "store-ambiguous"):
                 raise
-            share = {c: len(os.path.commonprefix([c, p])) for c in cks}
-            best = max(share.values(), default=0)
-            close = sorted((c for c in cks if share[c] == best), key=lambda c: c)[:3] if best > 0 else []
-            hint = ("did you mean " + " or ".join(c[:max(12, best + 2)] for c in close) + "?") if close else \
-                ("this store has no checkpoints yet" if not cks else "`scellis runs` lists runs and their checkpoints")
+            close = _typos_of(p, cks)
+            hint = ("did you mean " + " or ".join(c[:max(12, len(p))] for c in close) + "?") if close else \
+                ("this store has no checkpoints yet" if not cks else
+                 "no checkpoint here starts with it (one whose process was killed while writing it was never "
+                 "saved); `scellis runs` lists each run's last good checkpoint")
             raise StoreError(f"no checkpoint {ref!r} in the store", where=where, code="store-unknown", hint=hint,
                              suggestions=close) from None
         row = self.index.object(h)
@@ -281,7 +297,8 @@ class Store:
         `keep_final`); every checkpoint of a run still running; anything younger than `grace_s` seconds
         (a concurrent writer may not have named it yet). Only checkpoint objects and superseded run
         records are ever deleted: datasets, specs and user blobs stay. Leftover temp files of killed
-        writers older than `grace_s` go too.
+        writers, and object files no index row names (a writer killed between file and row: nobody got
+        their hash), older than `grace_s` go too.
         """
         from .runs import list_runs
         runs = list_runs(self, timeout=timeout)            # settles dead runs first
@@ -302,6 +319,9 @@ class Store:
         report = GcReport()
         doomed = [row for row in self.index.objects()
                   if row["kind"] in COLLECTABLE_KINDS and row["hash"] not in keep and row["created"] < cutoff]
+        # rows first, then files: a kill in between leaves unnamed files (removed below next time), never
+        # rows that name nothing
+        self.index.remove_objects([row["hash"] for row in doomed])
         for row in doomed:
             freed = self.objects.delete(row["hash"])
             report.freed_bytes += freed
@@ -309,7 +329,18 @@ class Store:
                 report.freed_objects.append(row["hash"])
             if row["kind"] == "checkpoint":
                 report.removed_checkpoints.append(row["hash"])
-        self.index.remove_objects([row["hash"] for row in doomed])
+        indexed = {row["hash"] for row in self.index.objects()}
+        for h in self.objects:                  # files no row names (a writer killed between file and row)
+            if h not in indexed and h not in keep:
+                try:
+                    if self.objects.path(h).stat().st_mtime >= cutoff:
+                        continue                # a concurrent writer may be about to add its row
+                except OSError:
+                    continue
+                freed = self.objects.delete(h)
+                report.freed_bytes += freed
+                if freed:
+                    report.freed_objects.append(h)
         for p in self.objects.temp_files():
             try:
                 if p.stat().st_mtime < cutoff:
@@ -344,6 +375,21 @@ class Store:
             if last:
                 out |= self._closure(last)
         return out
+
+
+def _typos_of(p: str, hashes: Iterable[str], n: int = 3) -> list[str]:
+    """Hashes that `p` is plausibly a mistyped prefix of: the first 4+ digits agree, or at most a digit or
+    two of the first len(p) differ; nearest first. Never unrelated ones (a random hash differs from a
+    12-digit prefix in ~11 places and shares its first 4 digits once in 65,536)."""
+    if len(p) < 4:
+        return []
+    allowed = max(1, len(p) // 6)
+    scored = []
+    for h in hashes:
+        miss, common = sum(a != b for a, b in zip(h, p)), len(os.path.commonprefix([h, p]))
+        if miss <= allowed or common >= 4:
+            scored.append((miss, -common, h))
+    return [h for _, _, h in sorted(scored)][:n]
 
 
 def _ref_name(name: str) -> str:

@@ -127,7 +127,23 @@ def test_param_ranges_and_choices():
     assert "'sum'" in e.value.diagnostic.hint
     assert Param(int, 3, lo=1).validate("k", 4) == 4
     assert Param(float, None).validate("lr", None) is None
-    assert Param(float, math.inf, lo=1.0).validate("g", math.inf) == math.inf
+    assert Param(float, 2.0, lo=1.0, inf_ok=True).validate("g", math.inf) == math.inf    # declared: "no limit"
+    assert Param(float, 2.0, lo=1.0, inf_ok=True).range() == "[1, inf]"
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_an_open_range_refuses_non_finite_values(value):
+    """`[0, inf)` says what it means: inf is not in it (nor -inf, nor NaN), unless the entry declares inf."""
+    for p in (Param(float, 0.05, lo=0.0), Param(float, -0.8, hi=0.0), Param(tuple, None, lo=0.0, optional=True)):
+        with pytest.raises(CatalogError) as e:
+            p.validate("std", (value, 1.0) if p.type is tuple else value)
+        assert "is out of range" in e.value.diagnostic.message and "not a finite number" in e.value.diagnostic.message
+        assert p.range().removeprefix("each in ") in e.value.diagnostic.hint
+    with pytest.raises(CatalogError):
+        Param(float, 2.0, lo=1.0, inf_ok=True).validate("g", math.nan)                # NaN never
+    if value == -math.inf:
+        with pytest.raises(CatalogError):
+            Param(float, 2.0, lo=1.0, inf_ok=True).validate("g", value)               # below the bound
 
 
 # ---- registering / duplicates ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Detached runs: `scellis train --detach` / `sc.train(spec, detach=True)` train in their own process, the
 caller gets the run id at once, and anyone follows them through the store (`scellis wait`, the handle).
 
-A detached run killed with kill -9 reads `interrupted` and `scellis resume RUN` continues it; a clean
+A detached run killed with kill -9 reads `interrupted` and `scellis resume RUN` continues it (on the
+reference device and on wgpu, llvmpipe where no GPU is present); a clean
 interrupt (SIGTERM through `.interrupt()`) checkpoints first. Each continuation is compared bit for bit
 (== on every loss, the weights hash) with an uninterrupted run of the same length in this process.
 """
@@ -22,6 +23,11 @@ from scellis_jupyter.store.runs import pid_alive
 from scellis_jupyter.run.lifecycle import WaitTimeout, read_events
 
 ROOT = str(Path(sc.__file__).resolve().parent.parent)
+try:
+    WG = sc.device("wgpu")
+except sc.ScellisError:  # pragma: no cover
+    WG = None
+needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
 
 SPEC = """
 name = "digits-tiny"
@@ -78,6 +84,8 @@ def test_cli_detach_then_wait(tmp_path, reap):
     started = json.loads(r.stdout)
     reap.append(started["pid"])
     assert set(started) == {"run", "state", "pid", "log"} and started["state"] in ("starting", "running")
+    (listed,) = json.loads(cli("runs", "--store", str(st), "--json").stdout)     # listed at once, not seconds later
+    assert listed["run"] == started["run"] and listed["state"] == "running" and listed["pid"] == started["pid"]
     assert Path(started["log"]).parent == st / "logs"
     assert time.monotonic() - t0 < 60
     w = cli("wait", started["run"][:-2], "--store", str(st))           # a prefix is enough
@@ -93,12 +101,13 @@ def test_cli_detach_then_wait(tmp_path, reap):
     assert f"detached run {started['run']}" in log and "step 30/30" in log
 
 
-def test_kill_9_reads_interrupted_and_resume_continues_exactly(tmp_path, reap):
+@pytest.mark.parametrize("device", ["reference", pytest.param("wgpu", marks=needs_wgpu)])
+def test_kill_9_reads_interrupted_and_resume_continues_exactly(tmp_path, reap, device):
     spec = tmp_path / "long.toml"
     spec.write_text(LONG)
     st = tmp_path / "st"
     started = json.loads(cli("train", str(spec), "--store", str(st), "--checkpoint-every", "4", "--detach",
-                             "--json").stdout)
+                             "--json", "--device", device).stdout)
     run, pid = started["run"], started["pid"]
     reap.append(pid)
     _events_until(st / "logs" / f"{run}.events.jsonl", lambda e: e.get("event") == "step" and e["step"] >= 22)
@@ -120,8 +129,8 @@ def test_kill_9_reads_interrupted_and_resume_continues_exactly(tmp_path, reap):
     res = cli("resume", run, "--store", str(st), "--steps", str(target), "--json")
     assert res.returncode == 0, res.stderr
     got = json.loads(res.stdout)
-    here = sc.train(LONG, steps=target, device="reference", progress=False, store=tmp_path / "here")
-    assert got["state"] == "finished" and got["steps"] == target
+    here = sc.train(LONG, steps=target, device=device, progress=False, store=tmp_path / "here")
+    assert got["state"] == "finished" and got["steps"] == target and got["device"]["backend"] == device
     assert got["loss_history"] == here.loss_history and got["weights_hash"] == here.weights_hash()
     (old,) = [r for r in json.loads(cli("runs", "--store", str(st), "--json").stdout) if r["run"] == run]
     assert old["resumed_by"] == got["run"] and old["resume"] == f"resumed as {got['run']}"
@@ -131,6 +140,7 @@ def test_python_handle_follow_wait_result(tmp_path, reap):
     st = tmp_path / "st"
     h = sc.train(SHORT, store=st, detach=True, steps=30, device=sc.device("reference"))
     reap.append(h.pid)
+    assert [r.id for r in sc.runs(st)] == [h.id]           # registered before train() returned the handle
     assert isinstance(h, sc.Detached) and h.state in ("starting", "running", "finished")
     seen, done = [], []
     follower = h.follow(seen.append, poll=0.1)

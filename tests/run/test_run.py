@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import scellis_jupyter as sc
-from scellis_jupyter.run.run import Run
+from scellis_jupyter.run.run import Run, RunError
 
 try:
     WG = sc.device("wgpu")
@@ -153,16 +153,22 @@ def test_a_bad_batch_is_skipped_and_counted_and_training_goes_on(tmp_path):
     assert all(np.isnan(s.loss) for s in skipped)
 
 
-def test_nan_storm_stops_the_run_with_a_reason(tmp_path):
+def test_nan_storm_fails_the_run_with_a_reason(tmp_path):
+    """A NaN storm is a failure (state failed, code run-nan-storm), not a finished run with a NaN loss."""
     spec = _poisoned(tmp_path, slice(None))          # every example poisoned
     run = Run(spec, device="reference", max_skipped=3)
-    steps = list(run)
-    assert len(steps) == 3 and all(s.skipped for s in steps)
+    steps = []
+    with pytest.raises(RunError) as e:
+        for s in run:
+            steps.append(s)
+    assert e.value.diagnostic.code == "run-nan-storm" and e.value.diagnostic.where == "step 3"
+    assert len(steps) == 2 and all(s.skipped for s in steps) and run.state == "failed"
     from_recipe = Run(spec.replace('determinism = "debug"', 'determinism = "debug"\nmax_skipped_steps = 5'),
                       device="reference")
-    assert len(list(from_recipe)) == 5 and "5 steps in a row" in from_recipe.result()["stop_reason"]
+    with pytest.raises(RunError, match="5 steps in a row"):
+        list(from_recipe)
     r = run.result()
-    assert "NaN storm" in r["stop_reason"] and r["skipped_steps"] == 3
+    assert "NaN storm" in r["stop_reason"] and r["skipped_steps"] == 3 and r["state"] == "failed"
     assert all(np.isfinite(v).all() for v in run.weights().values())
 
 
