@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..spec import Spec
-from ..errors import WaitTimeout
+from ..errors import ScellisError, WaitTimeout
 from .run import Run, RunError
 
 # states after which a run's process does no more work (an interrupted run waits for `resume`)

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..spec import Spec
-from ..errors import RunError
+from ..errors import RunError, ScellisError
 
 SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
 # dynamic loss scaling with torch.amp.GradScaler's defaults; the scale never backs off below SCALE_MIN
