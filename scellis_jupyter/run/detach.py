@@ -64,6 +64,7 @@ def launch(store, job: dict, run_id: str | None = None) -> "Detached":
     reserve_run(store, run_id, pid=proc.pid, spec_hash=job.get("spec_hash"),
                 extra={"detached": True, "kind": job["kind"], "log": str(log_path),
                        **({"resume_ref": job["ref"]} if job.get("ref") else {}),
+                       **({"resumed_from": job["checkpoint"]} if job.get("checkpoint") else {}),
                        **({"spec_source": spec["source"]} if spec.get("source") else {})})
     return Detached(store, run_id, pid=proc.pid, log=log_path, popen=proc)
 

@@ -316,7 +316,7 @@ def resume(ref: str, *, store=None, spec=None, steps: int | None = None, detach:
                 st.keep_spec_text(spec.hash, spec.text)          # for the diff
                 st.check_spec(st.load_checkpoint(ck), spec.hash)
         from .detach import launch
-        job = {"kind": "resume", "ref": ref, "spec": _spec_job(spec) if spec is not None else None,
+        job = {"kind": "resume", "ref": ref, "checkpoint": ck, "spec": _spec_job(spec) if spec is not None else None,
                "kwargs": _detach_kwargs(dict(kw, steps=steps))}
         return launch(st, job, run_id=run_id)
     run = prepare_resume(ref, store=st, spec=spec, steps=steps, run_id=run_id, **kw)
@@ -335,7 +335,8 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
     st = open_store(store, create=False)
     ck_hash, origin = _resume_target(st, ref)
     run_id = run_id or new_run_id()
-    with _reserved(st, run_id, origin=origin, checkpoint=ck_hash):
+    # resumed_from: a run killed while still starting up is resumed from there too, never a dead end
+    with _reserved(st, run_id, resumed_from=ck_hash, resumed_from_run=origin):
         return _prepare_resume(st, ck_hash, origin, spec=spec, steps=steps, run_id=run_id, **kw)
 
 
@@ -371,6 +372,11 @@ def _prepare_resume(st, ck_hash: str, origin: str | None, *, spec=None, steps: i
         ck = st.load_checkpoint(ck_hash)
     ex = ck.extra or {}
     rec = get_run(st, origin) if origin else None
+    seen = set()
+    while rec is not None and (rec.extra or {}).get("starting") and rec.id not in seen:
+        seen.add(rec.id)                # killed while starting up: its target and cadence are its origin's
+        up = (rec.extra or {}).get("resumed_from_run")
+        rec = get_run(st, up) if up and st.index.run(up) is not None else None
     rex = (rec.extra or {}) if rec is not None else {}
     if steps is None:
         target = rex.get("target_steps")
