@@ -48,6 +48,13 @@ class ReferenceBackend:
     def arena_bytes(nbytes: int) -> int:
         return nbytes
 
+    @staticmethod
+    def staging_bytes(nbytes_list) -> int:
+        """Readback copies are host arrays handed to the caller, not engine allocations."""
+        return 0
+
+    pools_outputs = False           # an output's buffer is freed when nothing refers to it
+
     def arena(self, nbytes: int):
         if self._arena.nbytes < nbytes:
             self._track(nbytes - self._arena.nbytes)

@@ -14,7 +14,7 @@ from ..errors import ScellisError
 
 GREEN_HEADROOM = 0.80         # green: the peak uses at most 80% of capacity
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "master_weights", "data",
-              "buffers")
+              "buffers", "evaluation", "readback")
 
 
 class PlanError(ScellisError):
@@ -52,15 +52,18 @@ class Plan:
     step: object = field(default=None, repr=False, compare=False)
     options: dict = field(default_factory=dict)  # the step options planned (checkpointing, precision, ...)
     notes: list = field(default_factory=list)    # what a chosen setting costs (e.g. checkpointing's recompute)
+    evaluation: dict | None = None               # what the run evaluates, as planned: {"parts", "in_loop"}
+    spec_obj: object = field(default=None, repr=False, compare=False)
 
     @property
     def fits(self) -> bool:
         return self.verdict != "red"
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d.pop("step", None)
-        return d
+        from dataclasses import fields
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("step", "spec_obj", "steps")}
+        d["fixes"] = [asdict(f) for f in self.fixes]
+        return json.loads(json.dumps(d, default=str))
 
     def table(self) -> str:
         mib = lambda n: f"{n / 2**20:10.2f} MiB"  # noqa: E731
@@ -120,9 +123,9 @@ def step_parts(step, impl) -> dict:
         leaf[lf.role] = leaf.get(lf.role, 0) + impl.alloc_bytes(nb(lf.node.shape, lf.node.dtype))
     prog = step.program
     persistent = sum(impl.alloc_bytes(prog.values[p].nbytes) for p in prog.persistent)
-    uniform = None
-    if hasattr(impl, "dry_param_bytes"):
-        uniform = impl.dry_param_bytes(prog, [_StandIn(lf.node) for lf in step.leaves])
+    uniform, scratch = None, {}
+    if hasattr(impl, "dry_run"):
+        uniform, scratch = impl.dry_run(prog, [_StandIn(lf.node) for lf in step.leaves])
     arena = impl.arena_bytes(prog.arena.arena_bytes)
     by_role = {"activations": 0, "gradients": 0, "workspace": 0}
     worst = prog.arena.live_peak_step
@@ -131,7 +134,8 @@ def step_parts(step, impl) -> dict:
             if s <= worst <= e:
                 by_role[step.roles.get(v, "workspace")] += prog.arena.sizes[v]
     return {"leaf": leaf, "persistent": persistent, "uniform": uniform or 0, "has_uniform": uniform is not None,
-            "arena": arena, "arena_roles": by_role, "inputs": leaf["data"] + leaf["scalar"] + persistent}
+            "scratch": scratch, "arena": arena, "arena_roles": by_role,
+            "inputs": leaf["data"] + leaf["scalar"] + persistent}
 
 
 def step_peak(step, impl) -> tuple[int, dict, dict]:
@@ -143,8 +147,9 @@ def step_peak(step, impl) -> tuple[int, dict, dict]:
     for k, v in parts["arena_roles"].items():      # the arena at its worst step, split by what lives there
         bd[k] += v
     bd["workspace"] += parts["arena"] - sum(parts["arena_roles"].values())     # placement slack of the arena
-    bd["workspace"] += parts["persistent"] + parts["uniform"]
+    bd["workspace"] += parts["persistent"] + parts["uniform"] + sum(parts["scratch"].values())
     extras = {"uniform_params": parts["uniform"]} if parts["has_uniform"] else {}
+    extras.update({f"scratch {k}": v for k, v in parts["scratch"].items()})
     return sum(bd.values()), bd, extras
 
 
@@ -161,10 +166,15 @@ class _StandIn:
 
 
 def plan(spec, device=None, memory: int | None = None, batch_size: int | None = None, tier: str | None = None,
-         fixes: bool = True, options=None) -> Plan:
-    """Plan one training step of `spec` on `device`: verdict, peak, breakdown and fixes, before any compute.
+         fixes: bool = True, options=None, evaluation=None) -> Plan:
+    """Plan a training run of `spec` on `device`: verdict, peak, breakdown and fixes, before any compute.
 
-    options: a `StepOptions` (checkpointing, precision, shard, relay); default from the spec's recipe.
+    The peak is the whole run's: the step, its loss readback, the evaluation Programs the run builds
+    and the checkpoint readback (plan.whole_run). options: a `StepOptions` (checkpointing, precision,
+    shard, relay); default from the spec's recipe. evaluation: what the run evaluates, as
+    {"parts": [rows per evaluated part], "in_loop": evaluates between steps}; `False` plans the step
+    alone; default from the spec (its metrics and split), at full batches (a Run passes its split's sizes,
+    so its partial last batches are planned too).
     """
     from ..program.training import StepOptions, build_train_step
     spec = _spec_of(spec)
@@ -193,15 +203,17 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
                     worst = (st, peak, bd, ex)
             return worst
         st = build_train_step(spec, b, dev.backend, t, options=o)
-        peak, bd, ex = step_peak(st, impl)
+        peak, bd, ex = run_peak(spec, st, impl, dev.backend, t, ev)
         return st, peak, bd, ex
 
+    ev = _evaluation_of(spec, evaluation)
     st, peak, bd, ex = at(bs)
     warnings = _device_warnings(dev, t, [st.program])
     device_warned = bool(warnings)
     mem_verdict, verdict = _verdicts(peak, capacity, warnings)
     out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
-               spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe())
+               spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe(),
+               evaluation=ev, spec_obj=spec)
     if opts.checkpointing == "activations" and opts.relay[1] == 1:
         note, cost = _recompute_cost(st, at(bs, _replace(opts, checkpointing="none")))
         out.notes.append(note)
@@ -209,6 +221,67 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     if fixes and mem_verdict != "green":
         out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green", opts, dev)
     return out
+
+
+def _evaluation_of(spec, evaluation):
+    """{"parts": [rows] or None (full batches only), "in_loop": bool}, or None when the run evaluates nothing.
+
+    A Run evaluates its val and test parts at the end when it has metrics or a test part, and its val
+    part between steps when it has metrics."""
+    if evaluation is False:
+        return None
+    if evaluation is not None:
+        return {"parts": list(evaluation.get("parts") or []) or None, "in_loop": bool(evaluation.get("in_loop"))}
+    from ..data.split import DEFAULT_FRACTIONS
+    fr = dict((spec.data or {}).get("split") or DEFAULT_FRACTIONS)
+    metrics = bool(spec.recipe.get("metrics"))
+    if not (metrics or fr.get("test", 0) > 0) or not (fr.get("val", 0) > 0 or fr.get("test", 0) > 0):
+        return None
+    return {"parts": None, "in_loop": metrics and fr.get("val", 0) > 0}
+
+
+_EVALS: dict = {}
+
+
+def _eval_programs(spec, st, backend: str, tier: str, ev) -> list:
+    """The run's evaluation Programs for step `st` (built by program.evaluation, as the run builds them)."""
+    from ..program.evaluation import build_eval_program, eval_batches
+    b = st.batch_size
+    sizes = eval_batches(ev["parts"], b) if ev["parts"] else [b]
+    out = []
+    for n in sizes:
+        key = (spec.hash, st.program.hash, n)
+        e = _EVALS.get(key)
+        if e is None:
+            if len(_EVALS) > 256:
+                _EVALS.clear()
+            e = _EVALS[key] = build_eval_program(spec, st, n, backend, tier)
+        out.append(e)
+    return out
+
+
+def run_peak(spec, st, impl, backend: str, tier: str, ev) -> tuple[int, dict, dict]:
+    """(peak, breakdown, extras) of a whole run of step `st`: the step's own breakdown, plus what
+    evaluation ("evaluation") and a readback's staging buffer ("readback") add at the run's worst moment."""
+    from .whole_run import replay_run
+    peak, bd, ex = step_peak(st, impl)
+    evals = _eval_programs(spec, st, backend, tier, ev) if ev is not None else []
+    book = replay_run(st, impl, evals, ev is not None and ev["in_loop"])
+    if book.peak < peak:     # the replay counts what the step counts; it cannot be below it
+        raise PlanError(f"the run's replay ({book.peak} bytes) is below its step's peak ({peak}): an engine bug",
+                        where="plan.whole_run")
+    if book.peak > peak:
+        staged = book.at_peak.get("readback", 0)
+        more = book.peak - peak - staged        # evaluation's inputs, outputs, blocks and arena growth
+        bd["readback"] += staged
+        if more >= 0:
+            bd["evaluation"] += more
+        else:                                   # the step's outputs were released by then
+            bd["workspace"] += more
+        ex["step_peak"] = peak
+    if evals:
+        ex["evaluation_batches"] = [e.batch_size for e in evals]
+    return book.peak, bd, ex
 
 
 def _context(spec, device, memory, batch_size, tier):
