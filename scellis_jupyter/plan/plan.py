@@ -76,7 +76,11 @@ class Plan:
         for k in CATEGORIES:
             lines.append(f"    {k:16} {mib(self.breakdown.get(k, 0))}")
         for k, v in self.extras.items():
-            lines.append(f"      incl. {k:18} {v} B")
+            if k == "host temporaries bound":
+                lines.append(f"    host bound       the host holds at most {v} B more (numpy temporaries inside "
+                             "kernels, freed before they return; not in the peak)")
+            elif isinstance(v, int):
+                lines.append(f"      incl. {k:18} {v} B")
         for n in self.notes:
             lines.append(f"  note: {n}")
         for w in self.warnings:
@@ -281,6 +285,9 @@ def run_peak(spec, st, impl, backend: str, tier: str, ev) -> tuple[int, dict, di
         ex["step_peak"] = peak
     if evals:
         ex["evaluation_batches"] = [e.batch_size for e in evals]
+    if hasattr(impl, "host_temporaries_bound"):     # the numpy path: what the host may hold beyond the plan
+        ex["host temporaries bound"] = max(impl.host_temporaries_bound(p)
+                                           for p in [st.program] + [e.program for e in evals])
     return book.peak, bd, ex
 
 

@@ -361,8 +361,8 @@ class Run:
         st = self.step_prog
         lr = self.schedule.at(self.step)
         outs = execute(st.program, self._feeds(x, y, lr), self.impl)
-        if self.step_peak is None or not self._evaluated:
-            self.step_peak = int(self.impl.peak)        # the planned step's own peak (before any evaluation)
+        if self.step_peak is None:
+            self.step_peak = int(self.impl.peak)        # the planned step's own peak (before its readback)
         got = dict(zip(st.outputs, outs))
         if "finite" in got:                   # one readback for both
             loss_a, fin_a = self.impl.read_many([got["loss"], got["finite"]])
@@ -667,8 +667,9 @@ class Run:
 
     def _final_fields(self) -> dict:
         extra = self._progress_extra()
-        extra.update(spec_name=self.spec.name, epochs_done=self.epoch, stop_reason=self._stop_reason)
-        return dict(measured_peak_bytes=self.step_peak, metrics=self.final_metrics,
+        extra.update(spec_name=self.spec.name, epochs_done=self.epoch, stop_reason=self._stop_reason,
+                     step_peak_bytes=self.step_peak)
+        return dict(measured_peak_bytes=int(self.impl.peak), metrics=self.final_metrics,
                     timings=dict(self.timings), extra=extra)
 
     def _progress_extra(self) -> dict:
@@ -704,7 +705,7 @@ class Run:
         h = None
         if self._handle is not None and self._handle.state == "running":
             h = self.checkpoint()
-            self._handle.update(measured_peak_bytes=self.step_peak, timings=dict(self.timings),
+            self._handle.update(measured_peak_bytes=int(self.impl.peak), timings=dict(self.timings),
                                 extra=self._progress_extra())
         self._interrupt(reason)
         return h
@@ -738,8 +739,9 @@ class Run:
                 "final_checkpoint": self.checkpoints[-1] if self.checkpoints else None,
                 "weights_hash": self.weights_hash(), "metrics": getattr(self, "final_metrics", {}),
                 "loss_history": list(self.loss_history), "skipped_steps": self.skipped,
-                "stop_reason": self._stop_reason, "measured_peak_bytes": self.step_peak,
-                "peak_with_evaluation_bytes": int(self.impl.peak),
+                "stop_reason": self._stop_reason, "measured_peak_bytes": int(self.impl.peak),
+                "peak_with_evaluation_bytes": int(self.impl.peak), "step_peak_bytes": self.step_peak,
+                "predicted_step_peak_bytes": int(self.plan.extras.get("step_peak", self.plan.peak_bytes)),
                 "predicted_peak_bytes": int(self.plan.peak_bytes), "device": self._device_json(),
                 "tier": self.tier, "spec_hash": self.spec.hash, "program_hash": self.plan.program_hash}
 
