@@ -196,9 +196,35 @@ def _(n, g):
 @rule("matmul")
 def _(n, g):
     a, b = n.inputs
-    ga = F.matmul(g, F.transpose(b))
-    gb = F.matmul(F.transpose(a), g)
+    if len(b.shape) == 2 and len(a.shape) > 2:
+        # a batch of rows times one matrix: the matrix's gradient is one [K, N] product over all rows,
+        # not a [batch, K, N] stack summed afterwards
+        k, m = a.shape[-1], b.shape[-1]
+        a2, g2 = F.reshape(a, (-1, k)), F.reshape(g, (-1, m))
+        ga, gb = _matmul_grads(a2, b, g2)
+        return F.reshape(ga, a.shape), gb
+    ga, gb = _matmul_grads(a, b, g)
     return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+
+def _numel(x: Node) -> int:
+    return math.prod(x.shape)
+
+
+def _matmul_grads(a: Node, b: Node, g: Node) -> tuple[Node, Node]:
+    """dA = g B^T and dB = A^T g, each written the way that copies less: a transpose of an operand that is
+    itself a transpose is free (it folds back), otherwise (B g^T)^T / (g^T A)^T transpose g and the result
+    instead, which pays off when an operand is a big weight and g is a small batch's."""
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        return F.matmul(g, F.transpose(b)), F.matmul(F.transpose(a), g)
+    free = F.is_transpose
+    cost_a1 = 0 if free(b) else _numel(b)
+    cost_a2 = _numel(g) + (0 if free(a) else _numel(a))
+    ga = F.matmul(g, F.transpose(b)) if cost_a1 <= cost_a2 else F.transpose(F.matmul(b, F.transpose(g)))
+    cost_b1 = 0 if free(a) else _numel(a)
+    cost_b2 = _numel(g) + (0 if free(b) else _numel(b))
+    gb = F.matmul(F.transpose(a), g) if cost_b1 <= cost_b2 else F.transpose(F.matmul(F.transpose(g), a))
+    return ga, gb
 
 
 @rule("reshape")

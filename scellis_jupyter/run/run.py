@@ -640,7 +640,7 @@ class Run:
                       tier=p.tier, plan=p.to_json(), predicted_peak_bytes=p.peak_bytes,
                       extra={"spec_name": self.spec.name, "spec_source": self.spec.source,
                              "base_dir": _abs(self.spec.base_dir)})
-        if hasattr(self, "dataset"):
+        if hasattr(self, "_args"):          # set up (not refused by its plan)
             from .verify import data_files
             fields.update(dataset_hash=self.dataset.content_hash(), split_hash=self.split.hash)
             fields["extra"].update(self._args, horizon=self.horizon, eval_every=self.eval_every,
