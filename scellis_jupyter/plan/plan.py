@@ -23,11 +23,18 @@ class PlanError(ScellisError):
 
 @dataclass
 class Fix:
+    """One way out of a red or tight plan: its re-planned peak and verdict, and what it changes.
+
+    changes: spec key paths -> new values ({"recipe.precision": "mixed-f16"}), what the notebook front-end
+    applies to the spec text (spec.edit.apply_changes); empty when no spec key expresses it yet.
+    requires: what must exist first ("pool": a pool of devices), None when the spec change is enough."""
     kind: str
     description: str
     peak_bytes: int | None
     verdict: str | None
     settings: dict = field(default_factory=dict)
+    changes: dict = field(default_factory=dict)
+    requires: str | None = None
 
 
 @dataclass
@@ -87,12 +94,15 @@ class Plan:
             lines.append(f"  warning: {w}")
         for f in self.fixes:
             peak = f" -> peak {mib(f.peak_bytes)} ({f.verdict})" if f.peak_bytes is not None else ""
-            lines.append(f"  fix [{f.kind}] {f.description}{peak}")
+            change = ", ".join(f"{k} = {json.dumps(v)}" for k, v in f.changes.items())
+            lines.append(f"  fix [{f.kind}] {f.description}{peak}" + (f"\n        change: {change}" if change else "")
+                         + (f"\n        needs: a {f.requires} (not in the spec yet)" if f.requires else ""))
         return "\n".join(lines)
 
     def refusal(self) -> PlanError:
         """The red verdict as an error in the product's one diagnostic format."""
-        hint = "; ".join(f.description for f in self.fixes[:3]) or "use a device with more memory"
+        fit = [f for f in self.fixes if f.verdict != "red"] + [f for f in self.fixes if f.verdict == "red"]
+        hint = "; ".join(f.description for f in fit[:3]) or "use a device with more memory"
         return PlanError(f"the plan needs {self.peak_bytes} bytes but {self.device} has {self.capacity_bytes} "
                          f"({self.capacity_source}); refused before any compute", where=f"plan for {self.spec!r}",
                          hint=hint, code="plan-red", peak_bytes=self.peak_bytes, capacity_bytes=self.capacity_bytes)
@@ -223,7 +233,31 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
         out.notes.append(note)
         out.options["recompute"] = cost
     if fixes and mem_verdict != "green":
-        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green", opts, dev)
+        def replan(changes: dict) -> int:
+            from ..spec import Spec
+            from ..spec.edit import apply_changes
+            changed = Spec.from_text(apply_changes(spec.text, changes), source=f"{spec.name} with a fix",
+                                     base_dir=spec.base_dir)
+            return plan(changed, dev, memory=memory, batch_size=batch_size, tier=tier, fixes=False,
+                        options=None if options is None else _replace(options, **_options_of(changes)),
+                        evaluation=evaluation).peak_bytes
+        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green", opts, dev, spec,
+                           replan)
+    return out
+
+
+def _options_of(changes: dict) -> dict:
+    """StepOptions fields a spec change sets (for a plan made with explicit options)."""
+    from ..program.training import _peft_items
+    out = {}
+    if "recipe.precision" in changes:
+        out["precision"] = changes["recipe.precision"]
+    if "recipe.checkpointing" in changes:
+        out["checkpointing"] = changes["recipe.checkpointing"]
+    if "recipe.peft" in changes:
+        out["peft"] = _peft_items(changes["recipe.peft"])
+    if "data.placement" in changes:
+        out["data"] = changes["data.placement"]
     return out
 
 
@@ -361,10 +395,13 @@ def _verdict(peak: int, capacity: int) -> str:
     return "green" if peak <= GREEN_HEADROOM * capacity else "yellow"
 
 
-def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, dev) -> list[Fix]:
-    """Each fix is a re-plan of the changed step; only fixes that lower the peak are offered.
+def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, dev, spec, replan) -> list[Fix]:
+    """Every fix that lowers the peak, each a re-plan of the changed run (never a rule of thumb), with its
+    verdict and the spec change that makes it (`changes`). A fix that helps but does not fit alone is
+    offered red; when no single one fits, the smallest combination that does is offered too.
 
     overall: the verdict a fix that fits with headroom gets (yellow when the device itself warns).
+    replan(changes): the peak of the spec with `changes` applied to its text, planned for real.
     """
     from ..dtypes import nbytes as dt_nbytes
     from ..program.cost import program_flops
@@ -378,6 +415,13 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
         v = _verdict(pk, capacity)
         return overall if v == "green" else v
 
+    def offer(kind, text, pk, settings, changes=None, requires=None, why_not=None):
+        if pk < peak:
+            fixes.append(Fix(kind, text, pk, verdict_of(pk), settings, dict(changes or {}), requires))
+        else:
+            p.notes.append(f"considered {kind} ({text}): re-planned peak {pk} bytes, not below {peak}"
+                           + (f"; {why_not}" if why_not else ""))
+
     if _verdict(lo_peak, capacity) == "red":
         what = ("parameters, their gradients and optimizer state" if not held else
                 "parameters, their gradients, optimizer state and the device-resident dataset")
@@ -388,35 +432,53 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
     elif _verdict(lo_peak, capacity) == "green":
         good, good_peak = _largest_green(at, capacity, bs, peak, lo_peak)
         fixes.append(Fix("batch_size", f"batch size {good} (the largest with {100 - int(100 * GREEN_HEADROOM)}% "
-                                       "headroom)", good_peak, overall, {"batch_size": good}))
+                                       "headroom)", good_peak, overall, {"batch_size": good},
+                         {"recipe.batch_size": good}))
     else:
         fixes.append(Fix("batch_size", "batch size 1 still leaves little headroom", lo_peak, _verdict(lo_peak, capacity),
-                         {"batch_size": 1}))
+                         {"batch_size": 1}, {"recipe.batch_size": 1}))
     base_flops = program_flops(p.step.program)
     if opts.checkpointing == "none" and opts.relay[1] == 1:
-        best = None
+        # the recipe key recomputes segments of the default size; finer segments are a StepOptions setting
+        st, pk, _, _ = at(bs, _replace(opts, checkpointing="activations"))
+        finer = []
         n_nodes = len(p.step.info.get("stage_nodes", [])) or 1
-        for seg in sorted({1, 2, None}, key=lambda v: (v is None, v or 0)):
-            if seg is not None and seg >= n_nodes:
-                continue
-            st, pk, _, _ = at(bs, _replace(opts, checkpointing="activations", segment=seg))
-            if best is None or pk < best[1]:
-                best = (st, pk, seg)
-        if best is not None and best[1] < peak:
-            st, pk, seg = best
-            extra = program_flops(st.program) / max(base_flops, 1) - 1
-            rec = st.info.get("recompute", {})
-            fixes.append(Fix("checkpointing", f"activation checkpointing (recompute {rec.get('segments')} segments "
-                                              f"in the backward: +{100 * extra:.0f}% compute, "
-                                              f"+{len(st.program.steps) - len(p.step.program.steps)} kernels)",
-                             pk, verdict_of(pk), {"checkpointing": "activations", "segment": seg,
-                                                  "extra_compute": round(extra, 4)}))
+        for seg in (1, 2):
+            if seg < n_nodes:
+                fpk = at(bs, _replace(opts, checkpointing="activations", segment=seg))[1]
+                if fpk < pk:
+                    finer.append(f"segment {seg}: peak {fpk} bytes via sc.plan(options=StepOptions("
+                                 f"checkpointing='activations', segment={seg}))")
+        extra = program_flops(st.program) / max(base_flops, 1) - 1
+        rec = st.info.get("recompute", {})
+        offer("checkpointing", f"activation checkpointing (recompute {rec.get('segments')} segments in the "
+                               f"backward: +{100 * extra:.0f}% compute, "
+                               f"+{len(st.program.steps) - len(p.step.program.steps)} kernels)"
+                               + (f"; {'; '.join(finer)}" if finer else ""),
+              pk, {"checkpointing": "activations", "segment": None, "extra_compute": round(extra, 4)},
+              {"recipe.checkpointing": "activations"},
+              why_not=f"activations take {p.breakdown['activations']} bytes at the peak")
     if opts.precision == "fp32" and _has_f16(dev):
         st, pk, _, _ = at(bs, _replace(opts, precision="mixed-f16"))
-        if pk < peak:
-            fixes.append(Fix("precision", "precision mixed-f16 (f16 weights and compute, f32 master weights and "
-                                          "optimizer state, dynamic loss scaling)", pk, verdict_of(pk),
-                             {"precision": "mixed-f16"}))
+        offer("precision", "precision mixed-f16 (f16 weights and compute, f32 master weights and optimizer "
+                           "state, dynamic loss scaling)", pk, {"precision": "mixed-f16"},
+              {"recipe.precision": "mixed-f16"},
+              why_not="the f32 master weights and f32 optimizer state stay, and f16 weights come on top")
+    opt_cfg = dict(spec.recipe.get("optimizer") or {"name": "adamw"})
+    for name, what in (("int8adam", "Int8Adam (Adam with 8-bit block-quantized moments)"),
+                       ("adafactor", "Adafactor (factored second moment, no first moment)")):
+        if str(opt_cfg.get("name", "")).lower() == name:
+            continue
+        new = {"name": name}
+        if "lr" in opt_cfg:
+            new["lr"] = opt_cfg["lr"]
+        try:
+            pk = replan({"recipe.optimizer": new})
+        except ScellisError as e:
+            p.notes.append(f"considered optimizer {name}: {e.diagnostic.message}")
+            continue
+        offer("optimizer", f"optimizer {what}: smaller state than {opt_cfg.get('name')}", pk, {"optimizer": new},
+              {"recipe.optimizer": new})
     if opts.peft is None and p.step is not None:
         for method in ("lora", "qlora"):
             cfg = (("method", method), ("rank", 8))
@@ -424,30 +486,31 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
                 st, pk, _, _ = at(bs, _replace(opts, peft=cfg))
             except ScellisError:         # e.g. no linear weight to adapt
                 break
-            if pk >= peak:
-                continue
             info = st.info.get("peft", {})
             what = "LoRA adapters" if method == "lora" else "QLoRA (NF4 base weights) with LoRA adapters"
-            fixes.append(Fix("adapters", f"{what}, rank 8: trains {100 * info.get('factor', 0):.2f}% of the "
-                                         f"{info.get('total_params', 0):,} parameters", pk, verdict_of(pk),
-                             {"peft": {"method": method, "rank": 8}, "factor": info.get("factor")}))
+            offer("adapters", f"{what}, rank 8, when fine-tuning a pretrained model ([model.pretrained]; from "
+                              f"scratch it trains only the adapters): trains {100 * info.get('factor', 0):.2f}% of "
+                              f"the {info.get('total_params', 0):,} parameters", pk,
+                  {"peft": {"method": method, "rank": 8}, "factor": info.get("factor")},
+                  {"recipe.peft": {"method": method, "rank": 8}})
     if opts.data == "device":
         st, pk, _, _ = at(bs, _replace(opts, data="stream"))
-        if pk < peak:
-            fixes.append(Fix("stream_data", f"stream the data (placement = \"stream\"): upload each batch instead of "
-                                            f"keeping all {held} dataset bytes on the device", pk, verdict_of(pk),
-                             {"placement": "stream"}))
+        offer("stream_data", f"stream the data (placement = \"stream\"): upload each batch instead of keeping all "
+                             f"{held} dataset bytes on the device", pk, {"placement": "stream"},
+              {"data.placement": "stream"})
     prev = peak
-    for world in (2, 4, 8):
+    for world in (2, 4, 8, 16):
         if opts.shard[1] != 1:
             break
         pk = _sharded_peak(at, bs, opts, world, p.step)
         if pk >= prev:
             break
         prev = pk
-        fixes.append(Fix("shard_optimizer_state", f"shard optimizer state over {world} devices (each keeps and "
-                                                  f"updates 1/{world} of it; gradients reduce-scattered, weights "
-                                                  "all-gathered)", pk, verdict_of(pk), {"shard": world}))
+        fixes.append(Fix("shard_optimizer_state", f"shard optimizer state over a pool of {world} devices (each "
+                                                  f"keeps and updates 1/{world} of it; gradients reduce-scattered, "
+                                                  "weights all-gathered): the peak of the device holding the "
+                                                  "largest share. Needs a device pool, which does not exist yet",
+                         pk, verdict_of(pk), {"shard": world}, {}, "pool"))
         if _verdict(pk, capacity) == "green":
             break
     n_stages = len(p.step.info.get("stage_nodes", []))
@@ -462,12 +525,40 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
         if pk >= prev:
             break
         prev = pk
-        fixes.append(Fix("layer_relay", f"layer relay over {stages} devices (each holds a contiguous run of layers "
-                                        "and passes activations on)", pk, verdict_of(pk), {"relay": stages}))
+        fixes.append(Fix("layer_relay", f"layer relay over a pool of {stages} devices (each holds a contiguous run "
+                                        "of layers and passes activations on). Needs a device pool, which does "
+                                        "not exist yet", pk, verdict_of(pk), {"relay": stages}, {}, "pool"))
         if _verdict(pk, capacity) == "green":
             break
-    # only what helps: a fix that still does not fit is not offered (the batch-size line explains)
-    return [f for f in fixes if f.kind == "batch_size" or f.verdict != "red"]
+    if not any(f.verdict != "red" and f.requires is None for f in fixes):
+        combo = _combination([f for f in fixes if f.changes and f.requires is None and f.kind != "batch_size"],
+                             replan, capacity)
+        if combo is not None:
+            parts, pk = combo
+            merged = {k: v for f in parts for k, v in f.changes.items()}
+            fixes.append(Fix("combined", " + ".join(f.description.split(" (")[0].split(":")[0] for f in parts)
+                             + ", together", pk, verdict_of(pk), {"kinds": [f.kind for f in parts]}, merged))
+    return fixes
+
+
+def _combination(helpers: list, replan, capacity: int):
+    """The fewest helping fixes whose changes together fit (each candidate re-planned), best savers first."""
+    from itertools import combinations
+    helpers = sorted(helpers, key=lambda f: f.peak_bytes)
+    seen_kinds = []
+    for n in (2, 3):
+        for group in combinations(helpers, n):
+            kinds = [f.kind for f in group]
+            if len(set(kinds)) < n or sorted(kinds) in seen_kinds:    # one fix of each kind
+                continue
+            merged = {k: v for f in group for k, v in f.changes.items()}
+            try:
+                pk = replan(merged)
+            except ScellisError:
+                continue
+            if _verdict(pk, capacity) != "red":
+                return list(group), pk
+    return None
 
 
 def _sharded_peak(at, bs: int, opts, world: int, step) -> int:
