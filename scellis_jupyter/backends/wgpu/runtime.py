@@ -39,6 +39,7 @@ def env_binding_limit(granted: int) -> int:
     return min(granted, n // 256 * 256)
 
 
+STAGING_MAX = 64 << 20   # a readback maps at most this many bytes at once
 POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full)
 
 
@@ -112,8 +113,9 @@ class WgpuBackend:
 
     @staticmethod
     def staging_bytes(nbytes_list) -> int:
-        """Bytes of the mapped buffer one `read_many` of storages of these sizes creates."""
-        return sum(align(n, 4) if n else 0 for n in nbytes_list)
+        """Bytes of the mapped buffer one `read_many` of storages of these sizes creates (at most
+        STAGING_MAX: larger reads go through it in pieces)."""
+        return min(sum(align(n, 4) if n else 0 for n in nbytes_list), STAGING_MAX)
 
     pools_outputs = True            # program outputs come from a pool and stay allocated when freed
 
@@ -229,24 +231,37 @@ class WgpuBackend:
             self.flush()
             return [np.zeros(s.shape, dt.to_numpy(s.dtype)) for s in storages]
         self.staging_peak = max(self.staging_peak, total)
-        tmp = self.device.create_buffer(size=total, usage=0x0001 | 0x0008)     # MAP_READ | COPY_DST
-        self._track(total)                  # the mapped staging buffer is memory too (the plan's "readback")
+        stage = self.staging_bytes([s.nbytes for s in storages])
+        tmp = self.device.create_buffer(size=stage, usage=0x0001 | 0x0008)     # MAP_READ | COPY_DST
+        self._track(stage)                  # the mapped staging buffer is memory too (the plan's "readback")
         if self._pass is not None:
             self._pass.end()
             enc, self._pass, self._encoder = self._encoder, None, None
         else:
             enc = self.device.create_command_encoder()
-        off = 0
+        # copy (source buffer, source offset, bytes) pieces into the staging buffer, at most `stage` bytes a
+        # round trip: a 4 GiB weight is read through a 64 MiB window, not a 4 GiB mapped copy
+        pieces = []
         for st, size in zip(storages, sizes):
-            if size:
-                enc.copy_buffer_to_buffer(st.buffer, st.offset, tmp, off, size)
-            off += size
-        self.queue.submit([enc.finish()])
-        tmp.map_sync("READ")
-        raw = bytes(tmp.read_mapped())
-        tmp.unmap()
-        tmp.destroy()
-        self._untrack(total)
+            for lo in range(0, size, stage):
+                pieces.append((st.buffer, st.offset + lo, min(stage, size - lo)))
+        chunks, i = [], 0
+        try:
+            while i < len(pieces):
+                off = 0
+                while i < len(pieces) and off + pieces[i][2] <= stage:
+                    buf, src, n = pieces[i]
+                    enc.copy_buffer_to_buffer(buf, src, tmp, off, n)
+                    off, i = off + n, i + 1
+                self.queue.submit([enc.finish()])
+                tmp.map_sync("READ")
+                chunks.append(bytes(tmp.read_mapped(0, off)) if off < stage else bytes(tmp.read_mapped()))
+                tmp.unmap()
+                enc = self.device.create_command_encoder()
+        finally:
+            tmp.destroy()
+            self._untrack(stage)
+        raw = b"".join(chunks)
         out, off = [], 0
         for st, size in zip(storages, sizes):
             n = int(np.prod(st.shape, dtype=np.int64)) if st.shape else 1
