@@ -145,6 +145,9 @@ def _elementwise(be, v, ins, out):
 @launcher("where")
 def _where(be, v, ins, out):
     c, a, b = ins
+    if v.dtype not in WGSL_TYPE:         # i8 is packed four to a word: no elementwise select over it
+        raise DTypeError(f"'where' on {v.dtype} has no wgpu kernel", where="op 'where'",
+                         hint="an 8-bit optimizer's guarded update runs on the reference device")
     body = (f"let c = x0[o[1]];\n  let a = {load(1, a.dtype)};\n  let b = {load(2, b.dtype)};\n"
             f"  out[o[0]] = {store(v.dtype, 'select(b, a, c != 0u)')};")
     run_strided(be, "where", body, out, contiguous_strides(v.shape), 0,
