@@ -39,8 +39,9 @@ class _BufferCounter:
 
 def _feed(leaf_like, name: str, role: str, examples: dict, classes, rng) -> np.ndarray:
     shape, dtype = tuple(leaf_like.shape), leaf_like.dtype
-    if name in examples:
-        a = np.asarray(examples[name](rng)).reshape(shape)
+    if name in examples:           # drawn for the step's batch; an evaluation batch takes its first rows
+        a = np.asarray(examples[name](rng))
+        a = a.reshape(shape) if a.size == int(np.prod(shape)) else a.reshape((-1,) + shape[1:])[:shape[0]]
     elif role in ("parameter", "master_weights"):
         a = (rng.standard_normal(shape) * 0.05).astype(np.float32)
     elif name == "lr":

@@ -456,7 +456,10 @@ class Run:
 
     def predict(self, x, weights: str = "current") -> np.ndarray:
         """The model's output (eval mode: no dropout) for a batch `x` of examples shaped like the data's
-        ([n, *input shape], or rows that reshape to it), with the current (or "ema"/"swa") weights."""
+        ([n, *input shape], or rows that reshape to it), with the current (or "ema"/"swa") weights.
+
+        The plan covers the run's own evaluations; a prediction compiles a Program for its `n` rows that the
+        plan did not (its arena is shared, its inputs and outputs come on top)."""
         from ..executor.executor import execute
         self._check_weights_kind(weights, "Run.predict")
         inp = self.spec.input

@@ -57,6 +57,8 @@ def test_a_runs_peak_with_evaluation_equals_its_predicted_peak(dev, tmp_path):
     assert r["peak_with_evaluation_bytes"] == r["measured_peak_bytes"] == r["predicted_peak_bytes"] == p.peak_bytes
     assert r["step_peak_bytes"] == r["predicted_step_peak_bytes"] < p.peak_bytes
     assert p.breakdown["evaluation"] > 0 and sum(p.breakdown.values()) == p.peak_bytes
+    m = measure_step(p, dev)                  # the same plan replayed by the measurer, partial batch included
+    assert m["measured_peak_bytes"] == p.peak_bytes and m.get("device_buffer_peak_bytes", p.peak_bytes) == p.peak_bytes
 
 
 def test_the_run_evaluates_with_the_program_the_plan_planned():
