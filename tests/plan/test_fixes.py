@@ -109,3 +109,19 @@ def test_apply_changes_keeps_the_text_and_sets_key_paths():
     assert s.data["placement"] == "stream" and "batch_size" not in out
     with pytest.raises(sc.SpecError):
         apply_changes(WIDE, {"name.sub": 1})
+
+
+def test_the_wide_mlps_step_holds_no_weight_sized_workspace():
+    """Issue 11: the workspace of a wide MLP's step was two new Adam moments per parameter held until the
+    finite guard, and a transposed copy of each weight gradient. Now: parameters, every gradient, Adam's
+    state, and a few batch-sized temporaries."""
+    s = sc.Spec.from_text(WIDE)
+    p = sc.plan(s, device="reference", evaluation=False)
+    b = p.breakdown
+    n = s.graph.param_count
+    assert b["parameters"] == 4 * n and b["optimizer_state"] == 8 * n
+    weight = 512 * 512 * 4                 # one hidden weight; before, the workspace held several of them
+    assert b["workspace"] + b["activations"] < weight // 8
+    prog = p.step.program
+    assert not [v for v in prog.values if v.kind == "compute" and v.op == "permute" and v.nbytes >= weight]
+    assert b["parameters"] * 2 + b["optimizer_state"] <= p.peak_bytes < b["parameters"] * 2 + b["optimizer_state"] + weight // 8
