@@ -48,6 +48,26 @@ class ReferenceBackend:
     def arena_bytes(nbytes: int) -> int:
         return nbytes
 
+    @staticmethod
+    def staging_bytes(nbytes_list) -> int:
+        """Readback copies are host arrays handed to the caller, not engine allocations."""
+        return 0
+
+    pools_outputs = False           # an output's buffer is freed when nothing refers to it
+
+    def host_temporaries_bound(self, prog) -> int:
+        """Host bytes a run of `prog` may hold beyond its planned allocations: numpy's temporaries inside
+        the worst kernel (a multiple of its operand and result bytes, by kernel family, plus a fixed
+        Python overhead) and the bookkeeping of every value's window. A bound, not a plan: the kernels
+        free these before they return, and tests check it against tracemalloc."""
+        worst = 0
+        for s in prog.steps:
+            v = prog.values[s]
+            io = v.nbytes + sum(prog.values[i].nbytes for i in v.inputs)
+            k = len(v.attrs.get("code", ())) * 2 + 2 if v.op == "fused" else TEMP_FACTOR.get(v.op, 3)
+            worst = max(worst, KERNEL_OVERHEAD + k * io)
+        return worst + VALUE_OVERHEAD * len(prog.values)
+
     def arena(self, nbytes: int):
         if self._arena.nbytes < nbytes:
             self._track(nbytes - self._arena.nbytes)
@@ -111,6 +131,13 @@ class ReferenceBackend:
         else:
             self.write(out, np.asarray(res).reshape(out.shape))
 
+
+# numpy temporaries per kernel family, as a multiple of its operand + result bytes (f64 detours, random
+# bits before their floats, attention's score blocks); the rest take at most 3x
+TEMP_FACTOR = {"gelu": 6, "gelu_grad": 6, "erf": 6, "sigmoid": 6, "philox_bits": 12, "philox_uniform": 12,
+               "attention": 6, "attention_bwd": 6, "fold": 3, "unfold": 3, "scatter_add": 3}
+KERNEL_OVERHEAD = 4096      # Python objects of one dispatch (views, attribute dicts)
+VALUE_OVERHEAD = 512        # one value's Storage window while a Program runs
 
 # ---- kernels: (value, *arrays, prog) -> array ---------------------------------------------------------
 KERNELS: dict = {}

@@ -193,12 +193,80 @@ def _(n, g):
     return (F.mul(hit, F.div(F.reshape(g, keep), cnt)),)
 
 
+REMAT_MAX_NODES = 8        # a recomputed weight is at most this many nodes over stored leaves
+REMAT_MAX_RANK = 64        # a product recomputed only through an inner dimension this small (LoRA's B A)
+
+
+def rematerialized(x: Node) -> Node:
+    """A fresh copy of `x` when it is a weight made cheaply from stored leaves (a decoded NF4 weight, a
+    LoRA-merged W + s B A, their casts and transposes), else `x` itself. The backward reads the copy, so
+    these weight-sized values are made again where the backward needs them instead of being held from the
+    forward through the whole backward."""
+    if x.realized or not x.inputs:
+        return x
+    memo: dict[int, Node] = {}
+    count = [0]
+
+    def cheap(n: Node) -> bool:
+        if n.realized or n.op == "placeholder":
+            return True
+        count[0] += 1
+        if count[0] > REMAT_MAX_NODES:
+            return False
+        if n.op == "matmul":
+            if n.inputs[0].shape[-1] > REMAT_MAX_RANK:
+                return False
+        elif n.op not in ("nf4_dequant", "permute", "reshape", "cast", "add", "mul", "fill"):
+            return False
+        return all(cheap(i) for i in n.inputs)
+
+    def copy(n: Node) -> Node:
+        if n.realized or n.op == "placeholder" or not n.inputs:
+            return n
+        got = memo.get(n.id)
+        if got is None:
+            got = memo[n.id] = make(n.op, [copy(i) for i in n.inputs], **n.attrs)
+        return got
+    if x.op in ("permute", "reshape", "cast", "fill") or not cheap(x):
+        inner = x.inputs[0] if x.op in ("permute", "reshape", "cast") else None
+        if inner is None or not cheap(inner):
+            return x
+        return make(x.op, [copy(inner)], **x.attrs)
+    return copy(x)
+
+
 @rule("matmul")
 def _(n, g):
-    a, b = n.inputs
-    ga = F.matmul(g, F.transpose(b))
-    gb = F.matmul(F.transpose(a), g)
+    a, b = (rematerialized(i) for i in n.inputs)
+    if len(b.shape) == 2 and len(a.shape) > 2:
+        # a batch of rows times one matrix: the matrix's gradient is one [K, N] product over all rows,
+        # not a [batch, K, N] stack summed afterwards
+        k, m = a.shape[-1], b.shape[-1]
+        a2, g2 = F.reshape(a, (-1, k)), F.reshape(g, (-1, m))
+        ga, gb = _matmul_grads(a2, b, g2)
+        return F.reshape(ga, a.shape), gb
+    ga, gb = _matmul_grads(a, b, g)
     return unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)
+
+
+def _numel(x: Node) -> int:
+    return math.prod(x.shape)
+
+
+def _matmul_grads(a: Node, b: Node, g: Node) -> tuple[Node, Node]:
+    """dA = g B^T and dB = A^T g, each written the way that copies less: a transpose of an operand that is
+    itself a transpose is free (it folds back), otherwise (B g^T)^T / (g^T A)^T transpose g and the result
+    instead, which pays off when an operand is a big weight and g is a small batch's."""
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        return F.matmul(g, F.transpose(b)), F.matmul(F.transpose(a), g)
+    free = F.is_transpose
+    cost_a1 = 0 if free(b) else _numel(b)
+    cost_a2 = _numel(g) + (0 if free(a) else _numel(a))
+    ga = F.matmul(g, F.transpose(b)) if cost_a1 <= cost_a2 else F.transpose(F.matmul(b, F.transpose(g)))
+    cost_b1 = 0 if free(a) else _numel(a)
+    cost_b2 = _numel(g) + (0 if free(b) else _numel(b))
+    gb = F.matmul(F.transpose(a), g) if cost_b1 <= cost_b2 else F.transpose(F.matmul(F.transpose(g), a))
+    return ga, gb
 
 
 @rule("reshape")

@@ -178,10 +178,22 @@ def stop_gradient(x: Node) -> Node:
 
 
 def permute(x: Node, perm) -> Node:
+    """x with its axes reordered; a permute of a (not yet computed) permute is one permute, or none when
+    they cancel (a gradient's transpose of a transposed weight is the weight itself, not a copy)."""
     perm = tuple(perm)
     if perm == tuple(range(len(x.shape))):
         return x
+    if x.op == "permute" and not x.realized and x.inputs:
+        inner = x.attrs["perm"]
+        return permute(x.inputs[0], tuple(inner[p] for p in perm))
     return make("permute", [x], perm=perm)
+
+
+def is_transpose(x: Node) -> bool:
+    """x is a (not yet computed) swap of its last two axes: a transposed view that folds away."""
+    nd = len(x.shape)
+    return (x.op == "permute" and not x.realized and nd >= 2
+            and tuple(x.attrs["perm"]) == tuple(range(nd - 2)) + (nd - 1, nd - 2))
 
 
 def transpose(x: Node, a: int = -2, b: int = -1) -> Node:
@@ -390,8 +402,18 @@ def avg_pool2d(x: Node, kernel, stride=None, padding=0) -> Node:
 
 
 def linear(x: Node, w: Node, b: Node | None = None) -> Node:
-    """y = x W^T + b, with W [out, in] as in torch."""
-    y = matmul(x, transpose(w))
+    """y = x W^T + b, with W [out, in] as in torch.
+
+    When the weight outweighs the activations (a wide layer on a small batch), y = (W x^T)^T instead:
+    the copies transposed are the activations', not the weight's (and autodiff then gives dW = dy^T x
+    directly, with no weight-sized transpose either)."""
+    rows = math.prod(x.shape[:-1]) if len(x.shape) > 1 else 1
+    out_f, in_f = w.shape[-2], w.shape[-1]
+    if len(w.shape) == 2 and len(x.shape) >= 2 and out_f * in_f > rows * (in_f + out_f):
+        x2 = reshape(x, (rows, in_f))
+        y = reshape(transpose(matmul(w, transpose(x2))), tuple(x.shape[:-1]) + (out_f,))
+    else:
+        y = matmul(x, transpose(w))
     return add(y, b) if b is not None else y
 
 

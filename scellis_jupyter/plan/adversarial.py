@@ -33,7 +33,7 @@ class GANPlan(Plan):
     def to_json(self) -> dict:
         out = {}
         for f in fields(self):
-            if f.name in ("step", "steps"):
+            if f.name in ("step", "steps", "spec_obj"):
                 continue
             v = getattr(self, f.name)
             out[f.name] = [asdict(x) for x in v] if f.name == "fixes" else v

@@ -11,20 +11,28 @@ from dataclasses import asdict, dataclass, field
 
 from .. import determinism
 from ..errors import PlanError, PlanRefused, ScellisError
+from ..program.evaluation import eval_programs
 from ..spec import Spec
 
 GREEN_HEADROOM = 0.80         # green: the peak uses at most 80% of capacity
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "workspace", "master_weights", "data",
-              "buffers")
+              "buffers", "evaluation", "readback")
 
 
 @dataclass
 class Fix:
+    """One way out of a red or tight plan: its re-planned peak and verdict, and what it changes.
+
+    changes: spec key paths -> new values ({"recipe.precision": "mixed-f16"}), what the notebook front-end
+    applies to the spec text (spec.edit.apply_changes); empty when no spec key expresses it yet.
+    requires: what must exist first ("pool": a pool of devices), None when the spec change is enough."""
     kind: str
     description: str
     peak_bytes: int | None
     verdict: str | None
     settings: dict = field(default_factory=dict)
+    changes: dict = field(default_factory=dict)
+    requires: str | None = None
 
 
 @dataclass
@@ -49,15 +57,18 @@ class Plan:
     step: object = field(default=None, repr=False, compare=False)
     options: dict = field(default_factory=dict)  # the step options planned (checkpointing, precision, ...)
     notes: list = field(default_factory=list)    # what a chosen setting costs (e.g. checkpointing's recompute)
+    evaluation: dict | None = None               # what the run evaluates, as planned: {"parts", "in_loop"}
+    spec_obj: object = field(default=None, repr=False, compare=False)
 
     @property
     def fits(self) -> bool:
         return self.verdict != "red"
 
     def to_json(self) -> dict:
-        d = asdict(self)
-        d.pop("step", None)
-        return d
+        from dataclasses import fields
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("step", "spec_obj", "steps")}
+        d["fixes"] = [asdict(f) for f in self.fixes]
+        return json.loads(json.dumps(d, default=str))
 
     def table(self) -> str:
         mib = lambda n: f"{n / 2**20:10.2f} MiB"  # noqa: E731
@@ -70,19 +81,26 @@ class Plan:
         for k in CATEGORIES:
             lines.append(f"    {k:16} {mib(self.breakdown.get(k, 0))}")
         for k, v in self.extras.items():
-            lines.append(f"      incl. {k:18} {v} B")
+            if k == "host temporaries bound":
+                lines.append(f"    host bound       the host holds at most {v} B more (numpy temporaries inside "
+                             "kernels, freed before they return; not in the peak)")
+            elif isinstance(v, int):
+                lines.append(f"      incl. {k:18} {v} B")
         for n in self.notes:
             lines.append(f"  note: {n}")
         for w in self.warnings:
             lines.append(f"  warning: {w}")
         for f in self.fixes:
             peak = f" -> peak {mib(f.peak_bytes)} ({f.verdict})" if f.peak_bytes is not None else ""
-            lines.append(f"  fix [{f.kind}] {f.description}{peak}")
+            change = ", ".join(f"{k} = {json.dumps(v)}" for k, v in f.changes.items())
+            lines.append(f"  fix [{f.kind}] {f.description}{peak}" + (f"\n        change: {change}" if change else "")
+                         + (f"\n        needs: a {f.requires} (not in the spec yet)" if f.requires else ""))
         return "\n".join(lines)
 
     def refusal(self) -> PlanRefused:
         """The red verdict as an error in the product's one diagnostic format."""
-        hint = "; ".join(f.description for f in self.fixes[:3]) or "use a device with more memory"
+        fit = [f for f in self.fixes if f.verdict != "red"] + [f for f in self.fixes if f.verdict == "red"]
+        hint = "; ".join(f.description for f in fit[:3]) or "use a device with more memory"
         return PlanRefused(f"the plan needs {self.peak_bytes} bytes but {self.device} has {self.capacity_bytes} "
                          f"({self.capacity_source}); refused before any compute", where=f"plan for {self.spec!r}",
                          hint=hint, peak_bytes=self.peak_bytes, capacity_bytes=self.capacity_bytes)
@@ -102,9 +120,9 @@ def step_parts(step, impl) -> dict:
         leaf[lf.role] = leaf.get(lf.role, 0) + impl.alloc_bytes(nb(lf.node.shape, lf.node.dtype))
     prog = step.program
     persistent = sum(impl.alloc_bytes(prog.values[p].nbytes) for p in prog.persistent)
-    uniform = None
-    if hasattr(impl, "dry_param_bytes"):
-        uniform = impl.dry_param_bytes(prog, [_StandIn(lf.node) for lf in step.leaves])
+    uniform, scratch = None, {}
+    if hasattr(impl, "dry_run"):
+        uniform, scratch = impl.dry_run(prog, [_StandIn(lf.node) for lf in step.leaves])
     arena = impl.arena_bytes(prog.arena.arena_bytes)
     by_role = {"activations": 0, "gradients": 0, "workspace": 0}
     worst = prog.arena.live_peak_step
@@ -113,7 +131,8 @@ def step_parts(step, impl) -> dict:
             if s <= worst <= e:
                 by_role[step.roles.get(v, "workspace")] += prog.arena.sizes[v]
     return {"leaf": leaf, "persistent": persistent, "uniform": uniform or 0, "has_uniform": uniform is not None,
-            "arena": arena, "arena_roles": by_role, "inputs": leaf["data"] + leaf["scalar"] + persistent}
+            "scratch": scratch, "arena": arena, "arena_roles": by_role,
+            "inputs": leaf["data"] + leaf["scalar"] + persistent}
 
 
 def step_peak(step, impl) -> tuple[int, dict, dict]:
@@ -125,8 +144,9 @@ def step_peak(step, impl) -> tuple[int, dict, dict]:
     for k, v in parts["arena_roles"].items():      # the arena at its worst step, split by what lives there
         bd[k] += v
     bd["workspace"] += parts["arena"] - sum(parts["arena_roles"].values())     # placement slack of the arena
-    bd["workspace"] += parts["persistent"] + parts["uniform"]
+    bd["workspace"] += parts["persistent"] + parts["uniform"] + sum(parts["scratch"].values())
     extras = {"uniform_params": parts["uniform"]} if parts["has_uniform"] else {}
+    extras.update({f"scratch {k}": v for k, v in parts["scratch"].items()})
     return sum(bd.values()), bd, extras
 
 
@@ -143,10 +163,15 @@ class _StandIn:
 
 
 def plan(spec, device=None, memory: int | None = None, batch_size: int | None = None, tier: str | None = None,
-         fixes: bool = True, options=None) -> Plan:
-    """Plan one training step of `spec` on `device`: verdict, peak, breakdown and fixes, before any compute.
+         fixes: bool = True, options=None, evaluation=None) -> Plan:
+    """Plan a training run of `spec` on `device`: verdict, peak, breakdown and fixes, before any compute.
 
-    options: a `StepOptions` (checkpointing, precision, shard, relay); default from the spec's recipe.
+    The peak is the whole run's: the step, its loss readback, the evaluation Programs the run builds
+    and the checkpoint readback (plan.whole_run). options: a `StepOptions` (checkpointing, precision,
+    shard, relay); default from the spec's recipe. evaluation: what the run evaluates, as
+    {"parts": [rows per evaluated part], "in_loop": evaluates between steps}; `False` plans the step
+    alone; default from the spec (its metrics and split), at full batches (a Run passes its split's sizes,
+    so its partial last batches are planned too).
     """
     from ..program.training import StepOptions, build_train_step
     spec = Spec.of(spec)
@@ -175,22 +200,94 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
                     worst = (st, peak, bd, ex)
             return worst
         st = build_train_step(spec, b, dev.backend, t, options=o)
-        peak, bd, ex = step_peak(st, impl)
+        peak, bd, ex = run_peak(spec, st, impl, dev.backend, t, ev)
         return st, peak, bd, ex
 
+    ev = _evaluation_of(spec, evaluation)
     st, peak, bd, ex = at(bs)
     warnings = _device_warnings(dev, t, [st.program])
     device_warned = bool(warnings)
     mem_verdict, verdict = _verdicts(peak, capacity, warnings)
     out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
-               spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe())
+               spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe(),
+               evaluation=ev, spec_obj=spec)
     if opts.checkpointing == "activations" and opts.relay[1] == 1:
         note, cost = _recompute_cost(st, at(bs, _replace(opts, checkpointing="none")))
         out.notes.append(note)
         out.options["recompute"] = cost
     if fixes and mem_verdict != "green":
-        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green", opts, dev)
+        def replan(changes: dict) -> int:
+            from ..spec import Spec
+            from ..spec.edit import apply_changes
+            changed = Spec.from_text(apply_changes(spec.text, changes), source=f"{spec.name} with a fix",
+                                     base_dir=spec.base_dir)
+            return plan(changed, dev, memory=memory, batch_size=batch_size, tier=tier, fixes=False,
+                        options=None if options is None else _replace(options, **_options_of(changes)),
+                        evaluation=evaluation).peak_bytes
+        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green", opts, dev, spec,
+                           replan)
     return out
+
+
+def _options_of(changes: dict) -> dict:
+    """StepOptions fields a spec change sets (for a plan made with explicit options)."""
+    from ..program.training import _peft_items
+    out = {}
+    if "recipe.precision" in changes:
+        out["precision"] = changes["recipe.precision"]
+    if "recipe.checkpointing" in changes:
+        out["checkpointing"] = changes["recipe.checkpointing"]
+    if "recipe.peft" in changes:
+        out["peft"] = _peft_items(changes["recipe.peft"])
+    if "data.placement" in changes:
+        out["data"] = changes["data.placement"]
+    return out
+
+
+def _evaluation_of(spec, evaluation):
+    """{"parts": [rows] or None (full batches only), "in_loop": bool}, or None when the run evaluates nothing.
+
+    A Run evaluates its val and test parts at the end when it has metrics or a test part, and its val
+    part between steps when it has metrics."""
+    if evaluation is False:
+        return None
+    if evaluation is not None:
+        return {"parts": list(evaluation.get("parts") or []) or None, "in_loop": bool(evaluation.get("in_loop"))}
+    from ..data.split import DEFAULT_FRACTIONS
+    fr = dict((spec.data or {}).get("split") or DEFAULT_FRACTIONS)
+    metrics = bool(spec.recipe.get("metrics"))
+    if not (metrics or fr.get("test", 0) > 0) or not (fr.get("val", 0) > 0 or fr.get("test", 0) > 0):
+        return None
+    return {"parts": None, "in_loop": metrics and fr.get("val", 0) > 0}
+
+
+
+
+def run_peak(spec, st, impl, backend: str, tier: str, ev) -> tuple[int, dict, dict]:
+    """(peak, breakdown, extras) of a whole run of step `st`: the step's own breakdown, plus what
+    evaluation ("evaluation") and a readback's staging buffer ("readback") add at the run's worst moment."""
+    from .whole_run import replay_run
+    peak, bd, ex = step_peak(st, impl)
+    evals = eval_programs(spec, st, backend, tier, ev) if ev is not None else []
+    book = replay_run(st, impl, evals, ev is not None and ev["in_loop"])
+    if book.peak < peak:     # the replay counts what the step counts; it cannot be below it
+        raise PlanError(f"the run's replay ({book.peak} bytes) is below its step's peak ({peak}): an engine bug",
+                        where="plan.whole_run")
+    if book.peak > peak:
+        staged = book.at_peak.get("readback", 0)
+        more = book.peak - peak - staged        # evaluation's inputs, outputs, blocks and arena growth
+        bd["readback"] += staged
+        if more >= 0:
+            bd["evaluation"] += more
+        else:                                   # the step's outputs were released by then
+            bd["workspace"] += more
+        ex["step_peak"] = peak
+    if evals:
+        ex["evaluation_batches"] = [e.batch_size for e in evals]
+    if hasattr(impl, "host_temporaries_bound"):     # the numpy path: what the host may hold beyond the plan
+        ex["host temporaries bound"] = max(impl.host_temporaries_bound(p)
+                                           for p in [st.program] + [e.program for e in evals])
+    return book.peak, bd, ex
 
 
 def _context(spec, device, memory, batch_size, tier):
@@ -263,10 +360,13 @@ def _verdict(peak: int, capacity: int) -> str:
     return "green" if peak <= GREEN_HEADROOM * capacity else "yellow"
 
 
-def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, dev) -> list[Fix]:
-    """Each fix is a re-plan of the changed step; only fixes that lower the peak are offered.
+def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, dev, spec, replan) -> list[Fix]:
+    """Every fix that lowers the peak, each a re-plan of the changed run (never a rule of thumb), with its
+    verdict and the spec change that makes it (`changes`). A fix that helps but does not fit alone is
+    offered red; when no single one fits, the smallest combination that does is offered too.
 
     overall: the verdict a fix that fits with headroom gets (yellow when the device itself warns).
+    replan(changes): the peak of the spec with `changes` applied to its text, planned for real.
     """
     from ..dtypes import nbytes as dt_nbytes
     from ..program.cost import program_flops
@@ -280,6 +380,13 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
         v = _verdict(pk, capacity)
         return overall if v == "green" else v
 
+    def offer(kind, text, pk, settings, changes=None, requires=None, why_not=None):
+        if pk < peak:
+            fixes.append(Fix(kind, text, pk, verdict_of(pk), settings, dict(changes or {}), requires))
+        else:
+            p.notes.append(f"considered {kind} ({text}): re-planned peak {pk} bytes, not below {peak}"
+                           + (f"; {why_not}" if why_not else ""))
+
     if _verdict(lo_peak, capacity) == "red":
         what = ("parameters, their gradients and optimizer state" if not held else
                 "parameters, their gradients, optimizer state and the device-resident dataset")
@@ -290,35 +397,53 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
     elif _verdict(lo_peak, capacity) == "green":
         good, good_peak = _largest_green(at, capacity, bs, peak, lo_peak)
         fixes.append(Fix("batch_size", f"batch size {good} (the largest with {100 - int(100 * GREEN_HEADROOM)}% "
-                                       "headroom)", good_peak, overall, {"batch_size": good}))
+                                       "headroom)", good_peak, overall, {"batch_size": good},
+                         {"recipe.batch_size": good}))
     else:
         fixes.append(Fix("batch_size", "batch size 1 still leaves little headroom", lo_peak, _verdict(lo_peak, capacity),
-                         {"batch_size": 1}))
+                         {"batch_size": 1}, {"recipe.batch_size": 1}))
     base_flops = program_flops(p.step.program)
     if opts.checkpointing == "none" and opts.relay[1] == 1:
-        best = None
+        # the recipe key recomputes segments of the default size; finer segments are a StepOptions setting
+        st, pk, _, _ = at(bs, _replace(opts, checkpointing="activations"))
+        finer = []
         n_nodes = len(p.step.info.get("stage_nodes", [])) or 1
-        for seg in sorted({1, 2, None}, key=lambda v: (v is None, v or 0)):
-            if seg is not None and seg >= n_nodes:
-                continue
-            st, pk, _, _ = at(bs, _replace(opts, checkpointing="activations", segment=seg))
-            if best is None or pk < best[1]:
-                best = (st, pk, seg)
-        if best is not None and best[1] < peak:
-            st, pk, seg = best
-            extra = program_flops(st.program) / max(base_flops, 1) - 1
-            rec = st.info.get("recompute", {})
-            fixes.append(Fix("checkpointing", f"activation checkpointing (recompute {rec.get('segments')} segments "
-                                              f"in the backward: +{100 * extra:.0f}% compute, "
-                                              f"+{len(st.program.steps) - len(p.step.program.steps)} kernels)",
-                             pk, verdict_of(pk), {"checkpointing": "activations", "segment": seg,
-                                                  "extra_compute": round(extra, 4)}))
+        for seg in (1, 2):
+            if seg < n_nodes:
+                fpk = at(bs, _replace(opts, checkpointing="activations", segment=seg))[1]
+                if fpk < pk:
+                    finer.append(f"segment {seg}: peak {fpk} bytes via sc.plan(options=StepOptions("
+                                 f"checkpointing='activations', segment={seg}))")
+        extra = program_flops(st.program) / max(base_flops, 1) - 1
+        rec = st.info.get("recompute", {})
+        offer("checkpointing", f"activation checkpointing (recompute {rec.get('segments')} segments in the "
+                               f"backward: +{100 * extra:.0f}% compute, "
+                               f"+{len(st.program.steps) - len(p.step.program.steps)} kernels)"
+                               + (f"; {'; '.join(finer)}" if finer else ""),
+              pk, {"checkpointing": "activations", "segment": None, "extra_compute": round(extra, 4)},
+              {"recipe.checkpointing": "activations"},
+              why_not=f"activations take {p.breakdown['activations']} bytes at the peak")
     if opts.precision == "fp32" and _has_f16(dev):
         st, pk, _, _ = at(bs, _replace(opts, precision="mixed-f16"))
-        if pk < peak:
-            fixes.append(Fix("precision", "precision mixed-f16 (f16 weights and compute, f32 master weights and "
-                                          "optimizer state, dynamic loss scaling)", pk, verdict_of(pk),
-                             {"precision": "mixed-f16"}))
+        offer("precision", "precision mixed-f16 (f16 weights and compute, f32 master weights and optimizer "
+                           "state, dynamic loss scaling)", pk, {"precision": "mixed-f16"},
+              {"recipe.precision": "mixed-f16"},
+              why_not="the f32 master weights and f32 optimizer state stay, and f16 weights come on top")
+    opt_cfg = dict(spec.recipe.get("optimizer") or {"name": "adamw"})
+    for name, what in (("int8adam", "Int8Adam (Adam with 8-bit block-quantized moments)"),
+                       ("adafactor", "Adafactor (factored second moment, no first moment)")):
+        if str(opt_cfg.get("name", "")).lower() == name:
+            continue
+        new = {"name": name}
+        if "lr" in opt_cfg:
+            new["lr"] = opt_cfg["lr"]
+        try:
+            pk = replan({"recipe.optimizer": new})
+        except ScellisError as e:
+            p.notes.append(f"considered optimizer {name}: {e.diagnostic.message}")
+            continue
+        offer("optimizer", f"optimizer {what}: smaller state than {opt_cfg.get('name')}", pk, {"optimizer": new},
+              {"recipe.optimizer": new})
     if opts.peft is None and p.step is not None:
         for method in ("lora", "qlora"):
             cfg = (("method", method), ("rank", 8))
@@ -326,30 +451,31 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
                 st, pk, _, _ = at(bs, _replace(opts, peft=cfg))
             except ScellisError:         # e.g. no linear weight to adapt
                 break
-            if pk >= peak:
-                continue
             info = st.info.get("peft", {})
             what = "LoRA adapters" if method == "lora" else "QLoRA (NF4 base weights) with LoRA adapters"
-            fixes.append(Fix("adapters", f"{what}, rank 8: trains {100 * info.get('factor', 0):.2f}% of the "
-                                         f"{info.get('total_params', 0):,} parameters", pk, verdict_of(pk),
-                             {"peft": {"method": method, "rank": 8}, "factor": info.get("factor")}))
+            offer("adapters", f"{what}, rank 8, when fine-tuning a pretrained model ([model.pretrained]; from "
+                              f"scratch it trains only the adapters): trains {100 * info.get('factor', 0):.2f}% of "
+                              f"the {info.get('total_params', 0):,} parameters", pk,
+                  {"peft": {"method": method, "rank": 8}, "factor": info.get("factor")},
+                  {"recipe.peft": {"method": method, "rank": 8}})
     if opts.data == "device":
         st, pk, _, _ = at(bs, _replace(opts, data="stream"))
-        if pk < peak:
-            fixes.append(Fix("stream_data", f"stream the data (placement = \"stream\"): upload each batch instead of "
-                                            f"keeping all {held} dataset bytes on the device", pk, verdict_of(pk),
-                             {"placement": "stream"}))
+        offer("stream_data", f"stream the data (placement = \"stream\"): upload each batch instead of keeping all "
+                             f"{held} dataset bytes on the device", pk, {"placement": "stream"},
+              {"data.placement": "stream"})
     prev = peak
-    for world in (2, 4, 8):
+    for world in (2, 4, 8, 16):
         if opts.shard[1] != 1:
             break
         pk = _sharded_peak(at, bs, opts, world, p.step)
         if pk >= prev:
             break
         prev = pk
-        fixes.append(Fix("shard_optimizer_state", f"shard optimizer state over {world} devices (each keeps and "
-                                                  f"updates 1/{world} of it; gradients reduce-scattered, weights "
-                                                  "all-gathered)", pk, verdict_of(pk), {"shard": world}))
+        fixes.append(Fix("shard_optimizer_state", f"shard optimizer state over a pool of {world} devices (each "
+                                                  f"keeps and updates 1/{world} of it; gradients reduce-scattered, "
+                                                  "weights all-gathered): the peak of the device holding the "
+                                                  "largest share. Needs a device pool, which does not exist yet",
+                         pk, verdict_of(pk), {"shard": world}, {}, "pool"))
         if _verdict(pk, capacity) == "green":
             break
     n_stages = len(p.step.info.get("stage_nodes", []))
@@ -364,12 +490,40 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
         if pk >= prev:
             break
         prev = pk
-        fixes.append(Fix("layer_relay", f"layer relay over {stages} devices (each holds a contiguous run of layers "
-                                        "and passes activations on)", pk, verdict_of(pk), {"relay": stages}))
+        fixes.append(Fix("layer_relay", f"layer relay over a pool of {stages} devices (each holds a contiguous run "
+                                        "of layers and passes activations on). Needs a device pool, which does "
+                                        "not exist yet", pk, verdict_of(pk), {"relay": stages}, {}, "pool"))
         if _verdict(pk, capacity) == "green":
             break
-    # only what helps: a fix that still does not fit is not offered (the batch-size line explains)
-    return [f for f in fixes if f.kind == "batch_size" or f.verdict != "red"]
+    if not any(f.verdict != "red" and f.requires is None for f in fixes):
+        combo = _combination([f for f in fixes if f.changes and f.requires is None and f.kind != "batch_size"],
+                             replan, capacity)
+        if combo is not None:
+            parts, pk = combo
+            merged = {k: v for f in parts for k, v in f.changes.items()}
+            fixes.append(Fix("combined", " + ".join(f.description.split(" (")[0].split(":")[0] for f in parts)
+                             + ", together", pk, verdict_of(pk), {"kinds": [f.kind for f in parts]}, merged))
+    return fixes
+
+
+def _combination(helpers: list, replan, capacity: int):
+    """The fewest helping fixes whose changes together fit (each candidate re-planned), best savers first."""
+    from itertools import combinations
+    helpers = sorted(helpers, key=lambda f: f.peak_bytes)
+    seen_kinds = []
+    for n in (2, 3):
+        for group in combinations(helpers, n):
+            kinds = [f.kind for f in group]
+            if len(set(kinds)) < n or sorted(kinds) in seen_kinds:    # one fix of each kind
+                continue
+            merged = {k: v for f in group for k, v in f.changes.items()}
+            try:
+                pk = replan(merged)
+            except ScellisError:
+                continue
+            if _verdict(pk, capacity) != "red":
+                return list(group), pk
+    return None
 
 
 def _sharded_peak(at, bs: int, opts, world: int, step) -> int:

@@ -532,13 +532,37 @@ def optimizer_update(opt, name: str, weight: Node, g: Node, step: Node, lr: Node
     for d in opt.state(tuple(weight.shape), dtype):
         st[d.name] = F.placeholder(d.shape, d.dtype, f"{name}.{d.name}")
         meta[st[d.name].id] = (f"{name}.{d.name}", "optimizer_state")
+    mark = F.scalar(0.0).id                  # nodes the update makes have larger ids than this
     new_w, new_st = opt.update(weight, g, st, step, lr)
     if decay is not None:
         new_w = decay(new_w)
     if finite is not None:
-        new_w = F.where(finite, new_w, weight)
-        new_st = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
+        guarded = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
+        # the new weight reads the guarded new state (equal to the new state whenever the weight changes),
+        # which is written in place over the old: no state-sized temporary waits for the weight's kernel
+        new_w = F.where(finite, _rebuilt(new_w, {v.id: guarded[k] for k, v in new_st.items()
+                                                 if v.shape == st[k].shape}, mark), weight)
+        new_st = guarded
     return new_w, st, new_st
+
+
+def _rebuilt(out: Node, swap: dict[int, Node], mark: int) -> Node:
+    """`out` with the nodes in `swap` (by id) replaced; only nodes made after id `mark` are rebuilt."""
+    from ..graph.opset import make
+    memo: dict[int, Node] = {}
+
+    def visit(n: Node) -> Node:
+        if n.id in swap:
+            return swap[n.id]
+        if n.id < mark or not n.inputs or n.realized:
+            return n
+        got = memo.get(n.id)
+        if got is None:
+            ins = [visit(i) for i in n.inputs]
+            got = n if all(a is b for a, b in zip(ins, n.inputs)) else make(n.op, ins, **n.attrs)
+            memo[n.id] = got
+        return got
+    return visit(out)
 
 
 def donated(outs: list, out_names: list, donate: dict, old: Node, new: Node, name: str) -> None:

@@ -67,7 +67,10 @@ class Run:
             raise RunError(f"spec {spec.name!r} trains two networks adversarially (kind \"gan\")", where="Run",
                            hint="train it with GANRun(spec)")
         r = spec.recipe
-        self._plan_or_refuse(device, store, max_skipped, run_id, memory=memory, tier=tier, options=options)
+        self._load_and_split()
+        evaluation = self._evaluation(steps, epochs, eval_every, options)
+        self._plan_or_refuse(device, store, max_skipped, run_id, memory=memory, tier=tier, options=options,
+                             evaluation=evaluation)
         self.step_prog = self.plan.step
         self.impl = self.device.fresh_impl()        # this run's allocations alone: its measured peak
         self._setup_data()
@@ -138,10 +141,27 @@ class Run:
     def _setup_data(self) -> None:
         from ..data import Batches
         self.batch_size = self.step_prog.batch_size
-        self._load_and_split(self.batch_size * self.step_prog.options.accum)
+        self._check_train(self.batch_size * self.step_prog.options.accum)
         self._Batches = Batches
 
-    def _load_and_split(self, batch_examples: int) -> None:
+    def _evaluation(self, steps, epochs, eval_every, options) -> dict:
+        """What this run will evaluate, for the plan: rows per evaluated part (val, test) and whether a step
+        runs after an evaluation (evaluations between steps)."""
+        r = self.spec.recipe
+        metrics = bool(r.get("metrics"))
+        parts = [len(self.split[p]) for p in ("val", "test") if self._has(p)] if metrics or self._has("test") else []
+        if not parts:
+            return False
+        bs = int(r.get("batch_size", 32))
+        accum = options.accum if options is not None else int(r.get("grad_accum_steps") or 1)
+        per_epoch = len(self.split["train"]) // max(1, bs * accum)
+        every = eval_every if eval_every is not None else r.get("eval_every") or per_epoch
+        rs = None if epochs is not None else r.get("steps")
+        horizon = int(rs) if rs is not None else int(epochs if epochs is not None else r.get("epochs") or 1) * per_epoch
+        total = int(steps) if steps is not None else horizon
+        return {"parts": parts, "in_loop": metrics and self._has("val") and bool(every) and total > int(every)}
+
+    def _load_and_split(self, batch_examples: int | None = None) -> None:
         """The spec's dataset and its (stratified for classification) split; refuses a train part smaller
         than one batch of `batch_examples`."""
         from ..data import load_dataset, split
@@ -150,6 +170,10 @@ class Run:
         fractions = dict(spec.data.get("split") or SPLIT)
         strat = getattr(self.dataset, "task", "") == "classification"
         self.split = split(self.dataset, fractions, seed=int(spec.recipe.get("seed") or 0), stratify=strat)
+        if batch_examples is not None:
+            self._check_train(batch_examples)
+
+    def _check_train(self, batch_examples: int) -> None:
         if len(self.split["train"]) < batch_examples:
             raise RunError(f"the train split has {len(self.split['train'])} examples, fewer than one batch of "
                            f"{batch_examples}", where="recipe.batch_size", hint="lower batch_size")
@@ -341,8 +365,8 @@ class Run:
         st = self.step_prog
         lr = self.schedule.at(self.step)
         outs = execute(st.program, self._feeds(x, y, lr), self.impl)
-        if self.step_peak is None or not self._evaluated:
-            self.step_peak = int(self.impl.peak)        # the planned step's own peak (before any evaluation)
+        if self.step_peak is None:
+            self.step_peak = int(self.impl.peak)        # the planned step's own peak (before its readback)
         got = dict(zip(st.outputs, outs))
         if "finite" in got:                   # one readback for both
             loss_a, fin_a = self.impl.read_many([got["loss"], got["finite"]])
@@ -367,6 +391,7 @@ class Run:
             else:
                 self.loss_scale = max(self.loss_scale * self.scaler["backoff_factor"], SCALE_MIN)
                 self._good_steps = 0
+        del outs, got                  # the step's outputs are released before any evaluation (as planned)
         self.step += 1
         self.loss_history.append(loss)
         self._record("loss", loss)
@@ -428,36 +453,16 @@ class Run:
 
     # ---- evaluation ------------------------------------------------------------------------------------
     def _eval_program(self, b: int, with_loss: bool = True):
-        """(compiled, leaf order) of the model in eval mode for a batch of `b`: its output, and the mean
-        loss when `with_loss`. Weights go through the regularizers' eval transforms (spectral norm with
-        its stored u, v) and the adapters, exactly as the step uses them."""
-        from ..graph import functional as F
-        from ..program.schedule import compile_program
-        from ..program.training import forward_adapted, loss_node
+        """The model in eval mode for a batch of `b` (program.evaluation, the Program the plan planned):
+        its output, and the mean loss when `with_loss`."""
+        from ..program.evaluation import build_eval_program
         key = (b, with_loss)
-        prog = self._eval_progs.get(key)
-        if prog is None:
-            inp, st, t = self.spec.input, self.step_prog, self.target
-            x = F.placeholder((b,) + tuple(inp["shape"]), inp["dtype"], "x")
-            y = F.placeholder((b,) + t.shape, t.dtype, "y") if with_loss and t.kind != "none" else None
-            params = {l.name: F.placeholder(l.node.shape, l.node.dtype, l.name) for l in st.leaves
-                      if l.role in ("parameter", "buffer")}
-            weights = {k: v for k, v in params.items() if k not in self._buffer_names()}
-            reg = self.regularization
-            for pname, fn in (reg.transforms.items() if reg is not None else ()):
-                if pname in weights:             # spectral norm with the stored u, v (no power iteration)
-                    mine = {bd.slot: params[bd.leaf] for bd in reg.buffers if bd.param == pname}
-                    weights[pname] = fn(weights[pname], mine, False)[0]
-            xin = F.cast(x, "f16") if self.mixed and x.dtype == "f32" else x
-            pred = forward_adapted(self.spec.graph, xin, weights, self.adaptation)
-            outs = [F.cast(pred, "f32") if pred.dtype == "f16" else pred]
-            if with_loss:
-                outs.append(loss_node(st.info["eval_loss"], pred, y))
-            compiled, leaves = compile_program(outs, self.device.backend, self.tier)
-            names = {id(v): k for k, v in params.items()}
-            order = ["x" if ln is x else "y" if ln is y else names[id(ln)] for ln in leaves]
-            prog = self._eval_progs[key] = (compiled, order)
-        return prog
+        ev = self._eval_progs.get(key)
+        if ev is None:
+            ev = self._eval_progs[key] = build_eval_program(self.spec, self.step_prog, b, self.device.backend,
+                                                            self.tier, with_loss=with_loss,
+                                                            adaptation=self.adaptation)
+        return ev.program, ev.order
 
     def _eval_feeds(self, prog, order: list, x, y, weights: str, where: str) -> list:
         """Storages for an eval program's leaves: x and y as read (shaped and typed as the program takes
@@ -485,7 +490,10 @@ class Run:
 
     def predict(self, x, weights: str = "current") -> np.ndarray:
         """The model's output (eval mode: no dropout) for a batch `x` of examples shaped like the data's
-        ([n, *input shape], or rows that reshape to it), with the current (or "ema"/"swa") weights."""
+        ([n, *input shape], or rows that reshape to it), with the current (or "ema"/"swa") weights.
+
+        The plan covers the run's own evaluations; a prediction compiles a Program for its `n` rows that the
+        plan did not (its arena is shared, its inputs and outputs come on top)."""
         from ..executor.executor import execute
         self._check_weights_kind(weights, "Run.predict")
         inp = self.spec.input
@@ -527,6 +535,7 @@ class Run:
             if not np.isfinite(pred).all() and not self._bad_inputs(x, None):
                 raise self._diverged(f"the model's outputs on the {part} split are not finite after step "
                                      f"{self.step}")
+            del feeds                     # this batch's x and y go before the next batch's come (as planned)
             total += float(loss_v) * len(sel)
             count += len(sel)
             for m in metrics.values():
@@ -675,7 +684,7 @@ class Run:
                       tier=p.tier, plan=p.to_json(), predicted_peak_bytes=p.peak_bytes,
                       extra={"spec_name": self.spec.name, "spec_source": self.spec.source,
                              "base_dir": _abs(self.spec.base_dir)})
-        if hasattr(self, "dataset"):
+        if hasattr(self, "_args"):          # set up (not refused by its plan)
             from .verify import data_files
             fields.update(dataset_hash=self.dataset.content_hash(), split_hash=self.split.hash)
             fields["extra"].update(self._args, horizon=self.horizon, eval_every=self.eval_every,
@@ -702,8 +711,9 @@ class Run:
 
     def _final_fields(self) -> dict:
         extra = self._progress_extra()
-        extra.update(spec_name=self.spec.name, epochs_done=self.epoch, stop_reason=self._stop_reason)
-        return dict(measured_peak_bytes=self.step_peak, metrics=self.final_metrics,
+        extra.update(spec_name=self.spec.name, epochs_done=self.epoch, stop_reason=self._stop_reason,
+                     step_peak_bytes=self.step_peak)
+        return dict(measured_peak_bytes=int(self.impl.peak), metrics=self.final_metrics,
                     timings=dict(self.timings), extra=extra)
 
     def _progress_extra(self) -> dict:
@@ -739,7 +749,7 @@ class Run:
         h = None
         if self._handle is not None and self._handle.state == "running":
             h = self.checkpoint()
-            self._handle.update(measured_peak_bytes=self.step_peak, timings=dict(self.timings),
+            self._handle.update(measured_peak_bytes=int(self.impl.peak), timings=dict(self.timings),
                                 extra=self._progress_extra())
         self._interrupt(reason)
         return h
@@ -779,8 +789,9 @@ class Run:
                 "last_checkpoint": self._last_checkpoint(),
                 "weights_hash": self.weights_hash(), "metrics": getattr(self, "final_metrics", {}),
                 "loss_history": list(self.loss_history), "skipped_steps": self.skipped,
-                "stop_reason": self._stop_reason, "measured_peak_bytes": self.step_peak,
-                "peak_with_evaluation_bytes": int(self.impl.peak),
+                "stop_reason": self._stop_reason, "measured_peak_bytes": int(self.impl.peak),
+                "peak_with_evaluation_bytes": int(self.impl.peak), "step_peak_bytes": self.step_peak,
+                "predicted_step_peak_bytes": int(self.plan.extras.get("step_peak", self.plan.peak_bytes)),
                 "predicted_peak_bytes": int(self.plan.peak_bytes), "device": self._device_json(),
                 "tier": self.tier, "spec_hash": self.spec.hash, "program_hash": self.plan.program_hash}
 

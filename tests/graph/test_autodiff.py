@@ -187,3 +187,21 @@ def test_stop_gradient_is_torch_detach(backend, rng):
     tol = dict(rtol=RTOL, atol=ATOL) if dtype == "f64" else dict(rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(val.numpy(), ty.item(), **tol)
     np.testing.assert_allclose(gx.numpy(), tx.grad.numpy(), **tol)
+
+
+def test_a_weight_made_cheaply_from_stored_leaves_is_made_again_for_the_backward():
+    """QLoRA's decoded weight (and LoRA's W + s B A) is recomputed where the backward needs it instead of
+    being held from the forward; an ordinary computed operand is not."""
+    from scellis_jupyter.graph import functional as F
+    from scellis_jupyter.graph.autodiff import grad
+    from scellis_jupyter.graph.node import toposort
+    codes = F.placeholder((32 * 16 // 2,), "i8", "codes")
+    absmax = F.placeholder((32 * 16 // 64,), "f32", "absmax")
+    a, b = F.placeholder((4, 16), "f32", "A"), F.placeholder((32, 4), "f32", "B")
+    x = F.placeholder((8, 16), "f32", "x")
+    w = F.add(F.nf4_dequant(codes, absmax, (32, 16)), F.mul(F.matmul(b, a), 2.0))
+    y = F.linear(x, w)
+    gx, ga = grad([F.sum_(y)], [x, a])
+    fwd = {n.id for n in toposort([y], cut_realized=False)}
+    back = [n for n in toposort([gx, ga], cut_realized=False) if n.op == "nf4_dequant"]
+    assert any(n.id not in fwd for n in back)           # a decode of its own, not the forward's

@@ -335,6 +335,13 @@ def test_matmul_ops_and_linear(ref, rng):
     compare(ref, rng, [(2, 3, 7), (5, 7)], lambda x, w: ops.linear(x, w), lambda x, w: TF.linear(x, w))
 
 
+@pytest.mark.parametrize("shapes", [[(2, 16), (32, 16), (32,)], [(2, 1, 16), (32, 16)], [(1, 40), (24, 40)]],
+                         ids=["2d-bias", "3d", "one-row"])
+def test_wide_linear_on_a_small_batch_and_its_weight_gradient_without_weight_transposes(ref, rng, shapes):
+    """A weight that outweighs its batch's activations: y = (W x^T)^T and dW = dy^T x, against torch (f64)."""
+    compare(ref, rng, shapes, ops.linear, TF.linear)
+
+
 def test_ops_accept_arrays_and_scalars(ref, rng):
     """sc.ops functions take numpy arrays and Python scalars next to Tensors (converted to the Tensor's dtype)."""
     a, b = rng.standard_normal((3, 4)), rng.standard_normal((4,))

@@ -82,9 +82,14 @@ def _spec(text):
 def test_measured_peak_equals_predicted_on_reference(name):
     p = sc.plan(_spec(SPECS[name]), device="reference")
     m = measure_step(p)
-    assert abs(m["measured_peak_bytes"] - p.peak_bytes) <= 0.05 * p.peak_bytes, m
+    assert m["measured_peak_bytes"] == p.peak_bytes, m
+    assert m["step_peak_bytes"] == p.extras["step_peak"] < p.peak_bytes        # evaluation adds to the step
     assert np.isfinite(m["loss"]) and m["loss"] > 0
     assert sum(p.breakdown.values()) == p.peak_bytes
+    # the host's real peak (tracemalloc) exceeds the engine's allocations by numpy's temporaries, which the
+    # plan states as a bound beside the peak
+    assert p.peak_bytes < m["host_peak_bytes"] <= p.peak_bytes + p.extras["host temporaries bound"], m
+    assert "host bound" in p.table()
 
 
 @pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
@@ -92,8 +97,10 @@ def test_measured_peak_equals_predicted_on_reference(name):
 def test_measured_peak_equals_predicted_on_wgpu(name):
     p = sc.plan(_spec(SPECS[name]), device=WG)
     m = measure_step(p, WG)
-    assert abs(m["measured_peak_bytes"] - p.peak_bytes) <= 0.05 * p.peak_bytes, m
-    assert p.extras["uniform_params"] > 0
+    assert m["measured_peak_bytes"] == p.peak_bytes, m
+    # independently: every byte create_buffer was asked for, staging buffers of readbacks included
+    assert m["device_buffer_peak_bytes"] == p.peak_bytes, m
+    assert p.extras["uniform_params"] > 0 and p.breakdown["readback"] > 0
     ref = measure_step(sc.plan(_spec(SPECS[name]), device="reference"))
     assert m["loss"] == pytest.approx(ref["loss"], rel=1e-4)      # same step, same synthetic data
 
@@ -139,7 +146,9 @@ def test_capacity_honesty_when_nothing_fits():
     one = sc.plan(s, device="reference", batch_size=1)
     p = sc.plan(s, device="reference", memory=one.peak_bytes // 2)
     assert p.verdict == "red"
-    assert [f.kind for f in p.fixes] == ["batch_size"] and p.fixes[0].settings["batch_size"] is None
+    assert p.fixes[0].kind == "batch_size" and p.fixes[0].settings["batch_size"] is None
+    # the other fixes each lower the peak; none fits alone here, so each is offered red
+    assert all(f.peak_bytes < p.peak_bytes for f in p.fixes[1:])
     text = p.fixes[0].description
     assert "no batch size fits" in text and "not one device's memory" in text
     err = p.refusal()

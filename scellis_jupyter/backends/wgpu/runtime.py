@@ -39,6 +39,7 @@ def env_binding_limit(granted: int) -> int:
     return min(granted, n // 256 * 256)
 
 
+STAGING_MAX = 64 << 20   # a readback maps at most this many bytes at once
 POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full)
 
 # WebGPU's default limits (the spec's "default" column) that kernels depend on. Every kernel must
@@ -108,6 +109,8 @@ class WgpuBackend:
         self._pool: list = []           # output buffers, reused once nothing but the pool refers to them
         self._scratch: dict = {}        # uid -> buffer the backend keeps for launchers (replayable bindings)
         self._scratch_by_name: dict = {}
+        self._dry: dict = {}            # program hash -> (uniform block bytes, scratch bytes by name), planned
+        self._dry_scratch: dict = {}
         self.dispatches = 0
         self._lost = None
         try:
@@ -129,6 +132,14 @@ class WgpuBackend:
     def arena_bytes(cls, nbytes: int) -> int:
         return cls.alloc_bytes(max(nbytes, 256))
 
+    @staticmethod
+    def staging_bytes(nbytes_list) -> int:
+        """Bytes of the mapped buffer one `read_many` of storages of these sizes creates (at most
+        STAGING_MAX: larger reads go through it in pieces)."""
+        return min(sum(align(n, 4) if n else 0 for n in nbytes_list), STAGING_MAX)
+
+    pools_outputs = True            # program outputs come from a pool and stay allocated when freed
+
     def _buffer(self, nbytes: int, usage=USAGE_STORAGE):
         nbytes = self.alloc_bytes(nbytes)
         if nbytes > self.max_buffer:
@@ -147,8 +158,9 @@ class WgpuBackend:
     def arena(self, nbytes: int):
         if nbytes > self._arena_size or self._arena is None:
             self.flush()
-            if self._arena is not None:
+            if self._arena is not None:      # the old arena goes before the new one comes (never both held)
                 self._bind_groups.clear()
+                self._arena = None
             self._arena = self._buffer(self.arena_bytes(nbytes))
             self._arena_size = self._arena.size
         return self._arena
@@ -156,10 +168,15 @@ class WgpuBackend:
     def scratch(self, name: str, nbytes: int):
         """A buffer of at least `nbytes` that the backend keeps for a launcher's internal use (grown when
         too small); recorded programs may bind it, since it outlives them."""
+        if self._mode == "dry":              # planning: record the need, allocate nothing
+            self._dry_scratch[name] = max(self._dry_scratch.get(name, 0), nbytes)
+            return _FakeBuffer(None)
         b = self._scratch_by_name.get(name)
         if b is None or b.size < nbytes:
-            if b is not None:
+            if b is not None:                # the old one goes before the new one comes
                 self._scratch.pop(b.uid, None)
+                self._scratch_by_name.pop(name)
+                b = None
             b = self._buffer(nbytes)
             self._scratch_by_name[name] = b
             self._scratch[b.uid] = b
@@ -235,22 +252,37 @@ class WgpuBackend:
             self.flush()
             return [np.zeros(s.shape, dt.to_numpy(s.dtype)) for s in storages]
         self.staging_peak = max(self.staging_peak, total)
-        tmp = self.device.create_buffer(size=total, usage=0x0001 | 0x0008)     # MAP_READ | COPY_DST
+        stage = self.staging_bytes([s.nbytes for s in storages])
+        tmp = self.device.create_buffer(size=stage, usage=0x0001 | 0x0008)     # MAP_READ | COPY_DST
+        self._track(stage)                  # the mapped staging buffer is memory too (the plan's "readback")
         if self._pass is not None:
             self._pass.end()
             enc, self._pass, self._encoder = self._encoder, None, None
         else:
             enc = self.device.create_command_encoder()
-        off = 0
+        # copy (source buffer, source offset, bytes) pieces into the staging buffer, at most `stage` bytes a
+        # round trip: a 4 GiB weight is read through a 64 MiB window, not a 4 GiB mapped copy
+        pieces = []
         for st, size in zip(storages, sizes):
-            if size:
-                enc.copy_buffer_to_buffer(st.buffer, st.offset, tmp, off, size)
-            off += size
-        self.queue.submit([enc.finish()])
-        tmp.map_sync("READ")
-        raw = bytes(tmp.read_mapped())
-        tmp.unmap()
-        tmp.destroy()
+            for lo in range(0, size, stage):
+                pieces.append((st.buffer, st.offset + lo, min(stage, size - lo)))
+        chunks, i = [], 0
+        try:
+            while i < len(pieces):
+                off = 0
+                while i < len(pieces) and off + pieces[i][2] <= stage:
+                    buf, src, n = pieces[i]
+                    enc.copy_buffer_to_buffer(buf, src, tmp, off, n)
+                    off, i = off + n, i + 1
+                self.queue.submit([enc.finish()])
+                tmp.map_sync("READ")
+                chunks.append(bytes(tmp.read_mapped(0, off)) if off < stage else bytes(tmp.read_mapped()))
+                tmp.unmap()
+                enc = self.device.create_command_encoder()
+        finally:
+            tmp.destroy()
+            self._untrack(stage)
+        raw = b"".join(chunks)
         out, off = [], 0
         for st, size in zip(storages, sizes):
             n = int(np.prod(st.shape, dtype=np.int64)) if st.shape else 1
@@ -357,13 +389,19 @@ class WgpuBackend:
         return bg
 
     def dry_param_bytes(self, prog, roots) -> int:
-        """The uniform parameter block `prog` will need, by running its launchers without a GPU call.
+        """The uniform parameter block `prog` will need (see `dry_run`)."""
+        return self.dry_run(prog, roots)[0]
 
-        Why: the planner predicts every byte the executor allocates; this block depends on how each
-        launcher splits its tensors, so it is computed by the launchers themselves."""
-        cached = self._prog_params.get(prog.hash)
-        if cached is not None:
-            return cached[0].size
+    def dry_run(self, prog, roots) -> tuple[int, dict]:
+        """(uniform parameter block bytes, {scratch name: bytes}) `prog` will allocate, by running its
+        launchers without a GPU call.
+
+        Why: the planner predicts every byte the executor allocates; the block depends on how each
+        launcher splits its tensors and the scratch buffers on what a launcher needs beside its bindings
+        (attention's row statistics for tiny heads), so both are computed by the launchers themselves."""
+        got = self._dry.get(prog.hash)
+        if got is not None:
+            return got
         fake: dict = {}
 
         def stand_in(st):
@@ -372,16 +410,18 @@ class WgpuBackend:
         persistent = [Storage(self, _FakeBuffer(None), 0, prog.values[p].shape, prog.values[p].dtype,
                               prog.values[p].nbytes) for p in prog.persistent]
         resolve, _ = bind(prog, [stand_in(r) for r in roots], persistent, self, _FakeBuffer(None))
-        saved = (self._mode, self._params)
-        self._mode, self._params = "dry", bytearray()
+        saved = (self._mode, self._params, self._dry_scratch)
+        self._mode, self._params, self._dry_scratch = "dry", bytearray(), {}
         try:
             for step in prog.steps:
                 v = prog.values[step]
                 self.dispatch(v, [resolve(i) for i in v.inputs], resolve(step), prog)
             n = len(self._params) or PARAM_ALIGN
+            scratch = {k: self.alloc_bytes(b) for k, b in self._dry_scratch.items()}
         finally:
-            self._mode, self._params = saved
-        return align(max(n, 4), 16)
+            self._mode, self._params, self._dry_scratch = saved
+        got = self._dry[prog.hash] = (align(max(n, 4), 16), scratch)
+        return got
 
     def _open_pass(self):
         if self._pass is None:

@@ -104,7 +104,10 @@ def _elementwise(be, v, ins, out):
 
 @launcher("where")
 def _where(be, v, ins, out):
-    _, a, b = ins
+    c, a, b = ins
+    if v.dtype not in WGSL_TYPE:         # i8 is packed four to a word: no elementwise select over it
+        raise DTypeError(f"'where' on {v.dtype} has no wgpu kernel", where="op 'where'",
+                         hint="an 8-bit optimizer's guarded update runs on the reference device")
     expr = snippet("ops", "where", A="a", B="b", C="c")
     body = snippet("elementwise", "where", A=load(1, a.dtype), B=load(2, b.dtype), T=WGSL_TYPE[v.dtype], EXPR=expr)
     run_strided(be, "where", body, out, contiguous_strides(v.shape), 0,
