@@ -91,10 +91,17 @@ class Plan:
                          hint=hint, code="plan-red", peak_bytes=self.peak_bytes, capacity_bytes=self.capacity_bytes)
 
 
-def _spec_of(spec):
-    """A Spec from a Spec, spec text, or a spec file (a str path or a PathLike)."""
+def _spec_of(spec, data=None):
+    """A Spec from a Spec, spec text, or a spec file (a str path or a PathLike); `data` binds in-memory parts
+    ({"train": (X, y), ...}) to it."""
     import os
     from ..spec import Spec
+    if data is not None:
+        if isinstance(spec, Spec):
+            return spec.with_data(data)
+        if isinstance(spec, str) and ("\n" in spec or "=" in spec):
+            return Spec.from_text(spec, data=data)
+        return Spec.from_file(spec, data=data)
     if isinstance(spec, Spec):
         return spec
     if isinstance(spec, os.PathLike):
@@ -161,13 +168,15 @@ class _StandIn:
 
 
 def plan(spec, device=None, memory: int | None = None, batch_size: int | None = None, tier: str | None = None,
-         fixes: bool = True, options=None) -> Plan:
+         fixes: bool = True, options=None, data: dict | None = None) -> Plan:
     """Plan one training step of `spec` on `device`: verdict, peak, breakdown and fixes, before any compute.
+
+    data: in-memory parts ({"train": (X, y), "val": ..., "test": ...}) the spec trains on.
 
     options: a `StepOptions` (checkpointing, precision, shard, relay); default from the spec's recipe.
     """
     from ..program.training import StepOptions, build_train_step
-    spec = _spec_of(spec)
+    spec = _spec_of(spec, data)
     if getattr(spec, "kind", "supervised") == "gan":
         if options is not None:
             raise PlanError("step options (checkpointing, precision, shard, relay) do not apply to a GAN spec",
