@@ -22,6 +22,20 @@ from .run.gan import GANRun, GANStep
 from .run.run import Run, StepResult
 from .run.verify import verify
 
+
+
+def load_ipython_extension(ip) -> None:
+    """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
+    from .jupyter.magics import load_ipython_extension as load     # optional dependency: IPython
+    load(ip)
+
+
+def unload_ipython_extension(ip) -> None:
+    """`%unload_ext scellis_jupyter`."""
+    from .jupyter.magics import unload_ipython_extension as unload  # optional dependency: IPython
+    unload(ip)
+
+
 __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set_tier", "tier", "TIERS",
            "ScellisError", "Diagnostic", "Spec", "SpecError", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
            "verify", "Detached", "__version__"]
