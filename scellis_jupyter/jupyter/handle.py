@@ -7,6 +7,8 @@ The same object works from Python: `mlp.train(steps=50)`, `mlp.run.wait()`, `mlp
 """
 from __future__ import annotations
 
+import dataclasses
+import tomllib
 import types
 
 from ..errors import ScellisError
@@ -49,8 +51,7 @@ class Model:
                 err.args = (err.args[0] + f"\n({len(moved) - 1} more)\n" + extra,)
             raise err
         spec = Spec.from_text(text, source=self.source, namespace=self.namespace)
-        if "name =" not in text and "name=" not in text.split("[", 1)[0]:   # unnamed: the handle names it
-            import dataclasses
+        if "name" not in tomllib.loads(text):       # an unnamed spec takes the handle's name
             spec = dataclasses.replace(spec, name=self.name)
         return spec
 

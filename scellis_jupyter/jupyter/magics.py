@@ -235,8 +235,7 @@ class ScellisMagics(Magics):
             raise MagicError(f"unknown catalog kind {cmd.kind!r}", where="%scellis catalog", code="magic-unknown",
                              hint=(did_you_mean(cmd.kind, KINDS) + " " if did_you_mean(cmd.kind, KINDS) else "")
                              + f"kinds: {', '.join(KINDS)}")
-        entries = [get(cmd.kind, cmd.entry)] if cmd.entry else list_entries(cmd.kind)
-        desc = [e.describe() for e in entries]
+        desc = [get(cmd.kind, cmd.entry).describe()] if cmd.entry else list_entries(cmd.kind)
         display(show.json_output(desc) if cmd.json else show.catalog_output(desc))
 
     def _do_verify(self, cmd):
