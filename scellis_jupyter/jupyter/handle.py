@@ -117,6 +117,8 @@ class Model:
         """Continue this model's last interrupted run (or checkpoint/run `ref`) in the background."""
         from ..run.lifecycle import prepare_resume
         self._refuse_if_training()
+        if ref is None and self.run is None:      # a fresh kernel: this spec's last interrupted run in the store
+            ref = self._interrupted_in_store(store)
         if ref is None:
             r = self.run
             if r is None:
@@ -132,6 +134,16 @@ class Model:
         br = BackgroundRun(run, self.name)
         self.runs.append(br)
         return br
+
+    def _interrupted_in_store(self, store) -> str | None:
+        from ..run.lifecycle import open_store
+        try:
+            recs = open_store(store if store is not None else self.store, create=False).list_runs()
+        except ScellisError:
+            return None
+        mine = [r for r in recs if r.spec_hash == self.spec.hash and r.state == "interrupted" and r.last_checkpoint
+                and not (r.extra or {}).get("resumed_by")]
+        return mine[-1].id if mine else None
 
     def _store(self, store):
         from ..run.lifecycle import open_store

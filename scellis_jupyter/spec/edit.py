@@ -21,7 +21,7 @@ from .schema import SpecError
 # a Fix's settings key -> where it goes in the spec ((table, key); None: not a spec setting)
 FIX_TARGETS = {"batch_size": ("recipe", "batch_size"), "checkpointing": ("recipe", "checkpointing"),
                "precision": ("recipe", "precision"), "peft": ("recipe", "peft"), "placement": ("data", "placement")}
-FIX_IGNORED = ("segment", "factor")          # what a fix reports about itself, not a setting
+FIX_IGNORED = ("segment", "factor", "extra_compute")    # what a fix reports about itself, not a setting
 ACTIONS = ("set", "add", "remove")
 
 
