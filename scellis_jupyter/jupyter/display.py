@@ -272,7 +272,14 @@ class _StaticFollower:
             return
         with self._lock:
             self._last = now
-            self.handle.update(training_static(self.br))
+            out = training_static(self.br)
+            st = self.br.run.store
+            if final and st is not None and self.br.run_id:      # the ended run's pin, saved with the notebook
+                try:
+                    out.extra[RUN_MIME] = run_pin(st.get_run(self.br.run_id), st)
+                except Exception:                               # noqa: BLE001 - the panel still updates
+                    pass
+            self.handle.update(out)
         if final:
             self.unsubscribe()
 

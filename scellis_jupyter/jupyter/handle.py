@@ -107,8 +107,9 @@ class Model:
         self._refuse_if_training()
         if self.spec.memory is not None:      # the kernel's data as it is now (a cell may have changed it)
             self.spec = self._parse(self.text)
+        from ..run.lifecycle import run_class
         st = self._store(store)
-        run = Run(self.spec, store=st, steps=steps, **{k: v for k, v in kw.items() if v is not None})
+        run = run_class(self.spec)(self.spec, store=st, steps=steps, **{k: v for k, v in kw.items() if v is not None})
         br = BackgroundRun(run, self.name)
         self.runs.append(br)
         return br

@@ -152,10 +152,10 @@ class BackgroundRun:
         try:
             for s in it:
                 self.step = s.step
-                if s.step % every == 0 or s.step >= run.total_steps or s.metrics or s.skipped:
-                    self._emit({"kind": "step", "step": s.step, "loss": s.loss, "lr": s.lr, "skipped": s.skipped,
-                                "time": time.time()})
-                if s.metrics:
+                metrics = getattr(s, "metrics", None)
+                if s.step % every == 0 or s.step >= run.total_steps or metrics or getattr(s, "skipped", False):
+                    self._emit(_step_event(s))
+                if metrics:
                     self._emit({"kind": "eval", "step": s.step, "metrics": _val_metrics(s.metrics)})
                 if self._ck_req and s.step < run.total_steps:
                     self._ck_req = False
@@ -205,7 +205,7 @@ class BackgroundRun:
             self.result = run.result()
         except BaseException:                    # noqa: BLE001 - a failed run may have no readable weights
             self.result = {"run": self.run_id, "state": state}
-        if state == "finished" and run.metric_names:
+        if state == "finished" and getattr(run, "metric_names", None):
             self._emit({"kind": "eval", "step": run.step, "metrics": {
                 k: v for k, v in (getattr(run, "final_metrics", {}) or {}).items() if isinstance(v, (int, float))}})
         self.step = int(run.step)
@@ -222,6 +222,14 @@ class BackgroundRun:
 
     def __repr__(self) -> str:
         return f"<BackgroundRun {self.name} {self.run_id} {self.state} step {self.step}/{self.total_steps}>"
+
+
+def _step_event(s) -> dict:
+    """A step result as an event; a GAN round reports the generator's loss as `loss`, with both networks'."""
+    if hasattr(s, "d_loss"):
+        return {"kind": "step", "step": s.step, "loss": s.g_loss, "d_loss": s.d_loss, "g_loss": s.g_loss,
+                "lr": s.lr_g, "skipped": bool(getattr(s, "skipped", False)), "time": time.time()}
+    return {"kind": "step", "step": s.step, "loss": s.loss, "lr": s.lr, "skipped": bool(s.skipped), "time": time.time()}
 
 
 def _val_metrics(m: dict) -> dict:
