@@ -193,7 +193,15 @@ def series_of(result: dict, metric_history: dict | None = None) -> dict:
     """Curves of a run: the training loss per step, and the recorded validation metrics."""
     out = {}
     lh = result.get("loss_history") or []
-    if lh:
+    if lh and isinstance(lh[0], dict):           # a GAN round: both networks' losses
+        for k in lh[0]:
+            out[k] = (np.arange(1, len(lh) + 1), np.asarray([float(e.get(k, np.nan)) for e in lh]))
+    elif lh and np.ndim(lh[0]) == 1:
+        a = np.asarray(lh, float)
+        names = ("d_loss", "g_loss") if a.shape[1] == 2 else tuple(f"loss{i}" for i in range(a.shape[1]))
+        for i, k in enumerate(names):
+            out[k] = (np.arange(1, len(a) + 1), a[:, i])
+    elif lh:
         out["loss"] = (np.arange(1, len(lh) + 1), np.asarray(lh, float))
     for k, pts in (metric_history or {}).items():
         if k != "loss" and pts:
