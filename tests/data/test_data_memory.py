@@ -164,3 +164,17 @@ def test_names_without_a_namespace_say_how_to_pass_data():
     with pytest.raises(sc.SpecError) as e:
         sc.Spec.from_text(SPEC)
     assert "namespace" in e.value.diagnostic.hint and e.value.diagnostic.where == "<spec>:3:9"
+
+
+def test_resume_from_the_store_alone_uses_the_kept_arrays(iris, tmp_path):
+    """A notebook run resumed by the CLI (no kernel): the arrays come back from the store, bit for bit."""
+    data = {"train": (iris["X_tr"], iris["y_tr"]), "val": (iris["X_va"], iris["y_va"])}
+    full = sc.train(SPEC, data=data, store=tmp_path / "a", progress=False, device="reference", steps=12)
+    run = sc.Run(sc.Spec.from_text(SPEC, data=data), store=tmp_path / "b", device="reference", steps=12)
+    for s in run:
+        if s.step == 5:
+            run.interrupt("test")
+            break
+    again = sc.resume(run.run_id, store=tmp_path / "b", progress=False)
+    assert again.step == 12 and again.weights_hash() == full.weights_hash()
+    assert again.standardizer == full.standardizer
