@@ -76,9 +76,14 @@ def kernel(tmp_path):
     k.close()
 
 
+def _store(tmp_path):
+    from scellis_jupyter.store import Store
+    return Store.open(tmp_path / "store")
+
+
 def _records(tmp_path):
-    from scellis_jupyter.store import Store, list_runs
-    return list_runs(Store.open(tmp_path / "store"))
+    from scellis_jupyter.store import list_runs
+    return list_runs(_store(tmp_path))
 
 
 @pytest.mark.slow
@@ -97,12 +102,12 @@ def test_kernel_restart_mid_run_leaves_it_interrupted(kernel, tmp_path, now):
     kernel.restart(now=now)
     (rec,) = _records(tmp_path)
     assert rec.id == run_id and rec.state == "interrupted", rec.state
-    assert rec.last_checkpoint and rec.last_checkpoint_step() >= 40
+    assert rec.last_checkpoint and rec.last_checkpoint_step(_store(tmp_path)) >= 40
     if now:                                     # killed: the store settles it (its process is gone)
         assert "is gone" in rec.error["message"]
     else:                                       # shut down: the kernel interrupted it itself, checkpointed
         assert rec.error["message"] == "the kernel shut down"
-        assert rec.last_checkpoint_step() >= 45
+        assert rec.last_checkpoint_step(_store(tmp_path)) >= 45
     # a fresh kernel: define the model again and resume it from the store
     assert kernel.run(SETUP)["error"] is None
     assert kernel.run(CELL)["error"] is None

@@ -129,7 +129,9 @@ def test_train_returns_at_once_then_wait_shows_the_record_with_its_pin(ip, cell)
     assert cell("x = 1 + 1").error is None                                      # other cells keep working
     c = cell("%scellis wait mlp")
     assert c.error is None and br.state == "finished" and br.step == 400
-    (pin,) = c.mime(RUN_MIME)
+    found = c.mime(RUN_MIME)                    # the record, and the run panel's final update (same pin)
+    assert found and all(p == found[-1] for p in found)
+    pin = found[-1]
     rec = br.run.store.get_run(br.run_id)
     assert pin["run"] == br.run_id and pin["spec_hash"] == rec.spec_hash == br.run.spec.hash
     assert pin["data"]["dataset_hash"] == rec.dataset_hash and pin["data"]["memory"]["parts"]["train"]["rows"] == 1400
