@@ -14,7 +14,8 @@ from .backends.device import Device, device, devices
 from .determinism import TIERS, set_tier, tier
 from .errors import (CatalogError, CorruptObject, DataError, DeviceError, Diagnostic, DTypeError, GraphError,
                      KernelError, LRFinderError, PlanError, PlanRefused, QuantizeError, RunError, ScellisError,
-                     ShapeError, SpecError, StoreError, TargetError, TierError, UsageError, VerifyError, WaitTimeout)
+                     ShapeError, SpecError, StoreError, TargetError, TierError, UsageError, VerifyError, WaitTimeout,
+                     MagicError, EditError, NotebookError, WidgetError)
 from .tensor import Tensor, tensor
 from .plan import Plan, plan
 from .spec import Spec
@@ -24,9 +25,23 @@ from .run.gan import GANRun, GANStep
 from .run.run import Run, StepResult
 from .run.verify import verify
 
+
+
+def load_ipython_extension(ip) -> None:
+    """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
+    from .jupyter.magics import load_ipython_extension as load     # optional dependency: IPython
+    load(ip)
+
+
+def unload_ipython_extension(ip) -> None:
+    """`%unload_ext scellis_jupyter`."""
+    from .jupyter.magics import unload_ipython_extension as unload  # optional dependency: IPython
+    unload(ip)
+
+
 __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set_tier", "tier", "TIERS",
            "ScellisError", "Diagnostic", "UsageError", "SpecError", "CatalogError", "TargetError", "DataError",
            "GraphError", "ShapeError", "DTypeError", "QuantizeError", "TierError", "DeviceError", "KernelError",
            "PlanError", "PlanRefused", "RunError", "WaitTimeout", "LRFinderError", "VerifyError", "StoreError",
-           "CorruptObject", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
+           "CorruptObject", "MagicError", "EditError", "NotebookError", "WidgetError", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
            "verify", "Detached", "__version__"]

@@ -421,7 +421,8 @@ def cmd_wait(args) -> int:
 
 # ---- scellis verify ------------------------------------------------------------------------------------
 def _args_verify(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it")
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it, or a NOTEBOOK.ipynb whose run "
+                                                 "pins are checked against the store and re-executed")
     _args_store(p)
     p.add_argument("--device", default="reference",
                    help="where to re-execute (default: reference, the deterministic numpy path)")
@@ -434,6 +435,12 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
 def cmd_verify(args) -> int:
     """Re-execute a finished run from its pinned inputs and compare with its record (exit 1: it differs)."""
     from .run.verify import verify
+    if args.run_id.endswith(".ipynb"):
+        from .jupyter.records import verify_notebook
+        nv = verify_notebook(args.run_id, store=_open_store(args) if args.store else None, device=args.device,
+                             tolerance=args.tolerance)
+        print(json.dumps(nv.to_json(), indent=2, default=str) if args.json else nv.table())
+        return EXIT_OK if nv.ok else EXIT_FAILED
     v = verify(args.run_id, store=_open_store(args), device=args.device, tolerance=args.tolerance)
     if args.json:
         print(json.dumps(v.to_json(), indent=2, default=str))

@@ -6,8 +6,10 @@ error the library raises on purpose is a `ScellisError` carrying a `Diagnostic`;
 by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree::
 
     ScellisError                    base; .diagnostic (code, message, where, hint, details)
-    ├── UsageError                  a bad command line or magic line (usage)
+    ├── UsageError                  a bad command line (usage)
+    │   └── MagicError              a bad %scellis / %%scellis line or cell (magic)
     ├── SpecError                   a spec that cannot be read or does not validate (spec); .diagnostics
+    │   └── EditError               a fix or graph edit that cannot be written into the spec text (spec-edit)
     ├── CatalogError                an unknown entry, a bad hyper-parameter, a failed conformance check (catalog)
     │   └── TargetError             labels that do not fit what a loss declared (target)
     ├── DataError                   a dataset, file, split or loader request that cannot be honoured (data)
@@ -24,8 +26,10 @@ by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree:
     │   ├── WaitTimeout             waiting for a run took longer than asked (wait-timeout)
     │   ├── LRFinderError           a learning-rate range test that cannot be made (lr-finder)
     │   └── VerifyError             a run that cannot be re-checked as asked (verify)
-    └── StoreError                  the store: unknown hash, full disk, read-only, schema (store-*)
-        └── CorruptObject           an object whose bytes no longer match its name (store-corrupt)
+    ├── StoreError                  the store: unknown hash, full disk, read-only, schema (store-*)
+    │   └── CorruptObject           an object whose bytes no longer match its name (store-corrupt)
+    ├── NotebookError               a notebook whose run pins cannot be read or checked (notebook)
+    └── WidgetError                 a widget action that cannot be done in the run's state (widget)
 """
 from __future__ import annotations
 
@@ -76,6 +80,10 @@ class UsageError(ScellisError):
     code = "usage"
 
 
+class MagicError(UsageError, ValueError):
+    code = "magic"
+
+
 class SpecError(ScellisError, ValueError):
     """A spec that cannot be read or does not validate; `where` is 'source:line:col'.
 
@@ -97,6 +105,10 @@ class SpecError(ScellisError, ValueError):
     def from_diagnostics(cls, diags: list[Diagnostic]) -> "SpecError":
         d = diags[0]
         return cls(d.message, where=d.where, hint=d.hint, code=d.code, diagnostics=diags, **d.details)
+
+
+class EditError(SpecError):
+    code = "spec-edit"
 
 
 class CatalogError(ScellisError, ValueError):
@@ -171,6 +183,14 @@ class VerifyError(RunError, ValueError):
 
 class StoreError(ScellisError, RuntimeError):
     code = "store"
+
+
+class NotebookError(ScellisError, ValueError):
+    code = "notebook"
+
+
+class WidgetError(ScellisError, ValueError):
+    code = "widget"
 
 
 class CorruptObject(StoreError):

@@ -59,3 +59,19 @@ def test_the_readme_points_only_inside_the_repository():
             assert (ROOT / target).is_file(), target
     design = (ROOT / "docs" / "DESIGN.md").read_text()
     assert "docs/DESIGN.md" in README and "## Layout" in design and "## The pipeline" in design
+
+
+def test_the_in_memory_python_example_runs(tmp_path, monkeypatch):
+    """The README's predict/evaluate example, executed as written (store in a temporary folder)."""
+    import numpy as np
+    code = re.findall(r"```python\n(.*?)```", README.split("<!-- readme-example: in-memory -->", 1)[1], re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SCELLIS_DEVICE", "reference")
+    ns: dict = {}
+    exec(compile(code, "README.md", "exec"), ns)
+    ev = ns["run"].evaluate("test")
+    assert set(ev) >= {"test_loss", "test_accuracy"} and ev["test_accuracy"] > 0.8
+    assert ns["probs"].shape == (5, 3)
+    st = ns["run"].standardizer
+    np.testing.assert_allclose(st["mean"], ns["X"][:100].astype(np.float32).astype(np.float64).mean(0), rtol=1e-12)
+    assert (tmp_path / ".scellis").is_dir()

@@ -163,7 +163,7 @@ class _StandIn:
 
 
 def plan(spec, device=None, memory: int | None = None, batch_size: int | None = None, tier: str | None = None,
-         fixes: bool = True, options=None, evaluation=None) -> Plan:
+         fixes: bool = True, options=None, evaluation=None, data: dict | None = None) -> Plan:
     """Plan a training run of `spec` on `device`: verdict, peak, breakdown and fixes, before any compute.
 
     The peak is the whole run's: the step, its loss readback, the evaluation Programs the run builds
@@ -171,10 +171,11 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     shard, relay); default from the spec's recipe. evaluation: what the run evaluates, as
     {"parts": [rows per evaluated part], "in_loop": evaluates between steps}; `False` plans the step
     alone; default from the spec (its metrics and split), at full batches (a Run passes its split's sizes,
-    so its partial last batches are planned too).
+    so its partial last batches are planned too). data: in-memory parts ({"train": (X, y), "val": ...,
+    "test": ...}) the spec trains on.
     """
     from ..program.training import StepOptions, build_train_step
-    spec = Spec.of(spec)
+    spec = Spec.of(spec, data)
     if getattr(spec, "kind", "supervised") == "gan":
         if options is not None:
             raise PlanError("step options (checkpointing, precision, shard, relay) do not apply to a GAN spec",

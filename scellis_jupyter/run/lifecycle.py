@@ -268,16 +268,22 @@ _DETACH_KW = ("device", "steps", "epochs", "checkpoint_every", "eval_every", "me
 
 
 def train(spec, *, store=None, detach: bool = False, progress: bool | Callable[[dict], None] = True,
-          run_id: str | None = None, **kw):
+          run_id: str | None = None, data: dict | None = None, **kw):
     """Train `spec` (a Spec, spec text or a spec file) to its end and return the finished `Run`.
 
     Keywords are Run's (device, steps, epochs, checkpoint_every, eval_every, memory, tier, ...). The run
     is recorded in `store` (default: $SCELLIS_STORE, else ./.scellis). detach=True starts it in its own
     process and returns a `Detached` handle at once (`.wait()`, `.state`, `.result()`, `.follow(cb)`).
-    A red plan raises the refusal (the run is recorded `refused`) before any compute.
+    A red plan raises the refusal (the run is recorded `refused`) before any compute. `data` gives
+    in-memory parts: {"train": (X, y), "val": (X_val, y_val), "test": ...} (or a DataFrame per part, with
+    [data] target naming the label column).
     """
-    spec = Spec.of(spec)
+    spec = Spec.of(spec, data)
     st = open_store(store)
+    if detach and spec.memory is not None:
+        raise RunError("a detached run cannot take in-memory data: its process does not share this one's memory",
+                       where="train(detach=True, data=...)",
+                       hint="train in a kernel thread (%scellis train NAME) or save the arrays to a .npz file")
     if detach:
         from .detach import launch
         return launch(st, {"kind": "train", "spec": _spec_job(spec), "spec_hash": spec.hash,

@@ -55,14 +55,15 @@ class Run:
     `steps`/`epochs` override the recipe; `store` (a Store or a path) enables checkpoints and the run
     record (`store=True`: the default store, `$SCELLIS_STORE` else `./.scellis`); `checkpoint_every` saves
     every K steps (and at the end). `resume` is a checkpoint hash, prefix, ref or run id in `store` (or a
-    loaded `Checkpoint`, which needs no store) to continue from.
+    loaded `Checkpoint`, which needs no store) to continue from. `data` gives in-memory parts
+    ({"train": (X, y), "val": (Xv, yv), "test": df}); their bytes are hashed into (and kept in) the record.
     """
 
     def __init__(self, spec, *, device=None, store=None, tier: str | None = None, steps: int | None = None,
                  epochs: int | None = None, checkpoint_every: int | None = None, eval_every: int | None = None,
                  resume: str | None = None, memory: int | None = None, options=None, max_skipped: int | None = None,
-                 run_id: str | None = None, weights=None, weights_mapping: dict | None = None):
-        self.spec = spec = Spec.of(spec)
+                 run_id: str | None = None, weights=None, weights_mapping: dict | None = None, data: dict | None = None):
+        self.spec = spec = Spec.of(spec, data)
         if spec.kind == "gan":
             raise RunError(f"spec {spec.name!r} trains two networks adversarially (kind \"gan\")", where="Run",
                            hint="train it with GANRun(spec)")
@@ -166,10 +167,30 @@ class Run:
         than one batch of `batch_examples`."""
         from ..data import load_dataset, split
         spec = self.spec
-        self.dataset = load_dataset(None, spec.data, spec.base_dir)
-        fractions = dict(spec.data.get("split") or SPLIT)
-        strat = getattr(self.dataset, "task", "") == "classification"
-        self.split = split(self.dataset, fractions, seed=int(spec.recipe.get("seed") or 0), stratify=strat)
+        seed = int(spec.recipe.get("seed") or 0)
+        mem = spec.memory
+        if mem is not None:                  # in-memory parts: the split is the given parts, unless only train
+            self.dataset = mem.dataset()
+            strat = self.dataset.task == "classification"
+            if len(mem.parts) > 1:
+                from ..data.split import Split, split_hash
+                parts = mem.ranges()
+                n = len(self.dataset)
+                fr = {k: len(v) / n for k, v in parts.items()}
+                self.split = Split(self.dataset.content_hash(), fr, seed, False, parts=parts,
+                                   hash=split_hash(self.dataset.content_hash(), fr, seed, False, parts))
+            else:
+                self.split = split(self.dataset, dict(spec.data.get("split") or SPLIT), seed=seed, stratify=strat)
+        else:
+            self.dataset = load_dataset(None, spec.data, spec.base_dir)
+            fractions = dict(spec.data.get("split") or SPLIT)
+            strat = getattr(self.dataset, "task", "") == "classification"
+            self.split = split(self.dataset, fractions, seed=seed, stratify=strat)
+        self.standardizer = None
+        if spec.data.get("standardize"):     # fitted on the training rows only; kept in the record
+            from ..data.memory import Standardized
+            self.dataset = Standardized(self.dataset, self.split["train"])
+            self.standardizer = self.dataset.stats()
         if batch_examples is not None:
             self._check_train(batch_examples)
 
@@ -497,12 +518,17 @@ class Run:
         from ..executor.executor import execute
         self._check_weights_kind(weights, "Run.predict")
         inp = self.spec.input
+        if hasattr(x, "columns") and hasattr(x, "to_numpy"):      # a DataFrame: the features, target dropped
+            t = self.spec.data.get("target")
+            x = (x.drop(columns=[t]) if t in x.columns else x).to_numpy()
         x = np.asarray(x)
         n = x.shape[0] if x.ndim else 0
         per = int(np.prod(inp["shape"]))
         if n < 1 or x.size != n * per:
             raise RunError(f"predict needs a batch of examples of shape {list(inp['shape'])}, got {list(x.shape)}",
                            where="Run.predict", hint="pass x[None] for a single example")
+        if self.standardizer is not None:     # the training rows' mean and std, as the model was trained on
+            x = self.dataset.transform(x)
         prog, order = self._eval_program(n, with_loss=False)
         self._evaluated = True
         (out,) = execute(prog, self._eval_feeds(prog, order, x, None, weights, "Run.predict"), self.impl)
@@ -600,6 +626,8 @@ class Run:
                  "tier": self.tier, "device": self.device.backend, "program_hash": self.step_prog.program.hash,
                  "options": self.step_prog.options.describe(), "spec_source": self.spec.source,
                  "base_dir": _abs(self.spec.base_dir), "eval_every": self.eval_every}
+        if self.spec.memory is not None and self.store is not None:
+            extra["memory_data"] = self._memory_ref()
         return self._save_checkpoint(extra, self.epoch)
 
     def _save_checkpoint(self, extra: dict, epoch: int) -> str:
@@ -689,6 +717,10 @@ class Run:
             fields.update(dataset_hash=self.dataset.content_hash(), split_hash=self.split.hash)
             fields["extra"].update(self._args, horizon=self.horizon, eval_every=self.eval_every,
                                    seed=self.seed, data_files=data_files(self.dataset))
+            if self.spec.memory is not None:      # kernel data: its bytes kept, so verify/resume need no kernel
+                fields["extra"]["memory_data"] = self._memory_ref()
+            if self.standardizer is not None:
+                fields["extra"]["standardize"] = self.standardizer
             pre = getattr(self.spec.model, "pretrained", None)
             if pre is not None:             # the weights file is an input too: pinned by its BLAKE3
                 from .verify import file_hashes
@@ -700,6 +732,16 @@ class Run:
         if p.verdict != "red":
             self._hb = HeartbeatThread(self._handle, every=2.0)
             self._hb.start()
+
+    def _memory_ref(self) -> dict:
+        """The in-memory data as the record keeps it: part names, rows, hashes and the stored arrays' hash."""
+        ref = getattr(self, "_memory_stored", None)
+        if ref is None:
+            mem = self.spec.memory
+            ref = self._memory_stored = dict(mem.describe(), blake3=mem.content_hash(),
+                                             tensors=self.store.put_tensors(mem.tensors(), kind="memory-data"),
+                                             labels=dict(mem.labels))
+        return ref
 
     def _device_json(self) -> dict:
         d = self.device
@@ -852,5 +894,13 @@ def spec_of_checkpoint(store, ref: str):
         raise RunError(f"the store has no spec text for checkpoint {ck.hash[:12]} (spec {ck.spec_hash[:12]})",
                        where=f"store {st.root}", hint="resume with the spec: sc.Run(spec, store=..., resume=ref)")
     ex = ck.extra or {}
-    return Spec.from_text(text, source=ex.get("spec_source") or "<stored spec>",
-                          base_dir=ex.get("base_dir")), ck, st
+    return Spec.from_text(text, source=ex.get("spec_source") or "<stored spec>", base_dir=ex.get("base_dir"),
+                          data=stored_memory_data(st, ex.get("memory_data"))), ck, st
+
+
+def stored_memory_data(store, ref: dict | None):
+    """The in-memory parts a run trained on, from the arrays the store keeps (None when it had none)."""
+    if not ref:
+        return None
+    from ..data.memory import MemoryData
+    return MemoryData.from_tensors(store.get_tensors(ref["tensors"]), ref.get("labels"), ref.get("classes"))

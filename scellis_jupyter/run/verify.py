@@ -180,8 +180,10 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
         add("spec", False, f"the store has no text for spec {str(rec.spec_hash)[:12]}")
         return out
     try:
+        from .run import stored_memory_data
+        mem = stored_memory_data(st, ex.get("memory_data"))     # arrays from the notebook, kept in the store
         spec = Spec.from_text(text, source=ex.get("spec_source") or "<stored spec>",
-                              base_dir=ex.get("base_dir"))
+                              base_dir=ex.get("base_dir"), data=mem)
     except ScellisError as e:                       # e.g. its dataset file is gone: named with file:line:col
         add("spec", False, e.diagnostic.format().replace("\n", " "))
         _data_check(out, ex, add)

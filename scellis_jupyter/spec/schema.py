@@ -42,7 +42,7 @@ MAX_COUNT = 10 ** 9         # steps, rows, warmup steps
 
 TOP_KEYS = ("name", "description", "data", "model", "recipe", "plan")
 DATA_KEYS = ("dataset", "split", "seq_len", "n_rows", "n_features", "n_classes", "noise", "input", "target",
-             "shuffle", "placement", "memory_budget", "tokenizer", "text")
+             "shuffle", "placement", "memory_budget", "tokenizer", "text", "train", "val", "test", "standardize")
 PLACEMENTS = ("stream", "device")
 MODEL_KEYS = ("nodes", "output", "input", "pretrained")
 SPLIT_KEYS = ("train", "val", "test")

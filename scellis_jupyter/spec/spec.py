@@ -52,30 +52,37 @@ class Spec:
     _locator: Locator | None = field(default=None, repr=False, compare=False)
     kind: str = "supervised"          # recipe.kind: "gan" trains the two networks of `models`
     models: dict = field(default_factory=dict)   # network name -> ModelSpec ([model.generator], ...)
+    memory: Any = field(default=None, repr=False, compare=False)   # data.memory.MemoryData: kernel data
 
     # ---- construction ---------------------------------------------------------------------------------
     @classmethod
-    def from_text(cls, text: str, source: str = "<spec>", base_dir: str | os.PathLike | None = None) -> "Spec":
-        """Parse and validate; raises SpecError (where = 'source:line:col') for the first problem found."""
-        diags, spec = _analyze(text, source, base_dir)
+    def from_text(cls, text: str, source: str = "<spec>", base_dir: str | os.PathLike | None = None, *,
+                  data: dict | None = None, namespace=None) -> "Spec":
+        """Parse and validate; raises SpecError (where = 'source:line:col') for the first problem found.
+
+        In-memory data: `data={"train": (X, y), "val": (Xv, yv), "test": df}` gives the parts directly;
+        `namespace` (a mapping, e.g. `globals()`) is where `[data] train = "X_train, y_train"` looks names up.
+        """
+        diags, spec = _analyze(text, source, base_dir, data, namespace)
         if diags:
             raise SpecError.from_diagnostics(diags)
         return spec
 
     @classmethod
-    def of(cls, spec: "Spec | str | os.PathLike") -> "Spec":
-        """A Spec from a Spec, spec text, or a spec file (a str path or a PathLike): what every API takes."""
+    def of(cls, spec: "Spec | str | os.PathLike", data: dict | None = None) -> "Spec":
+        """A Spec from a Spec, spec text, or a spec file (a str path or a PathLike): what every API takes.
+        `data` binds in-memory parts ({"train": (X, y), ...}) to it."""
         if isinstance(spec, Spec):
-            return spec
+            return spec if data is None else spec.with_data(data)
         if isinstance(spec, os.PathLike):
-            return cls.from_file(spec)
+            return cls.from_file(spec, data=data)
         if isinstance(spec, str):
-            return cls.from_text(spec) if "\n" in spec or "=" in spec else cls.from_file(spec)
+            return cls.from_text(spec, data=data) if "\n" in spec or "=" in spec else cls.from_file(spec, data=data)
         raise SpecError(f"a spec is a Spec, spec text or a spec file path, got {type(spec).__name__}",
                         where="spec argument", hint='pass sc.Spec.from_text(...), the TOML text, or "path/to/spec.toml"')
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "Spec":
+    def from_file(cls, path: str | os.PathLike, *, data: dict | None = None) -> "Spec":
         """A spec file; dataset paths in it are relative to the file's folder."""
         p = Path(path)
         try:
@@ -88,12 +95,17 @@ class Spec:
         text, bad = decode_spec(data, str(p))
         if bad is not None:
             raise SpecError.from_diagnostics([bad])
-        return cls.from_text(text, source=str(p), base_dir=p.parent)
+        return cls.from_text(text, source=str(p), base_dir=p.parent, data=data)
 
     @staticmethod
-    def check(text: str, source: str = "<spec>", base_dir: str | os.PathLike | None = None) -> list[Diagnostic]:
+    def check(text: str, source: str = "<spec>", base_dir: str | os.PathLike | None = None, *,
+              data: dict | None = None, namespace=None) -> list[Diagnostic]:
         """Every problem in `text` (empty when it is a valid spec); never raises for a bad spec."""
-        return _analyze(text, source, base_dir)[0]
+        return _analyze(text, source, base_dir, data, namespace)[0]
+
+    def with_data(self, data: dict) -> "Spec":
+        """This spec on in-memory parts `{"train": (X, y), ...}` (re-validated against them)."""
+        return Spec.from_text(self.text, self.source, self.base_dir, data=data)
 
     # ---- queries --------------------------------------------------------------------------------------
     def locate(self, path: Iterable, value: bool = False) -> str:
@@ -105,6 +117,8 @@ class Spec:
     @functools.cached_property
     def dataset(self) -> DatasetInfo | None:
         """Metadata of [data] dataset (None without a [data] section)."""
+        if self.memory is not None:
+            return self.memory.info()
         if "dataset" not in self.data:
             return None
         return dataset_info(self.data["dataset"], self.data, where=self.locate(("data", "dataset"), True),
@@ -202,7 +216,7 @@ def spec_hash(parsed: dict) -> str:
 
 
 # ---- analysis ---------------------------------------------------------------------------------------------
-def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec | None]:
+def _analyze(text: str, source: str, base_dir, given=None, namespace=None) -> tuple[list[Diagnostic], Spec | None]:
     if not isinstance(text, str):
         return [Diagnostic("spec", f"spec text must be a string, got {type(text).__name__}", source)], None
     raw, bad, text = parse_toml(text, source)
@@ -212,9 +226,13 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
     ck.known_keys(raw, (), TOP_KEYS, "the top level")
     name = ck.string(raw, "name", (), None)
     ck.string(raw, "description", (), None)
-    data = _check_data(ck, raw.get("data"))
+    data = _check_data(ck, raw.get("data"), given is not None)
     model, models = _check_model(ck, raw, base_dir)
     info = None
+    memory = None
+    if not ck.diags and (given is not None or (data is not None and "train" in data)):
+        memory = _memory_data(ck, data or {}, given, namespace)
+        info = memory.info() if memory is not None else None
     if data is not None and "dataset" in data and not ck.diags:
         try:
             info = dataset_info(data["dataset"], data, where=ck.where(("data", "dataset"), True),
@@ -240,11 +258,18 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
         if name is None:
             name = Path(source).stem if source and not source.startswith("<") else "spec"
         spec = Spec(name, data or {}, model, recipe, plan, text, source, spec_hash(raw),
-                    str(base_dir) if base_dir is not None else None, ck.locator, kind=recipe["kind"], models=models)
+                    str(base_dir) if base_dir is not None else None, ck.locator, kind=recipe["kind"], models=models,
+                    memory=memory)
         spec.__dict__["dataset"] = info
         spec.__dict__["graphs"] = graphs
         return [], spec
     inp = _input_of(model, data or {}, info)
+    if memory is not None and inp is not None and info is not None and tuple(inp["shape"]) != tuple(info.feature_shape):
+        ck.error(("model", "input") if model.input is not None else ("data", "input"),
+                 f"the model takes examples of shape {list(inp['shape'])} but the in-memory data "
+                 f"({memory.labels.get('train') or 'train'}) has examples of shape {list(info.feature_shape)}",
+                 kind="shape", hint=f"shape = {list(info.feature_shape)}, or reshape the arrays")
+        return ck.diags, None
     if inp is None:
         ck.error(("model",), "the model's input shape is unknown", value=False, kind="missing",
                  hint='add [data] dataset = "..." or [model] input = { shape = [...], dtype = "f32" }')
@@ -262,7 +287,7 @@ def _analyze(text: str, source: str, base_dir) -> tuple[list[Diagnostic], Spec |
     if name is None:
         name = Path(source).stem if source and not source.startswith("<") else "spec"
     spec = Spec(name, data or {}, model, recipe, plan, text, source, spec_hash(raw),
-                str(base_dir) if base_dir is not None else None, ck.locator)
+                str(base_dir) if base_dir is not None else None, ck.locator, memory=memory)
     spec.__dict__["dataset"] = info          # cached_property values, already computed
     spec.__dict__["graph"] = graph
     return [], spec
@@ -309,7 +334,7 @@ def _check_input(ck: Checker, v: Any, path: tuple) -> dict | None:
     return {"shape": tuple(shape), "dtype": dtype}
 
 
-def _check_data(ck: Checker, v: Any) -> dict | None:
+def _check_data(ck: Checker, v: Any, given: bool = False) -> dict | None:
     if v is None:
         return None
     path = ("data",)
@@ -319,7 +344,20 @@ def _check_data(ck: Checker, v: Any) -> dict | None:
     ck.known_keys(t, path, DATA_KEYS)
     out = dict(t)
     ds = ck.string(t, "dataset", path)
-    if ds is None and "input" not in t:
+    parts = [k for k in SPLIT_KEYS if k in t]
+    for k in parts:
+        ck.string(t, k, path)
+    ck.boolean(t, "standardize", path)
+    if parts and ds is not None:
+        ck.error(path + (parts[0],), f"[data] names both a dataset ({ds!r}) and in-memory parts ({', '.join(parts)})",
+                 value=False, kind="conflict", hint="keep one: dataset = \"...\" or train = \"X_train, y_train\"")
+    elif parts and "train" not in t:
+        ck.error(path + (parts[0],), f"[data] names a {parts[0]} part but no train part", value=False,
+                 kind="missing", hint='add train = "X_train, y_train"')
+    elif parts and "split" in t and len(parts) > 1:
+        ck.error(path + ("split",), f"split fractions apply when only train is named; {', '.join(parts[1:])} "
+                 "is given explicitly", value=False, kind="conflict", hint="remove split, or the explicit parts")
+    if ds is None and "input" not in t and not parts and not given:
         ck.required(t, "dataset", path)
     if ds is not None and not ds.startswith("synthetic_"):
         for k in SYNTHETIC_ONLY:
@@ -331,6 +369,8 @@ def _check_data(ck: Checker, v: Any) -> dict | None:
                  kind="unknown-key", hint="remove n_features (n_classes sets the number of modes)")
     if "split" in t:
         out["split"] = _check_split(ck, t["split"], path + ("split",))
+    elif parts and len(parts) > 1:
+        out.pop("split", None)               # explicit parts: the split is the parts themselves
     else:
         out["split"] = dict(DEFAULT_SPLIT)
     ck.integer(t, "seq_len", path, 1, 2 ** 20)
@@ -349,6 +389,34 @@ def _check_data(ck: Checker, v: Any) -> dict | None:
     if "input" in t:
         out["input"] = _check_input(ck, t["input"], path + ("input",))
     return out
+
+
+def _memory_data(ck: Checker, data: dict, given, namespace):
+    """The in-memory parts (data= or [data] train = "X, y" names looked up in `namespace`), or None with a
+    diagnostic at the [data] line that names them."""
+    from ..data.memory import MemoryData
+    from ..errors import ScellisError
+    where_of = lambda part: ck.where(("data", part), True) if part in data else ck.where(("data",))  # noqa: E731
+    try:
+        if isinstance(given, MemoryData):           # as the store kept it (verify, resume)
+            given._check(where_of("train"))
+            return given
+        if given is not None:
+            if not isinstance(given, dict):
+                given = {"train": given}
+            return MemoryData.from_parts(given, target=data.get("target"), where=where_of("train"),
+                                         target_where=where_of("target"))
+        if namespace is None:
+            ck.error(("data", "train"), f"train = {data['train']!r} names data in a Python session, and no "
+                     "namespace was given to look it up in", kind="missing",
+                     hint="in a notebook use a %%scellis cell; in Python pass Spec.from_text(text, namespace=globals()) "
+                          "or data={\"train\": (X, y)}")
+            return None
+        return MemoryData.from_names(data, namespace, where_of)
+    except ScellisError as e:
+        d = e.diagnostic
+        ck.diags.append(Diagnostic("spec", d.message, d.where or where_of("train"), d.hint, {"kind": "data"}))
+        return None
 
 
 def _check_text_data(ck: Checker, t: dict, path: tuple, ds: str | None, out: dict) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import StoreError, os_error
 from .index import COLLECTABLE_KINDS, Index
-from .objects import (HASH_LEN, ObjectStore, canonical_json, hash_bytes, load_json, load_tensors,
+from .objects import (HASH_LEN, ObjectStore, canonical_json, load_json, load_tensors,
                       tensors_bytes)
 
 ENV_VAR = "SCELLIS_STORE"

@@ -1,0 +1,143 @@
+"""Writes the example notebooks (notebooks/*.ipynb) from the cells below: `python notebooks/build.py`.
+
+Why a generator: the .ipynb files are JSON that nobody edits by hand; the cells live here as plain text,
+reviewed as code, and the notebooks are rebuilt without outputs. Each notebook reads
+SCELLIS_EXAMPLE_STEPS (steps to train, small in tests) and runs on any device (SCELLIS_DEVICE).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+
+STEPS = 'import os\nSTEPS = int(os.environ.get("SCELLIS_EXAMPLE_STEPS", "{n}"))'
+
+NOTEBOOKS = {
+    "quickstart": [
+        "# Quickstart: digits\n\nA spec in a cell, planned before any compute, trained in the background while "
+        "the notebook stays usable, then evaluated and verified. The arrays come from the notebook itself.",
+        "%load_ext scellis_jupyter\n" + STEPS.format(n=300),
+        "from sklearn.datasets import load_digits\nimport numpy as np\n\nX, y = load_digits(return_X_y=True)\n"
+        "rng = np.random.default_rng(0)\norder = rng.permutation(len(X))\nX, y = X[order], y[order]\n"
+        "X_train, y_train = X[:1400], y[:1400]\nX_val, y_val = X[1400:1600], y[1400:1600]\n"
+        "X_test, y_test = X[1600:], y[1600:]",
+        "%%scellis digits\n# the same TOML as a spec file; names on the right are variables of this notebook\n"
+        "[data]\ntrain = \"X_train, y_train\"\nval = \"X_val, y_val\"\ntest = \"X_test, y_test\"\n"
+        "standardize = true          # mean and std of the training rows, kept in the run record\n\n[model]\nnodes = [\n"
+        "  { name = \"hidden\", op = \"linear\", out = 64 },\n  { op = \"relu\" },\n"
+        "  { name = \"logits\", op = \"linear\", out = 10 },\n]\n\n[recipe]\nbatch_size = 32\n"
+        "optimizer = { name = \"adam\", lr = 0.005 }\nmetrics = [\"accuracy\"]\neval_every = 20",
+        "%scellis train digits --steps $STEPS --checkpoint-every 100",
+        "# other cells keep working while it trains\ndigits.run",
+        "%scellis wait digits",
+        "pred = digits.predict(X_test).argmax(1)      # the training statistics are applied\n"
+        "print(f\"test accuracy {(pred == y_test).mean():.3f}\")",
+        "%scellis verify digits",
+    ],
+    "dataframe": [
+        "# Your own DataFrame\n\nA pandas DataFrame with a text label column, split the way you want. "
+        "Every other column is a feature; `target` names the label.",
+        "%load_ext scellis_jupyter\n" + STEPS.format(n=200),
+        "import pandas as pd\nfrom sklearn.datasets import load_wine\n\nwine = load_wine(as_frame=True)\n"
+        "df = wine.frame.rename(columns={\"target\": \"label\"})\n"
+        "df[\"label\"] = df[\"label\"].map({0: \"barolo\", 1: \"grignolino\", 2: \"barbera\"})\n"
+        "df = df.sample(frac=1.0, random_state=0).reset_index(drop=True)\n"
+        "df_train, df_val = df.iloc[:140], df.iloc[140:]\ndf_train.head()",
+        "%%scellis wine\n[data]\ntrain = \"df_train\"\nval = \"df_val\"\ntarget = \"label\"\nstandardize = true\n\n"
+        "[model]\nnodes = [{ op = \"linear\", out = 32 }, { op = \"relu\" }, { op = \"linear\", out = 3 }]\n\n"
+        "[recipe]\nbatch_size = 16\noptimizer = { name = \"adam\", lr = 0.01 }\nmetrics = [\"accuracy\"]",
+        "%scellis train wine --steps $STEPS --wait",
+        "print(\"validation:\", wine.evaluate(\"val\"))\nclasses = wine.spec.memory.classes\n"
+        "print([classes[i] for i in wine.predict(df_val.head(5)).argmax(1)], list(df_val.label.head(5)))",
+    ],
+    "memory_plans": [
+        "# Memory plans: green, yellow, red\n\nThe plan is the training step's own allocation plan, read before any "
+        "compute. Below, one model is planned against three capacities. (On the CPU path a green plan reads "
+        "yellow: the plan says the device is not a GPU.)",
+        "%load_ext scellis_jupyter\nimport scellis_jupyter as sc\nfrom scellis_jupyter.spec.edit import apply_fix",
+        "%%scellis wide --no-plan\n[data]\ndataset = \"digits\"\n\n[model]\nnodes = [\n"
+        "  { op = \"linear\", out = 512 }, { op = \"relu\" },\n  { op = \"linear\", out = 512 }, { op = \"relu\" },\n"
+        "  { op = \"linear\", out = 10 },\n]\n\n[recipe]\nbatch_size = 256",
+        "need = wide.plan().peak_bytes\nroomy, tight, small = int(need / 0.5), int(need / 0.9), int(need * 0.9)\n"
+        "print(need, roomy, tight, small)",
+        "%scellis plan wide --memory {roomy}",
+        "%scellis plan wide --memory {tight}",
+        "%scellis plan wide --memory {small}",
+        "# apply a fix through the Python API: the spec text changes, and the new plan fits\n"
+        "red = sc.plan(wide.spec, memory=small)\nfix = next(f for f in red.fixes if f.kind == \"batch_size\")\n"
+        "fixed_text = apply_fix(wide.text, fix)\nfixed = sc.plan(sc.Spec.from_text(fixed_text), memory=small)\n"
+        "print(red.verdict, '->', fixed.verdict, fix.description)\nprint(fixed.table())",
+    ],
+    "transformer": [
+        "# A transformer from scratch\n\nA causal character-level transformer on CPython's pydoc topics text.",
+        "%load_ext scellis_jupyter\n" + STEPS.format(n=200),
+        "%%scellis chars\n[data]\ndataset = \"pydoc_topics\"\nseq_len = 32\n\n[model]\nnodes = [\n"
+        "  { op = \"embedding\", vocab = 96, dim = 32 },\n  { op = \"positional_embedding\", max_len = 32 },\n"
+        "  { op = \"transformer_block\", heads = 4, causal = true },\n  { op = \"layer_norm\" },\n"
+        "  { op = \"linear\", out = 96 },\n]\n\n[recipe]\noptimizer = { name = \"adam\", lr = 3e-3 }\nbatch_size = 8",
+        "%scellis train chars --steps $STEPS",
+        "%scellis wait chars",
+        "%scellis profile chars",
+    ],
+    "minilm_lora": [
+        "# MiniLM with LoRA and QLoRA\n\nThe pretrained all-MiniLM-L6-v2 (weights from a pip package), a new "
+        "4-way head, and adapters: LoRA (rank 8) and QLoRA (NF4 base weights). The plans show what each trains.",
+        "%load_ext scellis_jupyter\n" + STEPS.format(n=20) + "\n"
+        "from pathlib import Path\nimport scellis_jupyter\n"
+        "MINILM = (Path(scellis_jupyter.__file__).parent.parent / \"benchmarks/specs/minilm_lora.toml\")",
+        "from IPython import get_ipython\nfor name, method in ((\"lora\", \"lora\"), (\"qlora\", \"qlora\")):\n"
+        "    text = MINILM.read_text().replace('method = \"lora\"', f'method = \"{method}\"')\n"
+        "    get_ipython().run_cell_magic(\"scellis\", f\"{name} --no-graph\", text)",
+        "%scellis train lora --steps $STEPS --wait",
+        "%scellis train qlora --steps $STEPS --wait",
+    ],
+    "user_optimizer": [
+        "# A user-written optimizer\n\nA catalog entry written in a cell: signSGD (Bernstein et al. 2018), "
+        "registered through the same registry and conformance checks as the built-ins, then used by name.",
+        "%load_ext scellis_jupyter\n" + STEPS.format(n=150),
+        "%%scellis catalog optimizer sign_sgd\nfrom scellis_jupyter.catalog import Param, optimizer\n"
+        "from scellis_jupyter.graph import functional as F\n\n\n"
+        "@optimizer(\"sign_sgd\", summary=\"signSGD: step by the sign of the gradient\", params={\n"
+        "    \"lr\": Param(float, 0.01, lo=0.0, doc=\"step size\")})\nclass SignSGD:\n"
+        "    def __init__(self, lr=0.01):\n        self.lr = lr\n\n    def state(self, shape, dtype):\n"
+        "        return []\n\n    def update(self, p, g, state, step, lr):\n        x = F.cast(p, \"f32\")\n"
+        "        return F.cast(F.sub(x, F.mul(F.cast(lr, \"f32\"), F.sign(F.cast(g, \"f32\")))), p.dtype), {}",
+        "%%scellis iris\n[data]\ndataset = \"iris\"\nstandardize = true\n\n[model]\n"
+        "nodes = [{ op = \"linear\", out = 16 }, { op = \"relu\" }, { op = \"linear\", out = 3 }]\n\n"
+        "[recipe]\noptimizer = { name = \"sign_sgd\", lr = 0.01 }\nbatch_size = 16\nmetrics = [\"accuracy\"]",
+        "%scellis train iris --steps $STEPS --wait",
+    ],
+    "gan": [
+        "# A GAN on a ring of Gaussians\n\nTwo networks trained adversarially; the plan covers both.",
+        "%load_ext scellis_jupyter\n" + STEPS.format(n=300),
+        "%%scellis ring\n[data]\ndataset = \"synthetic_ring\"\nn_rows = 4000\n\n[model.generator]\n"
+        "input = { shape = [8] }\nnodes = [\n  { op = \"linear\", out = 64 }, { op = \"relu\" },\n"
+        "  { op = \"linear\", out = 2 },\n]\n\n[model.discriminator]\nnodes = [\n"
+        "  { op = \"linear\", out = 64 }, { op = \"relu\" },\n  { op = \"linear\", out = 1 },\n]\n\n[recipe]\n"
+        "kind = \"gan\"\nloss = \"non_saturating\"\nnoise = \"normal\"\n"
+        "optimizer = { name = \"adam\", lr = 2e-3, betas = [0.5, 0.999] }\nbatch_size = 128",
+        "%scellis train ring --steps $STEPS --wait",
+    ],
+}
+
+
+def build(out: Path = HERE) -> list[Path]:
+    paths = []
+    for name, cells in NOTEBOOKS.items():
+        nb = new_notebook(metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                                    "language_info": {"name": "python"}})
+        nb.cells = [new_markdown_cell(cells[0])] + [new_code_cell(c) for c in cells[1:]]
+        for i, c in enumerate(nb.cells):            # stable ids: a rebuild changes nothing unless a cell did
+            c.id = f"{name}-{i}"
+        p = out / f"{name}.ipynb"
+        nbformat.write(nb, p)
+        paths.append(p)
+    return paths
+
+
+if __name__ == "__main__":
+    for p in build():
+        print(p)

@@ -1,0 +1,312 @@
+"""The magics in a real IPython shell (InteractiveShell): cells, subcommands, background training, mistakes.
+
+Each mistake must come out as IPython's UsageError (no traceback) with the shared diagnostic text; a spec
+mistake must point at the cell's own line (the %%scellis line is line 1) and column.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pytest
+from IPython.core.error import UsageError
+
+from scellis_jupyter.jupyter.display import RUN_MIME
+
+DATA = """
+from sklearn.datasets import load_digits
+X, y = load_digits(return_X_y=True)
+X_tr, y_tr, X_va, y_va = X[:1400], y[:1400], X[1400:], y[1400:]
+"""
+
+MLP = """%%scellis mlp
+[data]
+train = "X_tr, y_tr"
+val = "X_va, y_va"
+standardize = true
+[model]
+nodes = [{ name = "hidden", op = "linear", out = 32 }, { op = "relu" }, { name = "logits", op = "linear", out = 10 }]
+[recipe]
+batch_size = 32
+metrics = ["accuracy"]
+optimizer = { name = "adam", lr = 0.01 }
+"""
+
+
+def _usage(c) -> str:
+    assert isinstance(c.error, UsageError), (c.error, c.stdout, c.stderr)
+    assert "Traceback" not in c.stdout + c.stderr
+    return str(c.error)
+
+
+def _cell_line(msg: str, code: str) -> tuple[str, int]:
+    m = re.search(r"line (\d+), column (\d+)", msg)
+    assert m, msg
+    line, col = int(m.group(1)), int(m.group(2))
+    return code.split("\n")[line - 1], col
+
+
+def test_load_and_unload_the_extension(ip, cell):
+    c = cell("%scellis --help")
+    assert c.error is None and "train" in c.text and "%%scellis NAME" in c.text
+    ip.run_line_magic("unload_ext", "scellis_jupyter")
+    c = cell("%scellis --help")
+    assert c.error is not None and "not found" in str(c.error)
+    ip.run_line_magic("load_ext", "scellis_jupyter")
+    assert cell("%scellis device").error is None
+
+
+def test_a_spec_cell_binds_a_model_and_shows_graph_and_plan(ip, cell):
+    cell(DATA)
+    c = cell(MLP)
+    assert c.error is None, c.error
+    m = ip.user_ns["mlp"]
+    assert type(m).__name__ == "Model" and m.spec.name == "mlp"
+    assert m.spec.dataset.n_rows == 1797 and m.spec.input["shape"] == (64,)
+    assert 'data-node="hidden"' in c.html
+    assert "2,410 parameters" in c.html                   # 64*32+32 + 32*10+10
+    assert 'data-verdict="yellow"' in c.html and "reference device" in c.html    # yellow says why (the CPU path)
+    assert "plan for 'mlp'" in c.text
+
+
+@pytest.mark.parametrize("body, token, words", [
+    ('[data]\ntrain = "X_tr, y_tr"\n[model]\nnodes = [{ op = "linaer", out = 3 }]\n', '"linaer"', "did you mean 'linear'"),
+    ('[data]\ntrain = "X_tr, y_tr"\n[model]\nnodes = [{ op = "linear", out = 3 }]\n[recipe]\nbatch_size = "x"\n',
+     '"x"', "batch_size"),
+    ('[data]\ntrain = "X_trn, y_tr"\n[model]\nnodes = [{ op = "linear", out = 10 }]\n', '"X_trn', "not defined"),
+    ('[data]\ntrain = "X_tr, y_tr"\n[model]\nnodes = [{ op = "linear", out = 7 }]\n', "7", "10 classes"),
+    ('[data]\ntrain = "X_tr, y_tr"\n[model\nnodes = []\n', "[model", "TOML syntax"),
+])
+def test_spec_mistakes_point_at_the_cells_own_line(cell, body, token, words):
+    cell(DATA)
+    code = "%%scellis bad\n" + body
+    c = cell(code)
+    msg = _usage(c)
+    assert words in msg
+    line, col = _cell_line(msg, code)
+    assert token in line, (msg, line)
+    assert msg.count("^") == 1
+
+
+def test_unknown_subcommand_lists_the_valid_ones(cell):
+    msg = _usage(cell("%scellis trian mlp"))
+    assert "unknown subcommand 'trian'" in msg and "did you mean 'train'" in msg
+    for sub in ("plan", "train", "wait", "resume", "stop", "runs", "show", "device", "catalog", "verify", "profile",
+                "lr-find"):
+        assert sub in msg
+
+
+def test_bad_options_and_unknown_models(cell):
+    assert "not an integer" in _usage(cell("%scellis train mlp --steps zero"))
+    assert "unrecognized arguments: --stpes" in _usage(cell("%scellis train mlp --stpes 3"))
+    cell(DATA)
+    cell(MLP)
+    msg = _usage(cell("%scellis plan mpl"))
+    assert "no model named 'mpl'" in msg and "did you mean 'mlp'" in msg
+    assert "is not a size" in _usage(cell("%scellis plan mlp --memory lots"))
+
+
+def test_help_of_every_subcommand(cell):
+    c = cell("%scellis train --help")
+    assert c.error is None and "--steps" in c.text and "--checkpoint-every" in c.text
+    c = cell("%scellis lr-find -h")
+    assert "--min-lr" in c.text
+
+
+def test_train_returns_at_once_then_wait_shows_the_record_with_its_pin(ip, cell):
+    cell(DATA)
+    cell(MLP)
+    t0 = time.perf_counter()
+    c = cell("%scellis train mlp --steps 400 --checkpoint-every 100")
+    took = time.perf_counter() - t0
+    assert c.error is None, c.error
+    br = ip.user_ns["mlp"].run
+    assert br.state in ("starting", "running") and br.step < 400, (br, took)   # returned before training ended
+    assert 'data-state="' in c.html and "CPU, not a GPU" in c.html             # the static run panel
+    msg = _usage(cell("%scellis train mlp --steps 10"))                         # a second train is refused
+    assert "already training" in msg and "%scellis wait mlp" in msg
+    assert cell("x = 1 + 1").error is None                                      # other cells keep working
+    c = cell("%scellis wait mlp")
+    assert c.error is None and br.state == "finished" and br.step == 400
+    found = c.mime(RUN_MIME)                    # the record, and the run panel's final update (same pin)
+    assert found and all(p == found[-1] for p in found)
+    pin = found[-1]
+    rec = br.run.store.get_run(br.run_id)
+    assert pin["run"] == br.run_id and pin["spec_hash"] == rec.spec_hash == br.run.spec.hash
+    assert pin["data"]["dataset_hash"] == rec.dataset_hash and pin["data"]["memory"]["parts"]["train"]["rows"] == 1400
+    assert pin["checkpoints"] == [k["hash"] for k in rec.checkpoints] and len(pin["checkpoints"]) == 4
+    assert pin["tier"] == "debug" and pin["device"]["backend"] == "reference" and pin["steps"] == 400
+    assert pin["metrics"]["val_accuracy"] > 0.8
+    assert "<svg" in c.html and f"finished {br.run_id}" in c.text
+    steps = [e for e in br.events if e["kind"] == "step"]
+    assert steps[-1]["step"] == 400 and all(np.isfinite(e["loss"]) for e in steps)
+    assert any(e["kind"] == "checkpoint" for e in br.events)
+    acc = (ip.user_ns["mlp"].predict(ip.user_ns["X_va"]).argmax(1) == ip.user_ns["y_va"]).mean()
+    assert acc == pytest.approx(pin["metrics"]["val_accuracy"], abs=1e-9)
+    c = cell("%scellis verify mlp")
+    assert c.error is None and "verified" in c.text and "bit-identical" in c.text
+
+
+def test_stop_then_resume_continues_and_finished_runs_refuse_actions(ip, cell):
+    cell(DATA)
+    cell(MLP)
+    cell("%scellis train mlp --steps 2000")
+    br = ip.user_ns["mlp"].run
+    while br.step < 5:
+        time.sleep(0.05)
+    c = cell("%scellis stop mlp")
+    assert c.error is None and "interrupted" in c.text
+    br.wait(60)
+    assert br.state == "interrupted" and 5 <= br.step < 2000
+    rec = br.run.store.get_run(br.run_id)
+    assert rec.state == "interrupted" and rec.last_checkpoint
+    msg = _usage(cell("%scellis stop mlp"))
+    assert "is interrupted; there is nothing to stop" in msg and "%scellis resume mlp" in msg
+    stopped_at = br.step
+    c = cell("%scellis resume mlp --steps 60 --wait")
+    nb = ip.user_ns["mlp"].run
+    assert c.error is None and nb is not br and nb.state == "finished" and nb.step == 60
+    assert nb.run.resumed_from == rec.last_checkpoint and stopped_at < 60
+    msg = _usage(cell("%scellis stop mlp"))
+    assert "is finished" in msg
+    msg = _usage(cell("%scellis resume mlp"))
+    assert "nothing left to resume" in msg
+
+
+def test_pause_and_checkpoint_now(ip, cell):
+    cell(DATA)
+    cell(MLP)
+    cell("%scellis train mlp --steps 3000")
+    br = ip.user_ns["mlp"].run
+    br.pause()
+    deadline = time.time() + 30
+    while br.state != "paused" and time.time() < deadline:
+        time.sleep(0.02)
+    at = br.step
+    time.sleep(0.3)
+    assert br.state == "paused" and br.step == at
+    br.checkpoint_now()
+    deadline = time.time() + 30
+    while not any(e["kind"] == "checkpoint" for e in br.events) and time.time() < deadline:
+        time.sleep(0.02)
+    ck = [e for e in br.events if e["kind"] == "checkpoint"]
+    assert ck and br.run.store.load_checkpoint(ck[0]["hash"]).step in (at, at + 1)
+    time.sleep(0.2)
+    assert br.state == "paused"                     # a checkpoint does not unpause
+    br.resume()
+    deadline = time.time() + 30
+    while br.step <= at + 2 and time.time() < deadline:
+        time.sleep(0.02)
+    assert br.step > at + 2
+    seen = []
+    unsub = br.subscribe(seen.append)               # a late subscriber replays the past
+    assert seen[:len(br.events[:3])] == br.events[:3]
+    unsub()
+    br.stop()
+    br.wait(60)
+
+
+def test_wait_on_a_model_without_runs_and_refused_plan(ip, cell):
+    cell(DATA)
+    cell(MLP)
+    assert "has no run to wait for" in _usage(cell("%scellis wait mlp"))
+    c = cell("%scellis plan mlp --memory 20000")
+    assert c.error is None and 'data-verdict="red"' in c.html and "fixes" in c.html
+    msg = _usage(cell("%scellis train mlp --memory 20000 --steps 3"))
+    assert "refused before any compute" in msg
+
+
+def test_user_optimizer_from_a_catalog_cell_matches_the_builtin(ip, cell):
+    c = cell('''%%scellis catalog optimizer cell_sgd
+from scellis_jupyter.catalog import Param, optimizer
+from scellis_jupyter.graph import functional as F
+
+@optimizer("cell_sgd", summary="plain SGD, written in a cell", params={"lr": Param(float, 0.1, lo=0.0)})
+class CellSGD:
+    def __init__(self, lr=0.1):
+        self.lr = lr
+    def state(self, shape, dtype):
+        return []
+    def update(self, p, g, state, step, lr):
+        x = F.cast(p, "f32")
+        return F.cast(F.sub(x, F.mul(F.cast(lr, "f32"), F.cast(g, "f32"))), p.dtype), {}
+''')
+    assert c.error is None, c.error
+    assert "cell_sgd" in c.text
+    cell(DATA)
+    for name, opt in (("a", "cell_sgd"), ("b", "sgd")):
+        cell(MLP.replace("%%scellis mlp", f"%%scellis {name}").replace('name = "adam", lr = 0.01',
+                                                                       f'name = "{opt}", lr = 0.05'))
+        assert cell(f"%scellis train {name} --steps 20 --wait").error is None
+    wa, wb = ip.user_ns["a"].run.run.weights(), ip.user_ns["b"].run.run.weights()
+    for k in wb:
+        np.testing.assert_allclose(wa[k], wb[k], rtol=1e-6, atol=1e-7)
+    msg = _usage(cell("%%scellis catalog optimizr x\npass\n"))
+    assert "unknown catalog kind 'optimizr'" in msg and "did you mean 'optimizer'" in msg
+    msg = _usage(cell("%%scellis catalog loss nothing_here\nx = 1\n"))
+    assert "registered no loss" in msg
+
+
+def test_profile_lr_find_runs_show_catalog(ip, cell):
+    cell(DATA)
+    cell(MLP)
+    c = cell("%scellis profile mlp")
+    assert c.error is None and "dispatches" in c.text and "matmul" in c.text and "GPU timestamps" in c.text
+    disp = int(re.search(r"(\d+) dispatches", c.text).group(1))
+    assert disp == len(ip.user_ns["mlp"].plan().step.program.steps)
+    c = cell("%scellis lr-find mlp --steps 40 --min-lr 1e-5 --max-lr 1")
+    assert c.error is None and "suggested lr" in c.text
+    res = ip.user_ns["mlp"].lr_find_result
+    assert len(res.lrs) <= 40 and 1e-5 <= res.suggestion <= 1
+    cell("%scellis train mlp --steps 5 --wait")
+    c = cell("%scellis runs")
+    assert ip.user_ns["mlp"].run.run_id in c.text and "finished" in c.text
+    c = cell(f"%scellis show {ip.user_ns['mlp'].run.run_id}")
+    assert c.mime(RUN_MIME)[0]["run"] == ip.user_ns["mlp"].run.run_id
+    c = cell("%scellis catalog optimizer")
+    assert "adamw" in c.text and "sgd" in c.text
+    assert "unknown catalog kind" in _usage(cell("%scellis catalog optimiser"))
+
+
+def test_widgets_get_the_objects_and_callbacks_when_installed(ip, cell, monkeypatch):
+    """With a widgets module importable, display.py hands it the Plan and callbacks that really work."""
+    import sys
+    import types
+    got = {}
+
+    class Rec:
+        def __init__(self, kind):
+            self.kind = kind
+
+        def __call__(self, *a, **kw):
+            got[self.kind] = (a, kw)
+            return types.SimpleNamespace(_repr_mimebundle_=lambda **k: {"text/plain": self.kind},
+                                         follow=lambda *a, **kw: got.setdefault("follow", (a, kw)))
+
+    mod = types.ModuleType("scellis_jupyter.jupyter.widgets")
+    for k in ("PlanView", "GraphView", "RunPanel", "LossCurve", "CatalogBrowser", "LRFinderView"):
+        setattr(mod, k, Rec(k))
+    monkeypatch.setitem(sys.modules, "scellis_jupyter.jupyter.widgets", mod)
+    import scellis_jupyter.jupyter as pkg
+    monkeypatch.setattr(pkg, "widgets", mod, raising=False)
+    cell(DATA)
+    assert cell(MLP).error is None
+    (plan,), kw = got["PlanView"]
+    assert plan.verdict == "yellow" and callable(kw["on_fix"])
+    (info,), kw = got["GraphView"]
+    assert [n["id"] for n in info["nodes"]] == ["hidden", "1.relu", "logits"]
+    new_info, text = kw["on_edit"]({"action": "set", "node": "hidden", "key": "out", "value": 48})
+    assert new_info["nodes"][0]["shape"] == [48] and text.startswith("%%scellis mlp\n") and "out = 48" in text
+    assert ip.user_ns["mlp"].spec.graph.param_count == 64 * 48 + 48 + 48 * 10 + 10
+    cap = int(ip.user_ns["mlp"].plan(batch_size=8).peak_bytes) + 1     # batch 8 fits (yellow), 32 does not
+    cell(f"%scellis plan mlp --memory {cap}")
+    (plan,), kw = got["PlanView"]
+    assert plan.verdict == "red"
+    i = next(j for j, f in enumerate(plan.fixes) if f.kind == "batch_size")
+    new_plan, text = kw["on_fix"](i)
+    assert new_plan.peak_bytes < plan.peak_bytes and new_plan.verdict != "red"
+    assert f"batch_size = {plan.fixes[i].settings['batch_size']}" in text
+    assert ip.user_ns["mlp"].spec.recipe["batch_size"] == plan.fixes[i].settings["batch_size"]
+    cell("%scellis train mlp --steps 5 --wait")
+    assert "RunPanel" in got and got["follow"][0][0] is ip.user_ns["mlp"].run
