@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import did_you_mean
-from ..spec.datasets import DatasetInfo
+from .info import DatasetInfo
 from .dataset import ArrayDataset, DataError, Dataset, features_dtype, hash_arrays, labels_dtype
 
 PARTS = ("train", "val", "test")
