@@ -1,0 +1,27 @@
+// One series store per widget model (not per view): the snapshot trait `_packed` replaces it, appended
+// chunks (custom messages with one binary buffer) merge into it, and the merged store is written back into
+// the model's own `_packed` (without a round trip to the kernel) so JupyterLab's saved widget state holds
+// every point, not only the last snapshot the kernel sent.
+import { decode, encode, merge } from "./pack.js";
+
+const stores = new WeakMap();
+
+export function attachStore(model) {
+  if (stores.has(model)) return stores.get(model);
+  const st = { series: decode(model.get("_packed")), listeners: new Set(), local: false };
+  const notify = () => { for (const f of st.listeners) f(st.series); };
+  model.on("change:_packed", () => {
+    if (st.local) return;
+    st.series = decode(model.get("_packed"));
+    notify();
+  });
+  model.on("msg:custom", (msg, buffers) => {
+    if (!msg || msg.type !== "append" || !buffers || !buffers.length) return;
+    st.series = merge(st.series, decode(buffers[0]));
+    st.local = true;
+    try { model.set("_packed", new DataView(encode(st.series))); } finally { st.local = false; }
+    notify();
+  });
+  stores.set(model, st);
+  return st;
+}

@@ -1,0 +1,60 @@
+import uPlot from "uplot";
+import "uplot/dist/uPlot.min.css";
+import "./lib/common.css";
+import { button, h, writeCellOrShow } from "./lib/cell.js";
+
+function css(name, fallback) {
+  return getComputedStyle(document.body).getPropertyValue(name).trim() || fallback;
+}
+
+function render({ model, el }) {
+  const token = Math.random().toString(36).slice(2);
+  const root = h("div", "sc-w sc-lrf");
+  const sug = model.get("suggested");
+  const head = h("div", "sc-row");
+  head.append(h("span", "sc-title", "LR range test"),
+    h("span", "sc-suggest", sug != null ? `suggested lr ${Number(sug).toPrecision(3)}` : "no suggestion (too few points)"));
+  const apply = button(sug != null ? `Use lr = ${Number(sug).toPrecision(3)} in the spec` : "Use suggestion", () => {
+    apply.disabled = true;
+    model.send({ type: "apply", token });
+  });
+  apply.dataset.action = "apply";
+  apply.disabled = sug == null || !model.get("can_apply");
+  if (!model.get("can_apply")) apply.title = "shown without on_apply: nothing to write into";
+  head.append(apply);
+  const plotBox = h("div");
+  const cellBox = h("div");
+  root.append(head, plotBox, cellBox);
+  el.append(root);
+  const lrs = model.get("lrs") || [];
+  const losses = (model.get("losses") || []).map((v) => (v == null || !Number.isFinite(v) ? null : v));
+  const stroke = css("--jp-ui-font-color2", "#666");
+  const grid = css("--jp-border-color2", "#ddd");
+  let u = null;
+  requestAnimationFrame(() => {
+    u = new uPlot({
+      width: Math.max(240, (el.clientWidth || 600) - 24), height: 220,
+      scales: { x: { time: false, distr: 3 } },
+      axes: [{ stroke, grid: { stroke: grid }, label: "learning rate (log)" }, { stroke, grid: { stroke: grid }, size: 60 }],
+      series: [{ label: "lr", value: (u, v) => (v == null ? "–" : Number(v).toExponential(2)) },
+        { label: "loss", stroke: "#1f77b4", width: 1.5, spanGaps: true }],
+      hooks: { draw: [(u) => {
+        if (sug == null) return;
+        const x = u.valToPos(sug, "x", true);
+        const ctx = u.ctx; ctx.save();
+        ctx.strokeStyle = css("--jp-error-color1", "#d32f2f"); ctx.setLineDash([5, 4]); ctx.lineWidth = 1.5 * devicePixelRatio;
+        ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke(); ctx.restore();
+      }] },
+    }, [lrs, losses], plotBox);
+  });
+  const onMsg = (msg) => {
+    if (msg && msg.type === "applied" && msg.token === token) {
+      el.dataset.cellWrite = writeCellOrShow(el, cellBox, msg.text);
+      apply.disabled = false;
+    }
+  };
+  model.on("msg:custom", onMsg);
+  return () => { model.off("msg:custom", onMsg); if (u) u.destroy(); };
+}
+
+export default { render };

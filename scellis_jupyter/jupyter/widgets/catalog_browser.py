@@ -1,0 +1,38 @@
+"""CatalogBrowser: every catalog kind, its entries, each entry's parameters with ranges, and its origin."""
+from __future__ import annotations
+
+from html import escape
+
+import traitlets as t
+
+from ._base import ScellisWidget, bundle
+from ._static import FG2, box
+
+
+class CatalogBrowser(ScellisWidget):
+    _esm, _css = bundle("catalog_browser")
+    entries = t.List().tag(sync=True)
+
+    def __init__(self, entries: list[dict]):
+        super().__init__(entries=[dict(e) for e in entries])
+
+    def _static_text(self) -> str:
+        kinds: dict[str, list] = {}
+        for e in self.entries:
+            kinds.setdefault(e["kind"], []).append(e["name"])
+        return "CatalogBrowser\n" + "\n".join(f"  {k} ({len(v)}): {', '.join(v)}" for k, v in sorted(kinds.items()))
+
+    def _static_html(self) -> str:
+        rows = []
+        for e in sorted(self.entries, key=lambda e: (e["kind"], e["name"])):
+            params = "; ".join(f"{escape(k)}: {escape(p.get('type', ''))} = {escape(repr(p.get('default')))}"
+                               + (f" in {escape(p['range'])}" if p.get("range") else "")
+                               for k, p in (e.get("params") or {}).items())
+            rows.append(f"<tr><td>{escape(e['kind'])}</td><td><b>{escape(e['name'])}</b></td><td>{escape(e.get('summary') or '')}"
+                        f"</td><td style='font-size:11px'>{params}</td><td style='color:{FG2};font-size:11px'>"
+                        f"{escape(e.get('origin') or '')}</td></tr>")
+        table = ("<table style='border-collapse:collapse'><tr><th align=left>kind</th><th align=left>entry</th>"
+                 "<th align=left>summary</th><th align=left>params</th><th align=left>origin</th></tr>"
+                 + "".join(rows) + "</table>")
+        return box(f"<div style='font-weight:600'>Catalog ({len(self.entries)} entries)</div>"
+                   f"<div style='max-height:360px;overflow:auto'>{table}</div>", "scellis-catalog")
