@@ -78,11 +78,16 @@ class RunPanel(ScellisWidget):
         self.run = run
         label = str(getattr(run, "device_label", ""))
         tier = str(getattr(run, "tier", ""))
-        self.set_state(name=str(getattr(run, "name", "") or ""), run_id=str(getattr(run, "run_id", "") or ""),
+        self._set(name=str(getattr(run, "name", "") or ""), run_id=str(getattr(run, "run_id", "") or ""),
                        state=str(getattr(run, "state", "starting")), step=int(getattr(run, "step", 0) or 0),
                        total_steps=getattr(run, "total_steps", None), started=float(getattr(run, "started", 0) or 0),
                        device_label=label, device_note=device_note(label, tier), tier=tier, reason="", notice="")
         self._unsub = run.subscribe(self._on_event)
+
+    def _set(self, **kw) -> None:
+        with self.hold_sync():
+            for k, v in kw.items():
+                setattr(self, k, v)
 
     def _on_event(self, ev: dict) -> None:
         kind = ev.get("kind")
@@ -94,7 +99,7 @@ class RunPanel(ScellisWidget):
         elif kind == "state":
             self._push.flush()
             self._apply_pending()
-            self.set_state(state=str(ev.get("state")), reason=str(ev.get("reason") or ""))
+            self._set(state=str(ev.get("state")), reason=str(ev.get("reason") or ""))
             if ev.get("state") in TERMINAL:
                 step = getattr(self.run, "step", None)
                 if isinstance(step, int):
@@ -104,7 +109,7 @@ class RunPanel(ScellisWidget):
     def _apply_pending(self) -> None:
         p, self._pending = self._pending, {}
         if p:
-            self.set_state(p)
+            self._set(**p)
 
     # ---- the buttons --------------------------------------------------------------------------------
     def act(self, action: str) -> str | None:
