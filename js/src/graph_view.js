@@ -1,7 +1,7 @@
 import ELK from "elkjs/lib/elk-api.js";
 import "./lib/common.css";
 import "./graph_view.css";
-import { button, h, writeCellOrShow } from "./lib/cell.js";
+import { button, h, writeAndRecord, showWrite } from "./lib/cell.js";
 import { elkGraph, layered, fmtCount, parseValue, NODE_W, NODE_H } from "./lib/layout.js";
 
 // The ELK engine (1.6 MB) is not part of this module, so saved widget state stays small: the kernel sends
@@ -81,6 +81,8 @@ function render({ model, el }) {
     }
     canvas.append(inner);
     drawEditor(info);
+    showWrite(el, cellBox, model.get("_last_write"));
+    if (model.get("_edit_error")) cellBox.append(h("div", "sc-error", model.get("_edit_error")));
   }
 
   function send(edit) {
@@ -136,19 +138,19 @@ function render({ model, el }) {
 
   const onMsg = (msg) => {
     if (msg && msg.type === "edited" && msg.token === token) {
-      el.dataset.cellWrite = writeCellOrShow(el, cellBox, msg.text);
-      el.dataset.edits = String((Number(el.dataset.edits) || 0) + 1);
-      if (msg.error) cellBox.append(h("div", "sc-error", msg.error));
+      writeAndRecord(model, el, msg.text);
       draw();
     }
   };
   const onInfo = () => { draw(); layout(); };
   model.on("change:info", onInfo);
   model.on("change:_layout", draw);
+  model.on("change:_last_write", draw);
+  model.on("change:_edit_error", draw);
   model.on("msg:custom", onMsg);
   draw();
   layout();
-  return () => { model.off("change:info", onInfo); model.off("change:_layout", draw); model.off("msg:custom", onMsg); };
+  return () => { model.off("change:info", onInfo); model.off("change:_layout", draw); model.off("change:_last_write", draw); model.off("change:_edit_error", draw); model.off("msg:custom", onMsg); };
 }
 
 export default { render };

@@ -1,7 +1,7 @@
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import "./lib/common.css";
-import { button, h, writeCellOrShow } from "./lib/cell.js";
+import { button, h, writeAndRecord, showWrite } from "./lib/cell.js";
 
 function css(name, fallback) {
   return getComputedStyle(document.body).getPropertyValue(name).trim() || fallback;
@@ -49,12 +49,15 @@ function render({ model, el }) {
   });
   const onMsg = (msg) => {
     if (msg && msg.type === "applied" && msg.token === token) {
-      el.dataset.cellWrite = writeCellOrShow(el, cellBox, msg.text);
+      writeAndRecord(model, el, msg.text);
       apply.disabled = false;
     }
   };
+  const onWrite = () => showWrite(el, cellBox, model.get("_last_write"));
   model.on("msg:custom", onMsg);
-  return () => { model.off("msg:custom", onMsg); if (u) u.destroy(); };
+  model.on("change:_last_write", onWrite);
+  onWrite();
+  return () => { model.off("msg:custom", onMsg); model.off("change:_last_write", onWrite); if (u) u.destroy(); };
 }
 
 export default { render };

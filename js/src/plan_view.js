@@ -1,6 +1,6 @@
 import "./lib/common.css";
 import "./plan_view.css";
-import { button, h, fmtBytes, writeCellOrShow } from "./lib/cell.js";
+import { button, h, fmtBytes, writeAndRecord, showWrite } from "./lib/cell.js";
 import { verdictWords, barSegments } from "./lib/plan_words.js";
 
 const COLORS = { parameters: "#4e79a7", gradients: "#f28e2b", optimizer_state: "#e15759", activations: "#76b7b2",
@@ -77,22 +77,23 @@ function render({ model, el }) {
     }
     if (err) root.append(h("div", "sc-error", err));
     root.append(cellBox);
+    showWrite(el, cellBox, model.get("_last_write"));
   }
 
   const onMsg = (msg) => {
     if (!msg || msg.token !== token) return;
     if (msg.type === "fixed") {
       busy = false; delete el.dataset.busy;
-      el.dataset.cellWrite = writeCellOrShow(el, cellBox, msg.text);
-      el.dataset.fixes = String((Number(el.dataset.fixes) || 0) + 1);
+      writeAndRecord(model, el, msg.text);
       draw();
     }
   };
   model.on("change:plan", draw);
   model.on("change:error", draw);
+  model.on("change:_last_write", draw);
   model.on("msg:custom", onMsg);
   draw();
-  return () => { model.off("change:plan", draw); model.off("change:error", draw); model.off("msg:custom", onMsg); };
+  return () => { model.off("change:plan", draw); model.off("change:error", draw); model.off("change:_last_write", draw); model.off("msg:custom", onMsg); };
 }
 
 export default { render };

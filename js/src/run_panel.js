@@ -37,6 +37,7 @@ function render({ model, el }) {
     el.dataset.notifyPermission = p;
     bell.textContent = p === "granted" ? "Will notify" : "Notifications blocked";
   }, "a browser notification when this run finishes or fails");
+  bell.dataset.role = "notify";
   buttons.append(bell);
   const notice = h("div", "sc-note sc-notice");
   root.append(head, progress, stats, note, reason, buttons, notice);
@@ -70,6 +71,11 @@ function render({ model, el }) {
       b.hidden = a === "resume_run" ? s !== "interrupted" : false;
     }
     notice.textContent = model.get("notice") || "";
+    if (model.get("_notified")) el.dataset.notified = model.get("_notified");
+    if (typeof Notification !== "undefined" && Notification.permission === "granted") {
+      el.dataset.notifyPermission = "granted";
+      bell.textContent = "Will notify";
+    }
     if (DONE.has(s) && lastState !== s && !DONE.has(lastState) && (s === "finished" || s === "failed")) notify(s);
     lastState = s;
   }
@@ -78,11 +84,12 @@ function render({ model, el }) {
     if (typeof Notification === "undefined" || Notification.permission !== "granted") return;
     try {
       new Notification(`Scellis: ${model.get("name") || "run"} ${s}`, { body: `step ${model.get("step")}` });
-      el.dataset.notified = s;
-    } catch (e) { el.dataset.notified = `error: ${e}`; }
+      model.set("_notified", s);
+    } catch (e) { model.set("_notified", `error: ${e}`); }
+    model.save_changes();
   }
 
-  const keys = ["state", "step", "total_steps", "reason", "notice", "device_label", "tier", "can_resume", "last_loss", "name"];
+  const keys = ["_notified", "state", "step", "total_steps", "reason", "notice", "device_label", "tier", "can_resume", "last_loss", "name"];
   for (const k of keys) model.on(`change:${k}`, draw);
   draw();
   return () => { for (const k of keys) model.off(`change:${k}`, draw); };

@@ -22,26 +22,29 @@ export function writeCell(el, text) {
   return true;
 }
 
-/** Write `text` into the cell, else show it with a copy button inside `box` (no notebook, a static page). */
-export function writeCellOrShow(el, box, text) {
+/** Write `text` into the cell holding `el` and remember the outcome on the model (`_last_write`), so a
+ * view re-created by a refreshed output (the kernel re-publishes the static form) shows it too. */
+export function writeAndRecord(model, el, text) {
+  if (text == null) return;
+  const status = writeCell(el, text) ? "cell" : "shown";
+  const prev = model.get("_last_write") || {};
+  model.set("_last_write", { status, text, n: (prev.n || 0) + 1 });
+  model.save_changes();
+}
+
+/** The outcome of the last write, in `box`: a note, or the text with a copy button (no editable cell). */
+export function showWrite(el, box, w) {
   box.replaceChildren();
-  if (text == null) return "none";
-  if (writeCell(el, text)) {
-    const note = document.createElement("div");
-    note.className = "sc-note";
-    note.textContent = "The cell's text was updated to match.";
-    box.append(note);
-    return "cell";
+  if (!w || !w.status) return;
+  el.dataset.cellWrite = w.status;
+  el.dataset.writes = String(w.n || 0);
+  if (w.status === "cell") {
+    box.append(h("div", "sc-note", "The cell's text was updated to match."));
+    return;
   }
-  const note = document.createElement("div");
-  note.className = "sc-note";
-  note.textContent = "Could not edit the cell from here; the new cell text:";
-  const pre = document.createElement("pre");
-  pre.className = "sc-celltext";
-  pre.textContent = text;
-  const copy = button("Copy", () => navigator.clipboard && navigator.clipboard.writeText(text));
-  box.append(note, pre, copy);
-  return "shown";
+  const pre = h("pre", "sc-celltext", w.text);
+  const copy = button("Copy", () => navigator.clipboard && navigator.clipboard.writeText(w.text));
+  box.append(h("div", "sc-note", "Could not edit the cell from here; the new cell text:"), pre, copy);
 }
 
 export function button(label, onClick, title = "") {

@@ -1,6 +1,7 @@
 """CatalogBrowser: every catalog kind, its entries, each entry's parameters with ranges, and its origin."""
 from __future__ import annotations
 
+import math
 from html import escape
 
 import traitlets as t
@@ -9,12 +10,23 @@ from ._base import ScellisWidget, bundle
 from ._static import FG2, box
 
 
+def _json_safe(v):
+    """Strict JSON for the comm (a default of inf becomes the string "inf"); tuples become lists."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): _json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_safe(x) for x in v]
+    return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+
+
 class CatalogBrowser(ScellisWidget):
     _esm, _css = bundle("catalog_browser")
     entries = t.List().tag(sync=True)
 
     def __init__(self, entries: list[dict]):
-        super().__init__(entries=[dict(e) for e in entries])
+        super().__init__(entries=[_json_safe(dict(e)) for e in entries])
 
     def _static_text(self) -> str:
         kinds: dict[str, list] = {}

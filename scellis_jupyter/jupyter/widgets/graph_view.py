@@ -73,6 +73,8 @@ class GraphView(ScellisWidget):
     info = t.Dict().tag(sync=True)
     can_edit = t.Bool(False).tag(sync=True)
     _layout = t.Dict().tag(sync=True)
+    _last_write = t.Dict().tag(sync=True)        # the view's last cell write: {status, text, n}
+    _edit_error = t.Unicode("").tag(sync=True)
 
     def __init__(self, info: dict, *, on_edit: Callable[[dict], tuple[dict, str | None]] | None = None):
         super().__init__(info=info, can_edit=on_edit is not None)
@@ -88,7 +90,6 @@ class GraphView(ScellisWidget):
         self.info = info
         if text is not None:
             self.cell_texts.append(text)
-        self.refresh_static()
         return text
 
     def _on_edit(self, content, buffers) -> None:
@@ -97,7 +98,10 @@ class GraphView(ScellisWidget):
             text = self.edit(dict(content.get("edit") or {}))
         except Exception as e:
             err = error_text(e)
+        self._edit_error = err
         self.send({"type": "edited", "token": content.get("token"), "text": text, "error": err})
+        if not err:
+            self.refresh_static()
 
     def _on_elk(self, content, buffers) -> None:
         path = STATIC / "elk-worker.min.js"

@@ -24,6 +24,7 @@ class LRFinderView(ScellisWidget):
     suggested = t.Float(None, allow_none=True).tag(sync=True)
     can_apply = t.Bool(False).tag(sync=True)
     error = t.Unicode("").tag(sync=True)
+    _last_write = t.Dict().tag(sync=True)        # the view's last cell write: {status, text, n}
 
     def __init__(self, lrs: np.ndarray, losses: np.ndarray, suggested: float | None, *,
                  on_apply: Callable[[float], str | None] | None = None):

@@ -47,6 +47,7 @@ class PlanView(ScellisWidget):
     plan = t.Dict().tag(sync=True)
     can_fix = t.Bool(False).tag(sync=True)
     error = t.Unicode("").tag(sync=True)
+    _last_write = t.Dict().tag(sync=True)        # the view's last cell write: {status, text, n}
 
     def __init__(self, plan: Plan, *, on_fix: Callable[[int], tuple[Plan, str | None]] | None = None):
         super().__init__(plan=plan_dict(plan), can_fix=on_fix is not None)
@@ -59,7 +60,8 @@ class PlanView(ScellisWidget):
         return self._plan
 
     def apply_fix(self, index: int) -> str | None:
-        """What a fix button does (also callable from code): re-plan through on_fix, show the result."""
+        """What a fix button does (also callable from code): re-plan through on_fix, show the result.
+        Call refresh_static() after it so a saved notebook's static form shows the new plan."""
         if self.on_fix is None:
             raise ValueError("this PlanView was made without on_fix")
         fixes = self._plan.fixes
@@ -71,7 +73,6 @@ class PlanView(ScellisWidget):
         self.plan = plan_dict(new_plan)
         if text is not None:
             self.cell_texts.append(text)
-        self.refresh_static()
         return text
 
     def _on_fix(self, content, buffers) -> None:
@@ -80,7 +81,9 @@ class PlanView(ScellisWidget):
             text = self.apply_fix(int(content.get("index", -1)))
         except Exception as e:          # shown in the widget, as the shared diagnostic
             self.error = error_text(e)
+        # the reply first: the view that asked writes the cell, then the refreshed output re-creates views
         self.send({"type": "fixed", "token": content.get("token"), "text": text})
+        self.refresh_static()
 
     # ---- static form ----------------------------------------------------------------------------------
     def _static_text(self) -> str:

@@ -62,6 +62,7 @@ class RunPanel(ScellisWidget):
     tier = t.Unicode("").tag(sync=True)
     can_resume = t.Bool(False).tag(sync=True)
     notice = t.Unicode("").tag(sync=True)
+    _notified = t.Unicode("").tag(sync=True)      # the view's last browser notification (or its error)
 
     def __init__(self, run: Any, *, on_resume: Callable[[], Any] | None = None, interval: float = 0.2):
         super().__init__(can_resume=on_resume is not None)
