@@ -6,6 +6,7 @@ import { align, groupOf } from "./lib/pack.js";
 import { attachStore } from "./lib/store.js";
 import { throttle } from "./lib/throttle.js";
 import { h } from "./lib/cell.js";
+import { tickValues } from "./lib/ticks.js";
 
 const RUN_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 const GROUPS = [["loss", "Loss"], ["metrics", "Metrics"], ["lr", "Learning rate"]];
@@ -52,8 +53,9 @@ function render({ model, el }) {
       const opts = {
         width, height: g === "lr" ? 120 : 200, title: label,
         scales: { x: { time: false }, y: log ? { distr: 3 } : {} },
-        axes: [{ stroke: axisStroke, grid: { stroke: grid }, ticks: { stroke: grid }, label: "step" },
-          { stroke: axisStroke, grid: { stroke: grid }, ticks: { stroke: grid }, size: 60 }],
+        axes: [{ stroke: axisStroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, label: "step" },
+          { stroke: axisStroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, size: 56,
+            values: tickValues }],
         legend: { live: true },
         cursor: { drag: { x: true, y: false } },
         series: [{ label: "step" }, ...list.map((s) => ({
@@ -123,12 +125,15 @@ function render({ model, el }) {
     for (const p of plots) if (Math.abs(p.u.width - w) > 4) p.u.setSize({ width: w, height: p.u.height });
   });
   ro.observe(el);
+  // JupyterLab's theme switch changes the CSS variables the canvas colours were read from: redraw
+  const mo = new MutationObserver(() => build());
+  mo.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name"] });
   logBtn.classList.toggle("sc-primary", !!model.get("log_y"));
   // ask the kernel for a fresh snapshot (points appended before this view existed are in the model store
   // already; this covers a page reload whose model state came from an older snapshot)
   model.send({ type: "sync" });
   requestAnimationFrame(build);
-  return () => { update.cancel(); st.listeners.delete(onSeries); ro.disconnect(); model.off("change:log_y", onLog);
+  return () => { update.cancel(); st.listeners.delete(onSeries); ro.disconnect(); mo.disconnect(); model.off("change:log_y", onLog);
     for (const p of plots) p.u.destroy(); };
 }
 

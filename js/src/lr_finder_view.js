@@ -2,6 +2,7 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import "./lib/common.css";
 import { button, h, writeAndRecord, showWrite } from "./lib/cell.js";
+import { tickValues } from "./lib/ticks.js";
 
 function css(name, fallback) {
   return getComputedStyle(document.body).getPropertyValue(name).trim() || fallback;
@@ -28,14 +29,17 @@ function render({ model, el }) {
   el.append(root);
   const lrs = model.get("lrs") || [];
   const losses = (model.get("losses") || []).map((v) => (v == null || !Number.isFinite(v) ? null : v));
-  const stroke = css("--jp-ui-font-color2", "#666");
-  const grid = css("--jp-border-color2", "#ddd");
   let u = null;
-  requestAnimationFrame(() => {
+  const build = () => {
+    if (u) u.destroy();
+    const stroke = css("--jp-ui-font-color2", "#666");
+    const grid = css("--jp-border-color2", "#ddd");
     u = new uPlot({
       width: Math.max(240, (el.clientWidth || 600) - 24), height: 220,
-      scales: { x: { time: false, distr: 3 } },
-      axes: [{ stroke, grid: { stroke: grid }, label: "learning rate (log)" }, { stroke, grid: { stroke: grid }, size: 60 }],
+      scales: { x: { time: false, distr: 3 }, y: losses.every((v) => v == null || v > 0) ? { distr: 3 } : {} },
+      axes: [{ stroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, label: "learning rate (log)",
+        values: tickValues, space: 60 },
+      { stroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, size: 56, values: tickValues, space: 30 }],
       series: [{ label: "lr", value: (u, v) => (v == null ? "–" : Number(v).toExponential(2)) },
         { label: "loss", stroke: "#1f77b4", width: 1.5, spanGaps: true }],
       hooks: { draw: [(u) => {
@@ -46,7 +50,10 @@ function render({ model, el }) {
         ctx.beginPath(); ctx.moveTo(x, u.bbox.top); ctx.lineTo(x, u.bbox.top + u.bbox.height); ctx.stroke(); ctx.restore();
       }] },
     }, [lrs, losses], plotBox);
-  });
+  };
+  requestAnimationFrame(build);
+  const mo = new MutationObserver(build);
+  mo.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name"] });
   const onMsg = (msg) => {
     if (msg && msg.type === "applied" && msg.token === token) {
       writeAndRecord(model, el, msg.text);
@@ -57,7 +64,7 @@ function render({ model, el }) {
   model.on("msg:custom", onMsg);
   model.on("change:_last_write", onWrite);
   onWrite();
-  return () => { model.off("msg:custom", onMsg); model.off("change:_last_write", onWrite); if (u) u.destroy(); };
+  return () => { model.off("msg:custom", onMsg); model.off("change:_last_write", onWrite); mo.disconnect(); if (u) u.destroy(); };
 }
 
 export default { render };

@@ -81,3 +81,11 @@ describe("graph layout fallback and values", () => {
     expect(extent([[null]])).toBe(null);
   });
 });
+
+import { fmtTick } from "../src/lib/ticks.js";
+describe("tick labels", () => {
+  it("stay short on linear and log axes", () => {
+    expect([0, 0.003, 1.5, 2.3456, 250, 200000, 1e-4].map(fmtTick)).toEqual(["0", "3e-3", "1.5", "2.35", "250", "2e5", "1e-4"]);
+    expect(fmtTick(null)).toBe("");
+  });
+});

@@ -62,16 +62,37 @@ def _theme(page, dark: bool):
     time.sleep(0.8)
 
 
+def _shots(page, artifacts, tag):
+    """One screenshot per widget cell's output (JupyterLab scrolls inside its own panel, so a full-page shot
+    shows only the top of the notebook)."""
+    outs = page.locator(".jp-Notebook .jp-Cell .jp-OutputArea")
+    for i, name in ((1, "plan"), (2, "run"), (3, "others")):
+        o = outs.nth(i)
+        o.scroll_into_view_if_needed()
+        time.sleep(0.3)
+        o.screenshot(path=str(artifacts / f"lab-{tag}-{name}.png"))
+
+
 def _cell_text(page, i):
     return page.locator(".jp-Notebook .jp-Cell").nth(i).locator(".cm-content").inner_text()
 
 
 def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts):
+    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 2400})
+    page = ctx.new_page()
+    try:
+        _drive(lab, ctx, page, artifacts)
+    except BaseException:
+        page.screenshot(path=str(artifacts / "failure.png"))
+        raise
+    finally:
+        ctx.close()
+
+
+def _drive(lab, ctx, page, artifacts):
     url, nb_dir = lab
     notebook.write(nb_dir / "widgets.ipynb")
-    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 1600})
     ctx.grant_permissions(["notifications"], origin=url)
-    page = ctx.new_page()
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     _open(page, url, "widgets.ipynb")
@@ -79,7 +100,7 @@ def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts):
     plan, curve, panel = "[data-verdict]", ".sc-curve", "[data-state]"
 
     # the plan widget's verdict (a device of 260 kB refuses batch 64)
-    page.wait_for_selector(plan, timeout=30_000)
+    page.wait_for_selector(plan, timeout=90_000)
     assert _attr(page, plan, "verdict") == "red"
     assert "Does not fit" in page.locator(".sc-plan .sc-words").inner_text()
 
@@ -92,8 +113,7 @@ def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts):
     b = pts()
     assert b > a, (a, b)
     assert _attr(page, panel, "state") == "running"
-    page.locator(".sc-plan").first.scroll_into_view_if_needed()
-    page.screenshot(path=str(artifacts / "lab-light-running.png"), full_page=True)
+    _shots(page, artifacts, "light-running")
 
     # the stop button stops that run: the state turns interrupted and the curve stops growing
     page.click("[data-action=stop]")
@@ -101,6 +121,8 @@ def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts):
     stopped = pts()
     time.sleep(1.0)
     assert pts() == stopped
+    # every step the engine ran is on the curve, once (the last chunk is flushed when the run ends)
+    _wait(lambda: pts() == int(_attr(page, panel, "step")), 10, what="the curve to hold every step once")
     assert page.locator("[data-action=stop]").first.is_disabled()
     assert "nothing to stop" in page.locator("[data-action=stop]").first.get_attribute("title")
 
@@ -123,22 +145,25 @@ def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts):
     _wait(lambda: _attr(page, panel, "notified") == "finished", 10, what="the notification")
     assert page.locator("[data-action=stop]").first.is_disabled()
     assert page.locator(".sc-curve .u-legend").count() >= 1
-    page.screenshot(path=str(artifacts / "lab-light-after.png"), full_page=True)
     # the ELK layout arrived from the kernel
     _wait(lambda: page.locator("[data-layout]").first.get_attribute("data-layout") == "elk", 30, what="the ELK layout")
+    page.locator("[data-node=linear_0]").click()
+    _shots(page, artifacts, "light")
 
     _theme(page, dark=True)
-    page.screenshot(path=str(artifacts / "lab-dark.png"), full_page=True)
+    _shots(page, artifacts, "dark")
     _theme(page, dark=False)
 
     # narrow notebook: the widgets stay within their output area
-    page.set_viewport_size({"width": 480, "height": 1600})
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+b")                 # the file browser away: the notebook gets the width
+    page.set_viewport_size({"width": 520, "height": 2400})
     time.sleep(1.0)
-    page.screenshot(path=str(artifacts / "lab-narrow.png"), full_page=True)
+    _shots(page, artifacts, "narrow")
     over = page.evaluate("() => [...document.querySelectorAll('.sc-w')].map(e => [e.className, e.getBoundingClientRect()"
                          ".right - e.closest('.jp-OutputArea-output').getBoundingClientRect().right])")
     assert all(d <= 2 for _, d in over), over
-    page.set_viewport_size({"width": 1280, "height": 1600})
+    page.set_viewport_size({"width": 1280, "height": 2400})
 
     # save (widget state included), shut the kernel down, reload: the saved state shows
     page.keyboard.press("Control+s")
@@ -157,9 +182,8 @@ def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts):
     _wait(lambda: int(page.locator("[data-points]").first.get_attribute("data-points")) >= stopped, 20,
           what="the saved curve")
     assert _attr(page, panel, "state") == "finished"
-    page.screenshot(path=str(artifacts / "lab-reloaded.png"), full_page=True)
+    _shots(page, artifacts, "reloaded")
     assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
-    ctx.close()
 
 
 def test_static_fallback_from_file_without_network(tmp_path, chromium_browser, artifacts):

@@ -4,10 +4,13 @@
 // every point, not only the last snapshot the kernel sent.
 import { decode, encode, merge } from "./pack.js";
 
-const stores = new WeakMap();
+// Keyed by the widget's `_uid` trait, not the model object: anywidget hands initialize() and each render()
+// a different proxy of one model, and two stores would each merge every chunk.
+const stores = new Map();
 
 export function attachStore(model) {
-  if (stores.has(model)) return stores.get(model);
+  const uid = model.get("_uid");
+  if (uid && stores.has(uid)) return stores.get(uid);
   const st = { series: decode(model.get("_packed")), listeners: new Set(), local: false };
   const notify = () => { for (const f of st.listeners) f(st.series); };
   model.on("change:_packed", () => {
@@ -22,6 +25,6 @@ export function attachStore(model) {
     try { model.set("_packed", new DataView(encode(st.series))); } finally { st.local = false; }
     notify();
   });
-  stores.set(model, st);
+  if (uid) stores.set(uid, st);
   return st;
 }

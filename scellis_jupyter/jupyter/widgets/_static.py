@@ -87,7 +87,7 @@ def line_chart(series: list[dict], *, width: int = 640, height: int = 200, title
     x0, x1 = float(xcat.min()), float(xcat.max())
     y0, y1 = float(ycat.min()), float(ycat.max())
     if x1 == x0:
-        x0, x1 = x0 - 0.5, x1 + 0.5
+        x0, x1 = x0 - 1, x1 + 1
     if y1 == y0:
         y0, y1 = y0 - 0.5 * (abs(y0) or 1), y1 + 0.5 * (abs(y1) or 1)
     px = lambda v: ml + (v - x0) / (x1 - x0) * pw  # noqa: E731
@@ -98,7 +98,7 @@ def line_chart(series: list[dict], *, width: int = 640, height: int = 200, title
         parts.append(f'<line x1="{ml}" x2="{ml + pw}" y1="{py(v):.1f}" y2="{py(v):.1f}" stroke="{BORDER}" stroke-width="0.5"/>'
                      f'<text x="{ml - 4}" y="{py(v) + 4:.1f}" text-anchor="end" font-size="10" fill="{FG2}">{label}</text>')
     for v in _ticks(x0, x1):
-        label = f"{10 ** v:.2g}" if log_x else f"{v:.0f}"
+        label = f"{10 ** v:.2g}" if log_x else f"{v:.0f}" if x1 - x0 >= 8 else f"{v:.3g}"
         parts.append(f'<text x="{px(v):.1f}" y="{mt + ph + 14}" text-anchor="middle" font-size="10" fill="{FG2}">{label}</text>')
     parts.append(f'<text x="{ml + pw / 2}" y="{height - 3}" text-anchor="middle" font-size="10" fill="{FG2}">'
                  f'{escape(xlabel)}</text>')

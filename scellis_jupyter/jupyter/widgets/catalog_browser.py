@@ -21,6 +21,9 @@ def _json_safe(v):
     return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
 
 
+L = "style='text-align:left;vertical-align:top;padding:2px 6px;'"   # nbconvert's CSS right-aligns cells
+
+
 class CatalogBrowser(ScellisWidget):
     _esm, _css = bundle("catalog_browser")
     entries = t.List().tag(sync=True)
@@ -40,11 +43,10 @@ class CatalogBrowser(ScellisWidget):
             params = "; ".join(f"{escape(k)}: {escape(p.get('type', ''))} = {escape(repr(p.get('default')))}"
                                + (f" in {escape(p['range'])}" if p.get("range") else "")
                                for k, p in (e.get("params") or {}).items())
-            rows.append(f"<tr><td>{escape(e['kind'])}</td><td><b>{escape(e['name'])}</b></td><td>{escape(e.get('summary') or '')}"
-                        f"</td><td style='font-size:11px'>{params}</td><td style='color:{FG2};font-size:11px'>"
-                        f"{escape(e.get('origin') or '')}</td></tr>")
-        table = ("<table style='border-collapse:collapse'><tr><th align=left>kind</th><th align=left>entry</th>"
-                 "<th align=left>summary</th><th align=left>params</th><th align=left>origin</th></tr>"
-                 + "".join(rows) + "</table>")
+            rows.append(f"<tr><td {L}>{escape(e['kind'])}</td><td {L}><b>{escape(e['name'])}</b></td><td {L}>"
+                        f"{escape(e.get('summary') or '')}</td><td {L[:-1]}font-size:11px'>{params}</td>"
+                        f"<td {L[:-1]}color:{FG2};font-size:11px'>{escape(e.get('origin') or '')}</td></tr>")
+        table = (f"<table style='border-collapse:collapse'><tr><th {L}>kind</th><th {L}>entry</th>"
+                 f"<th {L}>summary</th><th {L}>params</th><th {L}>origin</th></tr>" + "".join(rows) + "</table>")
         return box(f"<div style='font-weight:600'>Catalog ({len(self.entries)} entries)</div>"
                    f"<div style='max-height:360px;overflow:auto'>{table}</div>", "scellis-catalog")

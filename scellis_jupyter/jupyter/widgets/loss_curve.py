@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+import uuid
 from html import escape
 from typing import Any, Callable
 
@@ -33,9 +34,10 @@ class LossCurve(ScellisWidget):
     title = t.Unicode("").tag(sync=True)
     log_y = t.Bool(False).tag(sync=True)
     _packed = t.Bytes(b"").tag(sync=True)
+    _uid = t.Unicode().tag(sync=True)           # the browser keeps one series store per uid
 
     def __init__(self, *, title: str = "", interval: float = 0.2, immediate: int = 3):
-        super().__init__(title=title)
+        super().__init__(title=title, _uid=uuid.uuid4().hex)
         self.store = SeriesStore()
         self._push = Throttle(self._send_pending, interval=interval, immediate=immediate)
         self._unsubs: list[Callable[[], None]] = []

@@ -60,7 +60,9 @@ class LRFinderView(ScellisWidget):
     def _static_html(self) -> str:
         x = np.array([v if v is not None else np.nan for v in self.lrs], float)
         y = np.array([v if v is not None else np.nan for v in self.losses], float)
-        chart = line_chart([{"label": "loss", "x": x, "y": y, "color": "#1f77b4"}], log_x=True, vline=self.suggested,
+        positive = bool(np.all(y[np.isfinite(y)] > 0))
+        chart = line_chart([{"label": "loss", "x": x, "y": y, "color": "#1f77b4"}], log_x=True, log_y=positive,
+                           vline=self.suggested,
                            xlabel="learning rate (log)", title="LR range test")
         s = f"suggested lr {self.suggested:.3g}" if self.suggested is not None else "no suggestion (too few points)"
         return box(f'<div><b>LR range test</b> <span style="color:{FG2}">{escape(s)}</span></div>{chart}',
