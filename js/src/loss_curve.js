@@ -62,7 +62,9 @@ function render({ model, el }) {
           label: runs.length > 1 ? `${s.run}: ${s.name}` : s.name,
           stroke: RUN_COLORS[runs.indexOf(s.run) % RUN_COLORS.length],
           dash: s.name.startsWith("val") ? [6, 4] : undefined,
-          width: 1.5, spanGaps: true, points: { show: s.steps.length < 60 },
+          width: 1.5, spanGaps: true,
+          // sparse series (evaluations) always show their points; dense ones only while short
+          points: { show: s.name.startsWith("val") ? true : (u) => u.data[0].length < 60 },
           value: (u, v) => (v == null ? "–" : Number(v).toPrecision(5)),
         }))],
         hooks: { draw: [(u) => drawSkipped(u, list)] },
@@ -97,7 +99,7 @@ function render({ model, el }) {
     const last = series.filter((s) => s.name === "loss" && s.steps.length).map((s) => s.steps[s.steps.length - 1]);
     el.dataset.points = String(n);
     el.dataset.skipped = String(k);
-    return `${n} steps${last.length ? ` · last step ${Math.max(...last)}` : ""}${k ? ` · ${k} skipped (non-finite)` : ""}`;
+    return `${n} points${last.length ? ` · last step ${Math.max(...last)}` : ""}${k ? ` · ${k} skipped (non-finite)` : ""}`;
   }
 
   // new points: set data on the existing plots when the set of series is unchanged, else rebuild
