@@ -61,3 +61,24 @@ describe("align", () => {
     expect(["loss", "val_loss", "lr", "val_accuracy"].map(groupOf)).toEqual(["loss", "loss", "lr", "metrics"]);
   });
 });
+
+import { decimate, decimateIndices } from "../src/lib/pack.js";
+describe("decimate (what a saved notebook keeps)", () => {
+  it("keeps each bucket's min and max, spikes included, and leaves short series alone", () => {
+    const n = 100000;
+    const steps = Array.from({ length: n }, (_, i) => i + 1);
+    const values = steps.map((i) => 1 / Math.sqrt(i));
+    values[54321] = 50;
+    const [d] = decimate([s("r", "loss", steps, values, [77777])], 5000);
+    expect(d.steps.length).toBeLessThanOrEqual(5000);
+    expect(Math.max(...d.values)).toBe(50);
+    expect(d.steps[0]).toBe(1);
+    expect(Array.from(d.skipped)).toEqual([77777]);
+    for (let i = 1; i < d.steps.length; i++) expect(d.steps[i]).toBeGreaterThan(d.steps[i - 1]);
+    expect(decimateIndices(Float32Array.from([1, 2, 3]), 10)).toBe(null);
+  });
+  it("keeps a bucket with no finite value as its first point", () => {
+    const v = Float32Array.from([NaN, NaN, NaN, NaN, 1, 2, 3, 4]);
+    expect(decimateIndices(v, 4)).toEqual([0, 4, 7]);
+  });
+});

@@ -33,9 +33,10 @@ def _open(page, url, name):
                            "?.textContent || '') || document.querySelector('[data-status=\"idle\"]')", timeout=60_000)
 
 
-def _run_all(page):
+def _run_all(page, n):
     cells = page.locator(".jp-Notebook .jp-Cell")
-    for i in range(cells.count()):
+    _wait(lambda: cells.count() >= n, 60, what=f"{n} cells to render")      # they attach progressively
+    for i in range(n):
         prompt = cells.nth(i).locator(".jp-InputArea-prompt")
         for attempt in range(3):          # a Shift+Enter sent while the kernel is still starting can be lost
             prompt.click()
@@ -96,7 +97,7 @@ def _drive(lab, ctx, page, artifacts):
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     _open(page, url, "widgets.ipynb")
-    _run_all(page)
+    _run_all(page, len(nbformat.read(nb_dir / "widgets.ipynb", 4).cells))
     plan, curve, panel = "[data-verdict]", ".sc-curve", "[data-state]"
 
     # the plan widget's verdict (a device of 260 kB refuses batch 64)

@@ -32,6 +32,7 @@ def test_pack_round_trip_and_chunks_carry_only_new_points():
     (run, name, steps, vals, sk), = snap
     assert (run, name) == ("a", "loss") and steps.tolist() == [1, 2, 3, 4, 5] and sk.tolist() == [3]
     assert np.isnan(vals[2]) and vals[4] == 1.0
+    assert unpack(st.pending())[0][2].tolist() == [1, 2, 3, 4, 5]      # a snapshot sends no chunk
     assert st.pending() is None
     st.append("a", "loss", 6, 0.5)
     st.append("b", "lr", 1, 1e-3)
@@ -98,13 +99,28 @@ def test_loss_curve_marks_skipped_steps_and_draws_static_svg():
         c.add("r", "loss", np.arange(3), np.arange(4))
 
 
-def test_static_curve_of_100k_points_is_bounded():
+def test_a_100k_point_curve_saves_decimated_and_syncs_whole():
     c = LossCurve()
+    sent = _capture(c)
     n = 100_000
-    c.add("r", "loss", np.arange(1, n + 1), 1 / np.sqrt(np.arange(1, n + 1)))
+    steps = np.arange(1, n + 1)
+    vals = 1 / np.sqrt(steps)
+    vals[54_321] = 50.0                                          # a spike must survive decimation
+    c.add("r", "loss", steps, vals, skipped=steps == 77_777)
     html = c._static_html()
-    assert len(html) < 80_000                                    # decimated: min/max per bucket
-    assert 8 * n < len(c._packed) < 8 * n + 200                 # u32 step + f32 value per point, one header
+    assert len(html) < 80_000 and "<svg" in html                # the static chart is decimated too
+    (_, _, s_steps, s_vals, s_skip), = unpack(c._packed)
+    assert len(c._packed) < 5000 * 8 + 500 and len(s_steps) <= 5000   # the saved state stays small
+    assert s_vals.max() == 50.0 and s_steps[0] == 1 and s_skip.tolist() == [77_777]
+    c._on_sync({}, [])                                          # a view opened: every point, once
+    kinds = [m["type"] for m, _ in sent]
+    assert kinds == ["append", "snapshot"]
+    full = unpack(sent[1][1][0])[0]
+    assert full[2].tolist() == steps.tolist() and 8 * n < len(sent[1][1][0]) < 8 * n + 200
+    c.append("r", "loss", n + 1, 0.001)
+    c._push.flush()
+    c._send_pending()
+    assert unpack(sent[-1][1][0])[0][2].tolist() == [n + 1]     # later chunks carry only the new point
 
 
 def test_plan_view_fix_replans_and_returns_cell_text():

@@ -96,3 +96,37 @@ export function groupOf(name) {
   if (name.includes("loss")) return "loss";
   return "metrics";
 }
+
+/** Indices that keep at most ~maxPoints of `values`: each bucket's min and max finite point (a spike stays
+ * visible), the first point of an all-non-finite bucket. The Python side (widgets/_static.py) does the same. */
+export function decimateIndices(values, maxPoints) {
+  const n = values.length;
+  if (n <= maxPoints) return null;
+  const buckets = Math.floor(maxPoints / 2);
+  const keep = [];
+  for (let b = 0; b < buckets; b++) {
+    const a = Math.floor((b * n) / buckets), e = Math.floor(((b + 1) * n) / buckets);
+    if (e <= a) continue;
+    let lo = -1, hi = -1;
+    for (let i = a; i < e; i++) {
+      const v = values[i];
+      if (!Number.isFinite(v)) continue;
+      if (lo < 0 || v < values[lo]) lo = i;
+      if (hi < 0 || v > values[hi]) hi = i;
+    }
+    if (lo < 0) keep.push(a);
+    else if (lo === hi) keep.push(lo);
+    else keep.push(Math.min(lo, hi), Math.max(lo, hi));
+  }
+  return keep;
+}
+
+/** The store as saved in a notebook: each series at most ~maxPoints (skipped steps kept). */
+export function decimate(series, maxPoints) {
+  return series.map((s) => {
+    const idx = decimateIndices(s.values, maxPoints);
+    if (!idx) return s;
+    return { run: s.run, name: s.name, steps: Uint32Array.from(idx, (i) => s.steps[i]),
+      values: Float32Array.from(idx, (i) => s.values[i]), skipped: s.skipped };
+  });
+}

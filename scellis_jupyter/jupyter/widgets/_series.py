@@ -2,8 +2,8 @@
 
 Format (js/src/lib/pack.js reads it): u32 header length H, H bytes of JSON {"series": [{run, name, n, k}]},
 zero padding to a multiple of 4, then per series u32 steps[n], f32 values[n], u32 skipped[k]. The whole
-store packs into the `_packed` trait (a snapshot); the points added since the last send pack the same way
-into an appended chunk.
+store packs into a snapshot (decimated for the `_packed` trait a saved notebook keeps, whole for a view that
+asks); the points added since the last chunk pack the same way into an appended chunk.
 """
 from __future__ import annotations
 
@@ -83,14 +83,16 @@ class SeriesStore:
                 sk = steps[sk] if sk.dtype == bool else sk
                 s.skipped.extend(np.asarray(sk).astype("<u4").tolist())
 
-    def snapshot(self) -> bytes:
-        """Everything, packed; marks all as sent (later chunks carry only what comes after)."""
+    def snapshot(self, max_points: int | None = None) -> bytes:
+        """Everything, packed (each series decimated to ~max_points when given, skipped steps kept)."""
+        from ._static import decimate
         with self._lock:
             items = []
             for (r, n), s in self._s.items():
-                items.append((r, n, np.array(s.steps, "<u4"), np.array(s.values, "<f4"),
-                              np.array(s.skipped, "<u4")))
-                s.sent, s.sent_skipped = len(s.steps), len(s.skipped)
+                steps, vals = np.array(s.steps, "<u4"), np.array(s.values, "<f4")
+                if max_points is not None:
+                    steps, vals = decimate(steps, vals, max_points)
+                items.append((r, n, steps, vals, np.array(s.skipped, "<u4")))
             return pack(items)
 
     def pending(self) -> bytes | None:

@@ -2,8 +2,9 @@
 
 Why binary chunks: the series live in the kernel (a SeriesStore); new points go to the browser as packed
 chunks (custom messages with one buffer), at most ~5 a second after the first three, and the whole store
-goes out as the `_packed` snapshot only when a view asks (a page reload) or a run ends, so a 100k-step curve
-never resends itself per update.
+goes out only when a view asks (a page reload), so a 100k-step curve never resends itself per update. The
+`_packed` trait holds the curve decimated to SAVE_POINTS per series (min/max per bucket): what a notebook
+saved with widget state keeps, so five widgets stay well under a megabyte.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ._static import FG2, RUN_COLORS, box, line_chart
 from ._throttle import Throttle
 
 TERMINAL = ("finished", "failed", "interrupted", "refused")
+SAVE_POINTS = 5000          # per series in the `_packed` trait (saved widget state); js/src/lib/store.js agrees
 
 
 def group_of(name: str) -> str:
@@ -98,17 +100,24 @@ class LossCurve(ScellisWidget):
     # ---- to the browser -----------------------------------------------------------------------------
     def _send_pending(self) -> None:
         with self._lock:
-            chunk = self.store.pending()
-            if chunk is not None:
-                self.send({"type": "append"}, [chunk])
-                self.sent_chunks += 1
+            self._send_chunk()
+
+    def _send_chunk(self) -> None:
+        chunk = self.store.pending()
+        if chunk is not None:
+            self.send({"type": "append"}, [chunk])
+            self.sent_chunks += 1
 
     def _snapshot(self) -> None:
+        """The decimated curve into `_packed`: what a notebook saved with widget state keeps."""
         with self._lock:
-            self._packed = self.store.snapshot()
+            self._packed = self.store.snapshot(SAVE_POINTS)
 
     def _on_sync(self, content, buffers) -> None:
-        self._snapshot()
+        """A view opened (a page reload): what is pending as a chunk, then every point as one snapshot."""
+        with self._lock:
+            self._send_chunk()
+            self.send({"type": "snapshot"}, [self.store.snapshot()])
 
     # ---- static form --------------------------------------------------------------------------------
     def _groups(self) -> dict[str, list]:
