@@ -35,7 +35,7 @@ function render({ model, el }) {
     const stroke = css("--jp-ui-font-color2", "#666");
     const grid = css("--jp-border-color2", "#ddd");
     u = new uPlot({
-      width: Math.max(240, (el.clientWidth || 600) - 24), height: 220,
+      width: Math.max(240, (root.clientWidth || el.clientWidth || 600) - 24), height: 220,
       scales: { x: { time: false, distr: 3 }, y: losses.every((v) => v == null || v > 0) ? { distr: 3 } : {} },
       axes: [{ stroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, label: "learning rate (log)",
         values: tickValues, space: 60 },

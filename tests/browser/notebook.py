@@ -62,10 +62,15 @@ info = {"nodes": [{"id": "input", "op": "input", "shape": [64, 64], "params": 0,
                   {"id": "logits", "op": "linear", "shape": [64, 10], "params": 1290, "attrs": {"out": 10}}],
         "edges": [["input", "linear_0"], ["linear_0", "relu_1"], ["relu_1", "dropout_2"], ["dropout_2", "logits"]],
         "input": {"shape": [64, 64]}}
+def on_edit(e):                    # a stand-in for the spec edit: the attr changes, the cell text says so
+    for n in info["nodes"]:
+        if n["id"] == e.get("node") and e["action"] == "set":
+            n["attrs"][e["key"]] = e["value"]
+    return dict(info), In[len(In) - 1] + f"\\n# edited: {e['node']}.{e['key']} = {e['value']}"
 heat = HeatmapView("lr", [1e-3, 3e-3, 1e-2], "batch_size", [32, 64], "val_accuracy")
 for (i, j), v in {(0, 0): 0.91, (0, 1): 0.94, (1, 0): 0.96, (1, 2): 0.88}.items():
     heat.set_cell(i, j, v)
-display(GraphView(info, on_edit=lambda e: (info, None)), CatalogBrowser(registry.list_entries("optimizer")),
+display(GraphView(info, on_edit=on_edit), CatalogBrowser(registry.list_entries("optimizer")),
         LRFinderView(res.lrs, res.losses, res.suggestion, on_apply=lambda lr: f"lr = {lr:.3g}"), heat)'''
 
 

@@ -148,7 +148,17 @@ def _drive(lab, ctx, page, artifacts):
     assert page.locator(".sc-curve .u-legend").count() >= 1
     # the ELK layout arrived from the kernel
     _wait(lambda: page.locator("[data-layout]").first.get_attribute("data-layout") == "elk", 30, what="the ELK layout")
+    # a node's attr edited in the graph goes through on_edit, and the returned text lands in the cell
     page.locator("[data-node=linear_0]").click()
+    page.locator(".sc-editor input[data-attr=out]").fill("256")
+    page.locator(".sc-editor button", has_text="set").click()
+    _wait(lambda: "# edited: linear_0.out = 256" in _cell_text(page, 3), 30, what="the graph edit in the cell")
+    page.locator("[data-node=linear_0]").click()
+    assert page.locator(".sc-editor input[data-attr=out]").input_value() == "256"
+    # the catalog shows an entry's params with their ranges and its origin
+    page.locator("[data-entry=adamw]").click()
+    detail = page.locator(".sc-cat-detail").inner_text()
+    assert "weight_decay" in detail and "[0, inf)" in detail and "origin:" in detail
     _shots(page, artifacts, "light")
 
     _theme(page, dark=True)

@@ -8,6 +8,7 @@ so a saved notebook re-opens with its layout and no engine.
 """
 from __future__ import annotations
 
+import copy
 from html import escape
 from typing import Callable
 
@@ -87,7 +88,9 @@ class GraphView(ScellisWidget):
             raise WidgetError("this GraphView was made without on_edit", where="GraphView")
         check_edit(edit, self.info)
         info, text = self.on_edit(edit)
-        self.info = info
+        # a copy, always sent: an on_edit that changed the dict in place would compare equal and not sync
+        self.info = copy.deepcopy(info)
+        self.send_state("info")
         if text is not None:
             self.cell_texts.append(text)
         return text
