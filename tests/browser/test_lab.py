@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from . import notebook
+import lab_notebook as notebook
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from scellis_jupyter.jupyter.widgets._series import SeriesStore, pack, unpack
 from scellis_jupyter.jupyter.widgets._throttle import Throttle
 from scellis_jupyter.jupyter.widgets.run_panel import device_note, refusal
 
-from .run_thread import ThreadRun
+from run_thread import ThreadRun
 
 MLP = "benchmarks/specs/mlp.toml"
 SPEC = open(MLP).read().replace("batch_size = 64", 'batch_size = 64\nmetrics = ["accuracy"]')

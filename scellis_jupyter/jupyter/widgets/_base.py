@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import anywidget
+from IPython.display import display
 
 from ...errors import ScellisError
 
@@ -70,7 +71,6 @@ class ScellisWidget(anywidget.AnyWidget):
         return data, md
 
     def _ipython_display_(self, **kwargs) -> None:
-        from IPython.display import display
         data, md = self._repr_mimebundle_()
         h = display(data, raw=True, metadata=md, display_id=True)
         if h is not None:

@@ -14,6 +14,8 @@ from array import array
 
 import numpy as np
 
+from ._static import decimate
+
 
 class _Series:
     __slots__ = ("steps", "values", "skipped", "sent", "sent_skipped")
@@ -85,7 +87,6 @@ class SeriesStore:
 
     def snapshot(self, max_points: int | None = None) -> bytes:
         """Everything, packed (each series decimated to ~max_points when given, skipped steps kept)."""
-        from ._static import decimate
         with self._lock:
             items = []
             for (r, n), s in self._s.items():
