@@ -37,6 +37,7 @@ function render({ model, el }) {
   function build() {
     for (const p of plots) p.u.destroy();
     plots = [];
+    el.dataset.builds = String((Number(el.dataset.builds) || 0) + 1);
     panels.replaceChildren();
     const series = st.series;
     const runs = runsOf(series);
@@ -118,7 +119,7 @@ function render({ model, el }) {
 
   const onSeries = () => update();
   st.listeners.add(onSeries);
-  const onLog = () => { logBtn.classList.toggle("sc-primary", !!model.get("log_y")); build(); };
+  const onLog = () => { logBtn.classList.toggle("sc-primary", !!model.get("log_y")); el.dataset.logY = String(!!model.get("log_y")); build(); };
   logBtn.addEventListener("click", () => { model.set("log_y", !model.get("log_y")); model.save_changes(); });
   model.on("change:log_y", onLog);
   model.on("change:title", () => { title.textContent = model.get("title") || "Training curves"; });

@@ -114,6 +114,21 @@ def _drive(lab, ctx, page, artifacts):
     b = pts()
     assert b > a, (a, b)
     assert _attr(page, panel, "state") == "running"
+    # hover shows values in the legend; the log toggle redraws the loss panel on a log axis
+    over = page.locator(".sc-curve .u-over").first
+    over.scroll_into_view_if_needed()
+    legend = page.locator(".sc-curve .u-legend").first
+
+    def hovered():
+        over.hover(position={"x": 200, "y": 60})
+        over.hover(position={"x": 220, "y": 70})
+        return re.search(r"loss\W*\d+\.\d+", legend.inner_text())
+    try:
+        _wait(hovered, 15, every=0.3, what="a hover value in the legend")
+    except AssertionError:
+        raise AssertionError(f"no hover value in the legend: {legend.inner_text()!r}") from None
+    page.locator(".sc-curve button", has_text="log y").click()
+    _wait(lambda: _attr(page, "[data-points]", "log-y") == "true", 10, what="the log scale")
     _shots(page, artifacts, "light-running")
 
     # the stop button stops that run: the state turns interrupted and the curve stops growing

@@ -170,8 +170,8 @@ def test_run_panel_refuses_actions_on_a_finished_run_and_says_why():
     assert "RunPanel tiny: finished, step 5 / 5 (100%)" in panel._static_text()
 
 
-def test_run_panel_stop_interrupts_and_resume_rebinds():
-    run = ThreadRun(SPEC, steps=100_000, name="long", device="reference")
+def test_run_panel_stop_interrupts_and_resume_rebinds(tmp_path):
+    run = ThreadRun(SPEC, steps=100_000, name="long", device="reference", store=tmp_path / "store")
     made = []
 
     def on_resume():
@@ -184,7 +184,13 @@ def test_run_panel_stop_interrupts_and_resume_rebinds():
         time.sleep(0.05)
     assert panel.act("pause") is None and panel.state == "paused"
     assert panel.act("pause") == "the run is paused"
+    assert panel.act("checkpoint") is None                     # saved at the next step boundary
     assert panel.act("resume") is None
+    _ck = lambda: [e for e in run._events if e["kind"] == "checkpoint"]  # noqa: E731
+    t0 = time.time()
+    while not _ck() and time.time() - t0 < 30:
+        time.sleep(0.05)
+    assert len(_ck()) == 1 and _ck()[0]["hash"] in run.run.checkpoints
     assert panel.act("stop") is None
     run.wait(30)
     time.sleep(0.1)
