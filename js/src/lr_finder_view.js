@@ -52,6 +52,11 @@ function render({ model, el }) {
     }, [lrs, losses], plotBox);
   };
   requestAnimationFrame(build);
+  const ro = new ResizeObserver(() => {
+    const w = Math.max(240, (root.clientWidth || 600) - 24);
+    if (u && Math.abs(u.width - w) > 4) u.setSize({ width: w, height: u.height });
+  });
+  ro.observe(root);
   const mo = new MutationObserver(build);
   mo.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name"] });
   const onMsg = (msg) => {
@@ -64,7 +69,7 @@ function render({ model, el }) {
   model.on("msg:custom", onMsg);
   model.on("change:_last_write", onWrite);
   onWrite();
-  return () => { model.off("msg:custom", onMsg); model.off("change:_last_write", onWrite); mo.disconnect(); if (u) u.destroy(); };
+  return () => { model.off("msg:custom", onMsg); model.off("change:_last_write", onWrite); mo.disconnect(); ro.disconnect(); if (u) u.destroy(); };
 }
 
 export default { render };
