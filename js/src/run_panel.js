@@ -1,0 +1,98 @@
+import "./lib/common.css";
+import "./run_panel.css";
+import { button, h } from "./lib/cell.js";
+import { rate, eta, formatDuration, pushSample } from "./lib/eta.js";
+import { allowed } from "./lib/run_actions.js";
+
+const LABELS = { stop: "Stop", pause: "Pause", resume: "Resume", checkpoint: "Checkpoint now",
+  resume_run: "Resume run" };
+const DONE = new Set(["finished", "failed", "interrupted", "refused"]);
+
+function render({ model, el }) {
+  const root = h("div", "sc-w sc-run");
+  el.append(root);
+  let samples = [];
+  let lastState = model.get("state");
+  const head = h("div", "sc-row");
+  const badge = h("span", "sc-badge sc-state");
+  const name = h("span", "sc-title");
+  const dev = h("span", "sc-muted sc-device");
+  head.append(badge, name, dev);
+  const progress = h("div", "sc-progress");
+  const fill = h("div", "sc-fill");
+  progress.append(fill);
+  const stats = h("div", "sc-row sc-stats");
+  const note = h("div", "sc-note sc-devnote");
+  const reason = h("div", "sc-note sc-reason");
+  const buttons = h("div", "sc-row sc-buttons");
+  const btn = {};
+  for (const a of ["stop", "pause", "resume", "checkpoint", "resume_run"]) {
+    btn[a] = button(LABELS[a], () => model.send({ type: "action", action: a }));
+    btn[a].dataset.action = a;
+    buttons.append(btn[a]);
+  }
+  const bell = button("Notify me when done", async () => {
+    if (typeof Notification === "undefined") { bell.textContent = "Notifications unavailable"; return; }
+    const p = await Notification.requestPermission();
+    el.dataset.notifyPermission = p;
+    bell.textContent = p === "granted" ? "Will notify" : "Notifications blocked";
+  }, "a browser notification when this run finishes or fails");
+  bell.dataset.role = "notify";
+  buttons.append(bell);
+  const notice = h("div", "sc-note sc-notice");
+  root.append(head, progress, stats, note, reason, buttons, notice);
+
+  function draw() {
+    const s = model.get("state");
+    const step = model.get("step");
+    const total = model.get("total_steps");
+    samples = pushSample(samples, model.get("last_time") || Date.now() / 1000, step);
+    const r = s === "running" ? rate(samples) : null;
+    const left = eta(step, total, r);
+    el.dataset.state = s;
+    el.dataset.step = String(step);
+    badge.textContent = s;
+    badge.className = `sc-badge sc-state sc-st-${s}`;
+    name.textContent = model.get("name") || model.get("run_id") || "run";
+    dev.textContent = `${model.get("device_label")} · tier ${model.get("tier")}`;
+    note.textContent = model.get("device_note") || "";
+    const frac = total ? Math.min(1, step / total) : 0;
+    fill.style.width = `${100 * frac}%`;
+    stats.replaceChildren(
+      h("span", "sc-steps", `step ${step}${total ? ` / ${total}` : ""}${total ? ` (${(100 * frac).toFixed(0)}%)` : ""}`),
+      h("span", "sc-rate", r != null ? `${r.toFixed(r < 10 ? 2 : 0)} steps/s` : "– steps/s"),
+      h("span", "sc-eta", s === "running" ? `ETA ${formatDuration(left)}` : ""),
+      h("span", "sc-loss sc-muted", model.get("last_loss") != null ? `loss ${Number(model.get("last_loss")).toPrecision(4)}` : ""));
+    reason.textContent = model.get("reason") ? `${s}: ${model.get("reason")}` : "";
+    for (const [a, b] of Object.entries(btn)) {
+      const why = allowed(s, a, model.get("can_resume"));
+      b.disabled = !!why;
+      b.title = why || "";
+      b.hidden = a === "resume_run" ? s !== "interrupted" : false;
+    }
+    notice.textContent = model.get("notice") || "";
+    if (model.get("_notified")) el.dataset.notified = model.get("_notified");
+    if (typeof Notification !== "undefined" && Notification.permission === "granted") {
+      el.dataset.notifyPermission = "granted";
+      bell.textContent = "Will notify";
+    }
+    if (DONE.has(s) && lastState !== s && !DONE.has(lastState) && (s === "finished" || s === "failed")) notify(s);
+    lastState = s;
+  }
+
+  function notify(s) {
+    if (typeof Notification === "undefined" || Notification.permission !== "granted") return;
+    try {
+      new Notification(`Scellis: ${model.get("name") || "run"} ${s}`, { body: `step ${model.get("step")}` });
+      model.set("_notified", s);
+    } catch (e) { model.set("_notified", `error: ${e}`); }
+    model.save_changes();
+  }
+
+  const keys = ["_notified", "state", "step", "total_steps", "reason", "notice", "device_label", "tier", "can_resume", "last_loss", "name"];
+  for (const k of keys) model.on(`change:${k}`, draw);
+  draw();
+  return () => { for (const k of keys) model.off(`change:${k}`, draw); };
+}
+
+export default { render };

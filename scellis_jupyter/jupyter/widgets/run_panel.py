@@ -1,0 +1,161 @@
+"""RunPanel: where a background run stands (progress, steps/s, ETA, device and tier) and its controls.
+
+The panel drives a BackgroundRun-like object: `subscribe(cb)` for events, `stop/pause/resume/checkpoint_now`
+for the buttons. An action the run's state does not allow is refused with the reason shown, never sent.
+"""
+from __future__ import annotations
+
+import time
+from html import escape
+from typing import Any, Callable
+
+import traitlets as t
+
+from ._base import ScellisWidget, bundle, error_text
+from ._static import FG2, badge, box
+from ._throttle import Throttle
+
+LIVE = ("starting", "running", "paused")
+TERMINAL = ("finished", "failed", "interrupted", "refused")
+STATE_COLORS = {"running": "#1976d2", "starting": "#1976d2", "paused": "#e65100", "finished": "#2e7d32",
+                "failed": "#c62828", "refused": "#c62828", "interrupted": "#bf5b00"}
+
+
+def device_note(label: str, tier: str) -> str:
+    """The CPU path said plainly: the numpy reference is for checking results, not for speed."""
+    low = label.lower()
+    if "reference" in low or "numpy" in low:
+        return "Running on the CPU (the numpy reference path): correct but slow; no GPU is in use."
+    if "cpu" in low or "llvmpipe" in low or "software" in low:
+        return "Running on a software (CPU) WebGPU adapter: no GPU is in use, expect CPU speed."
+    return ""
+
+
+def refusal(state: str, action: str, can_resume: bool) -> str | None:
+    """Why `action` is not possible in `state` (None when it is); js/src/lib/run_actions.js says the same."""
+    if action == "resume_run":
+        if state == "interrupted":
+            return None if can_resume else "no resume handler was given to this panel"
+        return "only an interrupted run can be resumed from here"
+    if state not in LIVE:
+        return f"the run is {state or 'not started'}: nothing to {action}"
+    if action == "pause" and state != "running":
+        return f"the run is {state}"
+    if action == "resume" and state != "paused":
+        return "the run is not paused"
+    return None
+
+
+class RunPanel(ScellisWidget):
+    _esm, _css = bundle("run_panel")
+    name = t.Unicode("").tag(sync=True)
+    run_id = t.Unicode("").tag(sync=True)
+    state = t.Unicode("starting").tag(sync=True)
+    reason = t.Unicode("").tag(sync=True)
+    step = t.Int(0).tag(sync=True)
+    total_steps = t.Int(None, allow_none=True).tag(sync=True)
+    started = t.Float(0.0).tag(sync=True)
+    last_time = t.Float(0.0).tag(sync=True)
+    last_loss = t.Float(None, allow_none=True).tag(sync=True)
+    device_label = t.Unicode("").tag(sync=True)
+    device_note = t.Unicode("").tag(sync=True)
+    tier = t.Unicode("").tag(sync=True)
+    can_resume = t.Bool(False).tag(sync=True)
+    notice = t.Unicode("").tag(sync=True)
+    _notified = t.Unicode("").tag(sync=True)      # the view's last browser notification (or its error)
+
+    def __init__(self, run: Any, *, on_resume: Callable[[], Any] | None = None, interval: float = 0.2):
+        super().__init__(can_resume=on_resume is not None)
+        self.on_resume = on_resume
+        self._pending: dict = {}
+        self._push = Throttle(self._apply_pending, interval=interval, immediate=3)
+        self._unsub: Callable[[], None] | None = None
+        self.bind(run)
+
+    def bind(self, run: Any) -> None:
+        """Show (and control) `run`; a resumed run replaces the interrupted one in the same panel."""
+        if self._unsub is not None:
+            self._unsub()
+        self.run = run
+        label = str(getattr(run, "device_label", ""))
+        tier = str(getattr(run, "tier", ""))
+        self._set(name=str(getattr(run, "name", "") or ""), run_id=str(getattr(run, "run_id", "") or ""),
+                       state=str(getattr(run, "state", "starting")), step=int(getattr(run, "step", 0) or 0),
+                       total_steps=getattr(run, "total_steps", None), started=float(getattr(run, "started", 0) or 0),
+                       device_label=label, device_note=device_note(label, tier), tier=tier, reason="", notice="")
+        self._unsub = run.subscribe(self._on_event)
+
+    def _set(self, **kw) -> None:
+        with self.hold_sync():
+            for k, v in kw.items():
+                setattr(self, k, v)
+
+    def _on_event(self, ev: dict) -> None:
+        kind = ev.get("kind")
+        if kind == "step":
+            self._pending.update(step=int(ev["step"]), last_time=float(ev.get("time") or time.time()))
+            if ev.get("loss") is not None:
+                self._pending["last_loss"] = float(ev["loss"])
+            self._push()
+        elif kind == "state":
+            self._push.flush()
+            self._apply_pending()
+            self._set(state=str(ev.get("state")), reason=str(ev.get("reason") or ""))
+            if ev.get("state") in TERMINAL:
+                step = getattr(self.run, "step", None)
+                if isinstance(step, int):
+                    self.step = step
+                self.refresh_static()
+
+    def _apply_pending(self) -> None:
+        p, self._pending = self._pending, {}
+        if p:
+            self._set(**p)
+
+    # ---- the buttons --------------------------------------------------------------------------------
+    def act(self, action: str) -> str | None:
+        """Do what a button does; returns the refusal (also shown as the notice) or None when done."""
+        why = refusal(self.state, action, self.on_resume is not None)
+        if why is None:
+            try:
+                if action == "resume_run":
+                    self.bind(self.on_resume())
+                else:
+                    {"stop": self.run.stop, "pause": self.run.pause, "resume": self.run.resume,
+                     "checkpoint": self.run.checkpoint_now}[action]()
+                if action == "pause":
+                    self.state = "paused"
+                elif action == "resume":
+                    self.state = "running"
+            except KeyError:
+                why = f"unknown action {action!r}"
+            except Exception as e:
+                why = error_text(e)
+        self.notice = why or ""
+        return why
+
+    def _on_action(self, content, buffers) -> None:
+        self.act(str(content.get("action")))
+
+    # ---- static form --------------------------------------------------------------------------------
+    def _progress(self) -> str:
+        total = f" / {self.total_steps}" if self.total_steps else ""
+        pct = f" ({100 * self.step / self.total_steps:.0f}%)" if self.total_steps else ""
+        return f"step {self.step}{total}{pct}"
+
+    def _static_text(self) -> str:
+        s = f"RunPanel {self.name or self.run_id}: {self.state}, {self._progress()}, {self.device_label}, tier {self.tier}"
+        return s + (f"\n  {self.reason}" if self.reason else "") + (f"\n  {self.device_note}" if self.device_note else "")
+
+    def _static_html(self) -> str:
+        frac = min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
+        color = STATE_COLORS.get(self.state, "#888")
+        inner = (f'<div>{badge(self.state, color)} <b>{escape(self.name or self.run_id or "run")}</b> '
+                 f'<span style="color:{FG2}">{escape(self.device_label)} · tier {escape(self.tier)}</span></div>'
+                 f'<div style="height:8px;background:var(--jp-layout-color2,#eee);border-radius:4px;margin:6px 0;overflow:hidden">'
+                 f'<div style="height:8px;width:{100 * frac:.1f}%;background:{color}"></div></div>'
+                 f'<div>{escape(self._progress())}'
+                 + (f" · loss {self.last_loss:.4g}" if self.last_loss is not None else "") + "</div>"
+                 + (f'<div style="color:{FG2};font-size:11px">{escape(self.state)}: {escape(self.reason)}</div>' if self.reason else "")
+                 + (f'<div style="color:{FG2};font-size:11px">{escape(self.device_note)}</div>' if self.device_note else ""))
+        return box(inner, "scellis-run", color)

@@ -1,0 +1,243 @@
+"""The widgets in a real JupyterLab, in Debian's Chromium: run every cell, then check the plan's verdict, the
+curve growing while a real run trains, the stop button stopping it, a fix changing the plan and the cell's
+text, resume and the finished-run notification, saved widget state after a reload, light and dark themes,
+a narrow notebook, and the static form from a file:// page with no network."""
+import json
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import lab_notebook as notebook
+
+pytestmark = pytest.mark.slow
+
+
+def _wait(pred, timeout=60.0, every=0.2, what="condition"):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        v = pred()
+        if v:
+            return v
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _open(page, url, name):
+    page.goto(f"{url}/lab/tree/{name}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    # the first Shift+Enter can be lost before the kernel is ready: wait for the status bar to say Idle
+    page.wait_for_function("() => /Idle/.test(document.querySelector('.jp-StatusBar-Component, #jp-main-statusbar')"
+                           "?.textContent || '') || document.querySelector('[data-status=\"idle\"]')", timeout=60_000)
+
+
+def _run_all(page, n):
+    cells = page.locator(".jp-Notebook .jp-Cell")
+    _wait(lambda: cells.count() >= n, 60, what=f"{n} cells to render")      # they attach progressively
+    for i in range(n):
+        prompt = cells.nth(i).locator(".jp-InputArea-prompt")
+        for attempt in range(3):          # a Shift+Enter sent while the kernel is still starting can be lost
+            prompt.click()
+            page.keyboard.press("Shift+Enter")
+            try:
+                _wait(lambda: re.match(r"\[[\d*]+\]", prompt.inner_text().strip()), 20, what=f"cell {i} to start")
+                break
+            except AssertionError:
+                if attempt == 2:
+                    raise
+        _wait(lambda: re.match(r"\[\d+\]", prompt.inner_text().strip()), 120, what=f"cell {i} to run")
+
+
+def _attr(page, sel, name):
+    return page.locator(sel).first.get_attribute(f"data-{name}")
+
+
+def _theme(page, dark: bool):
+    page.click("text=Settings >> nth=0")
+    page.hover("text=Theme")
+    page.click(f"text={'JupyterLab Dark' if dark else 'JupyterLab Light'}")
+    page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{'false' if dark else 'true'}'",
+                           timeout=20_000)
+    time.sleep(0.8)
+
+
+def _shots(page, artifacts, tag):
+    """One screenshot per widget cell's output (JupyterLab scrolls inside its own panel, so a full-page shot
+    shows only the top of the notebook)."""
+    outs = page.locator(".jp-Notebook .jp-Cell .jp-OutputArea")
+    for i, name in ((1, "plan"), (2, "run"), (3, "others")):
+        o = outs.nth(i)
+        o.scroll_into_view_if_needed()
+        time.sleep(0.3)
+        o.screenshot(path=str(artifacts / f"lab-{tag}-{name}.png"))
+
+
+def _cell_text(page, i):
+    return page.locator(".jp-Notebook .jp-Cell").nth(i).locator(".cm-content").inner_text()
+
+
+def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts):
+    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 2400})
+    page = ctx.new_page()
+    try:
+        _drive(lab, ctx, page, artifacts)
+    except BaseException:
+        page.screenshot(path=str(artifacts / "failure.png"))
+        raise
+    finally:
+        ctx.close()
+
+
+def _drive(lab, ctx, page, artifacts):
+    url, nb_dir = lab
+    notebook.write(nb_dir / "widgets.ipynb")
+    ctx.grant_permissions(["notifications"], origin=url)
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    _open(page, url, "widgets.ipynb")
+    _run_all(page, len(nbformat.read(nb_dir / "widgets.ipynb", 4).cells))
+    plan, curve, panel = "[data-verdict]", ".sc-curve", "[data-state]"
+
+    # the plan widget's verdict (a device of 260 kB refuses batch 64)
+    page.wait_for_selector(plan, timeout=90_000)
+    assert _attr(page, plan, "verdict") == "red"
+    assert "Does not fit" in page.locator(".sc-plan .sc-words").inner_text()
+
+    # the curve grows while the run trains
+    page.wait_for_function("() => Number(document.querySelector('.sc-curve')?.parentElement?.dataset.points || "
+                           "document.querySelector('[data-points]')?.dataset.points || 0) >= 5", timeout=60_000)
+    pts = lambda: int(page.locator("[data-points]").first.get_attribute("data-points"))  # noqa: E731
+    a = pts()
+    time.sleep(1.5)
+    b = pts()
+    assert b > a, (a, b)
+    assert _attr(page, panel, "state") == "running"
+    # hover shows values in the legend; the log toggle redraws the loss panel on a log axis
+    over = page.locator(".sc-curve .u-over").first
+    over.scroll_into_view_if_needed()
+    legend = page.locator(".sc-curve .u-legend").first
+
+    def hovered():
+        over.hover(position={"x": 200, "y": 60})
+        over.hover(position={"x": 220, "y": 70})
+        return re.search(r"loss\W*\d+\.\d+", legend.inner_text())
+    try:
+        _wait(hovered, 15, every=0.3, what="a hover value in the legend")
+    except AssertionError:
+        raise AssertionError(f"no hover value in the legend: {legend.inner_text()!r}") from None
+    page.locator(".sc-curve button", has_text="log y").click()
+    _wait(lambda: _attr(page, "[data-points]", "log-y") == "true", 10, what="the log scale")
+    _shots(page, artifacts, "light-running")
+
+    # the stop button stops that run: the state turns interrupted and the curve stops growing
+    page.click("[data-action=stop]")
+    _wait(lambda: _attr(page, panel, "state") == "interrupted", 30, what="the run to be interrupted")
+    stopped = pts()
+    time.sleep(1.0)
+    assert pts() == stopped
+    # every step the engine ran is on the curve, once (the last chunk is flushed when the run ends)
+    _wait(lambda: pts() == int(_attr(page, panel, "step")), 10, what="the curve to hold every step once")
+    assert page.locator("[data-action=stop]").first.is_disabled()
+    assert "nothing to stop" in page.locator("[data-action=stop]").first.get_attribute("title")
+
+    # a fix button changes the plan and the cell's text
+    before = _cell_text(page, 1)
+    assert "batch_size = 64" in before
+    page.click(".sc-fix[data-fix='0']")
+    _wait(lambda: _attr(page, plan, "verdict") != "red", 60, what="the plan to change")
+    assert _attr(page, plan, "verdict") in ("yellow", "green")
+    _wait(lambda: _attr(page, plan, "cell-write"), 30, what="the fix's reply")
+    assert _attr(page, plan, "cell-write") == "cell", "the fix's cell text was not written into the cell"
+    after = _cell_text(page, 1)
+    assert "batch_size = 64" not in after and re.search(r"batch_size = \d+", after)
+
+    # one-click resume of the interrupted run; it finishes, and the browser notifies
+    page.click("[data-role=notify]")
+    _wait(lambda: _attr(page, panel, "notify-permission") == "granted", 10, what="notification permission")
+    page.click("[data-action=resume_run]")
+    _wait(lambda: _attr(page, panel, "state") == "finished", 90, what="the resumed run to finish")
+    _wait(lambda: _attr(page, panel, "notified") == "finished", 10, what="the notification")
+    assert page.locator("[data-action=stop]").first.is_disabled()
+    assert page.locator(".sc-curve .u-legend").count() >= 1
+    # the ELK layout arrived from the kernel
+    _wait(lambda: page.locator("[data-layout]").first.get_attribute("data-layout") == "elk", 30, what="the ELK layout")
+    # a node's attr edited in the graph goes through on_edit, and the returned text lands in the cell
+    page.locator("[data-node=linear_0]").click()
+    page.locator(".sc-editor input[data-attr=out]").fill("256")
+    page.locator(".sc-editor button", has_text="set").click()
+    _wait(lambda: "# edited: linear_0.out = 256" in _cell_text(page, 3), 30, what="the graph edit in the cell")
+    page.locator("[data-node=linear_0]").click()
+    assert page.locator(".sc-editor input[data-attr=out]").input_value() == "256"
+    # the catalog shows an entry's params with their ranges and its origin
+    page.locator("[data-entry=adamw]").click()
+    detail = page.locator(".sc-cat-detail").inner_text()
+    assert "weight_decay" in detail and "[0, inf)" in detail and "origin:" in detail
+    _shots(page, artifacts, "light")
+
+    _theme(page, dark=True)
+    _shots(page, artifacts, "dark")
+    _theme(page, dark=False)
+
+    # narrow notebook: the widgets stay within their output area
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+b")                 # the file browser away: the notebook gets the width
+    page.set_viewport_size({"width": 520, "height": 2400})
+    time.sleep(1.0)
+    _shots(page, artifacts, "narrow")
+    over = page.evaluate("() => [...document.querySelectorAll('.sc-w')].map(e => [e.className, e.getBoundingClientRect()"
+                         ".right - e.closest('.jp-OutputArea-output').getBoundingClientRect().right])")
+    assert all(d <= 2 for _, d in over), over
+    page.set_viewport_size({"width": 1280, "height": 2400})
+
+    # save (widget state included), shut the kernel down, reload: the saved state shows
+    page.keyboard.press("Control+s")
+    time.sleep(2.0)
+    saved = json.loads((nb_dir / "widgets.ipynb").read_text())
+    state = saved["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    assert len(state) >= 7
+    assert (nb_dir / "widgets.ipynb").stat().st_size < 1_000_000
+    page.click("text=Kernel >> nth=0")
+    page.click("text=Shut Down Kernel")
+    time.sleep(1.5)
+    page.reload()
+    page.wait_for_selector(plan, timeout=60_000)
+    assert _attr(page, plan, "verdict") in ("yellow", "green")
+    page.wait_for_selector("[data-points]", timeout=30_000)
+    _wait(lambda: int(page.locator("[data-points]").first.get_attribute("data-points")) >= stopped, 20,
+          what="the saved curve")
+    assert _attr(page, panel, "state") == "finished"
+    _shots(page, artifacts, "reloaded")
+    assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
+
+
+def test_static_fallback_from_file_without_network(tmp_path, chromium_browser, artifacts):
+    """The notebook executed headless (no widget state) and converted to HTML shows the plan and the final
+    curve from its text/html outputs, on a file:// page with every network request refused."""
+    import nbclient
+    from nbconvert import HTMLExporter
+    nb_path = notebook.write(tmp_path / "static.ipynb")
+    nb = nbformat.read(nb_path, 4)
+    # the run cell: a short run that finishes inside the cell, so its output is the final state
+    nb.cells[2].source = nb.cells[2].source.replace("steps=100_000", "steps=40").replace(
+        'run.start()\nprint("training in the background")', "run.start().wait(120)\ncurve.flush()\nimport time; time.sleep(0.5)")
+    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", store_widget_state=False).execute()
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    out = tmp_path / "static.html"
+    out.write_text(html)
+    ctx = chromium_browser.new_context(viewport={"width": 1100, "height": 1400}, offline=True)
+    page = ctx.new_page()
+    refused = []
+    page.route(re.compile(r"^(?!file:).*"), lambda route: (refused.append(route.request.url), route.abort()))
+    page.goto(out.as_uri())
+    assert "Does not fit" in page.locator(".scellis-plan .scellis-verdict").first.inner_text()
+    run = page.locator(".scellis-run").first.inner_text()
+    assert "finished" in run and "step 40 / 40" in run
+    curve = page.locator(".scellis-curve").first
+    assert curve.locator("polyline").count() >= 2 and "40 steps" in curve.inner_text()
+    box = curve.locator("svg").first.bounding_box()
+    assert box and box["width"] > 200 and box["height"] > 50
+    assert page.locator(".scellis-graph svg rect").count() == 5 and page.locator(".scellis-heatmap td").count() == 6
+    page.screenshot(path=str(artifacts / "static-offline.png"), full_page=True)
+    ctx.close()
