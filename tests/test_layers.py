@@ -39,7 +39,6 @@ def test_nothing_imports_the_package_root(graph):
     assert importers == [], f"these modules import the package root (import the stage instead): {importers}"
 
 
-@pytest.mark.xfail(strict=True, reason="plan.plan <-> plan.adversarial and the run stage: removed in the next layout step")
 def test_no_import_cycles(graph):
     mods = sorted(graph.modules)
     edges = {m: {t for t in graph.find_modules_directly_imported_by(m) if t.startswith("scellis_jupyter")}

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field, fields
 import blake3
 
 from ..dtypes import nbytes as nb
-from .plan import (CATEGORIES, GREEN_HEADROOM, Fix, Plan, _context, _device_warnings, _largest_green, _verdict,
-                   _verdicts, step_parts, step_peak)
+from .model import (CATEGORIES, GREEN_HEADROOM, Fix, Plan, _context, _device_warnings, _largest_green, _verdict,
+                    _verdicts, step_parts, step_peak)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..dtypes import nbytes as nb
+from .model import _StandIn
 
 # roles of the leaves a checkpoint (and the run's weights hash) reads back, one tensor at a time
 READ_BACK = ("parameter", "master_weights", "optimizer_state", "buffer")
@@ -117,7 +118,6 @@ class RunReplay:
 def replay_run(step, impl, evals: list, in_loop: bool) -> Ledger:
     """The ledger of a run of `step` that evaluates with `evals` (EvalPrograms, in the order the run first
     runs them; in_loop: evaluations happen between steps, so a step also runs after them)."""
-    from .plan import _StandIn
     r = RunReplay(impl)
     r.leaves(step.leaves)
     step_roots = [_StandIn(lf.node) for lf in step.leaves]

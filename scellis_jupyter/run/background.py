@@ -16,8 +16,9 @@ import weakref
 from typing import Callable
 
 from ..errors import ScellisError
-from .lifecycle import Events
+from .records import Events
 from .run import RunError
+from ..errors import WaitTimeout
 
 STATES = ("starting", "running", "paused", "finished", "failed", "interrupted", "refused")
 ENDED = ("finished", "failed", "interrupted", "refused")
@@ -122,7 +123,6 @@ class BackgroundRun:
     def wait(self, timeout: float | None = None):
         """Block until the run ends; returns its RunRecord (or the result dict without a store)."""
         if not self._done.wait(timeout):
-            from .lifecycle import WaitTimeout
             raise WaitTimeout(f"run {self.run_id} is still {self.state} after {timeout:g} s",
                               where=f"run {self.run_id}", hint="wait longer, or stop it")
         st = self._run.store

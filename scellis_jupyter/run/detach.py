@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..backends.device import ensure_xdg_runtime_dir
-from ..errors import EXIT_ERROR, EXIT_FAILED, EXIT_REFUSED, ScellisError
+from .records import FINAL_STATES, current_state, follow, launch_info, open_store, resolve_any, result_of_record
+from ..store.runs import _proc_start, new_run_id, reserve_run
+from ..store.objects import atomic_write
+from ..store import StoreError
+from ..store.runs import get_run
+from ..store.errors import os_error
 
 
 # `-c` rather than `-m scellis_jupyter.run.detach`: the package imports this module, and runpy warns then
@@ -33,10 +38,8 @@ _CHILD = "import sys; from scellis_jupyter.run.detach import child_main; sys.exi
 
 def launch(store, job: dict, run_id: str | None = None) -> "Detached":
     """Start `job` ({"kind": "train"|"resume", ...}) in a new session; returns its handle immediately."""
-    from ..store.runs import _proc_start, new_run_id, reserve_run
     run_id = run_id or new_run_id()
     if store.index.run(run_id) is not None:
-        from ..store import StoreError
         raise StoreError(f"run {run_id} already exists", where=f"store {store.root}", code="bad-argument")
     job = dict(job, run_id=run_id, store=str(Path(store.root).resolve()))
     job_path = store.log_path(run_id, "job.json")
@@ -54,7 +57,6 @@ def launch(store, job: dict, run_id: str | None = None) -> "Detached":
             proc = subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     cwd=os.getcwd(), start_new_session=True, close_fds=True)
     except OSError as e:
-        from ..store.errors import os_error
         raise os_error(e, action="start the detached run", where=f"store {store.root}") from None
     launch_info = {"run": run_id, "pid": proc.pid, "proc_start": _proc_start(proc.pid), "host": socket.gethostname(),
                    "log": str(log_path), "started": time.time(), "argv": argv}
@@ -70,53 +72,8 @@ def launch(store, job: dict, run_id: str | None = None) -> "Detached":
 
 
 def _write_json(path: Path, obj: dict, store) -> None:
-    from ..store.objects import atomic_write
     atomic_write(path, json.dumps(obj, indent=1).encode("utf-8"), where=f"store {store.root}",
                  action=f"write {path.name}")
-
-
-def launch_info(store, run_id: str) -> dict | None:
-    try:
-        return json.loads((Path(store.root) / "logs" / f"{run_id}.launch.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def current_state(store, run_id: str):
-    """(state, record or None): the index's word once the run registered, else the launched process's.
-
-    "starting" while a launched child has not registered yet; "failed" if it died before registering.
-    """
-    from ..store.runs import get_run, pid_alive
-    if store.index.run(run_id) is not None:
-        rec = get_run(store, run_id)
-        if rec.state == "running" and (rec.extra or {}).get("starting"):
-            return "starting", rec              # reserved by the launcher, not yet taken up by the child
-        return rec.state, rec
-    info = launch_info(store, run_id)
-    if info is not None and info.get("host") == socket.gethostname() and \
-            pid_alive(info.get("pid"), info.get("proc_start")):
-        return "starting", None
-    if store.index.run(run_id) is not None:          # registered between the two reads
-        return current_state(store, run_id)
-    return ("failed" if info is not None else "unknown"), None
-
-
-def resolve_any(store, prefix: str) -> str:
-    """A run id from an id or prefix: registered runs first, then launched ones not yet registered."""
-    from ..store.runs import resolve_run
-    try:
-        return resolve_run(store, prefix)
-    except ScellisError as e:
-        if e.diagnostic.code != "run-unknown":
-            raise
-        logs = Path(store.root) / "logs"
-        p = prefix if prefix.startswith("run-") else "run-" + prefix
-        launched = sorted(f.name[:-len(".launch.json")] for f in logs.glob("*.launch.json")) if logs.is_dir() else []
-        hits = [r for r in launched if r.startswith(p)]
-        if len(hits) == 1:
-            return hits[0]
-        raise
 
 
 class Detached:
@@ -134,7 +91,6 @@ class Detached:
 
     @classmethod
     def attach(cls, run_id: str, store=None) -> "Detached":
-        from .lifecycle import open_store
         st = open_store(store, create=False)
         rid = resolve_any(st, run_id)
         info = launch_info(st, rid) or {}
@@ -158,7 +114,6 @@ class Detached:
         return current_state(self.store, self.id)[0]
 
     def done(self) -> bool:
-        from .lifecycle import FINAL_STATES
         return self.state in FINAL_STATES
 
     def wait(self, timeout: float | None = None, poll: float = 0.25) -> str:
@@ -171,8 +126,6 @@ class Detached:
     def result(self, timeout: float | None = None) -> dict:
         """The run's summary (as `Run.result()`), once it is final: waits up to `timeout` seconds."""
         self.wait(timeout)
-        from ..store.runs import get_run
-        from .lifecycle import result_of_record
         if self.store.index.run(self.id) is None:
             return {"run": self.id, "state": "failed", "error": {"message": "the process died before registering "
                     "the run", "log": self.log_tail()}}
@@ -180,7 +133,6 @@ class Detached:
 
     def events(self, timeout: float | None = None, poll: float = 0.25) -> Iterator[dict]:
         """Progress events as they come (start, step, ..., then {"event": "done", "state", "result"})."""
-        from .lifecycle import follow
         for ev in follow(self.store, self.id, timeout=timeout, poll=poll):
             if self._popen is not None:
                 self._popen.poll()
@@ -220,53 +172,5 @@ class Detached:
 
 
 # ---- the child ------------------------------------------------------------------------------------------
-def child_main(job_path: str) -> int:
-    """Run a launched job; every outcome is recorded in the store under the job's run id."""
-    from ..store import Store
-    from .lifecycle import exit_code, resume, train
-    ensure_xdg_runtime_dir()
-    job = json.loads(Path(job_path).read_text())
-    run_id, store = job["run_id"], Store.open(job["store"])
-    print(f"scellis: detached run {run_id} (pid {os.getpid()}), job {job_path}", flush=True)
-    spec = None
-    try:
-        if job.get("spec"):
-            from ..spec import Spec
-            s = job["spec"]
-            spec = Spec.from_text(s["text"], source=s.get("source") or "<spec>", base_dir=s.get("base_dir"))
-        kw = dict(job.get("kwargs") or {})
-        if job["kind"] == "train":
-            run = train(spec, store=store, run_id=run_id, **kw)
-        else:
-            run = resume(job["ref"], store=store, spec=spec, run_id=run_id, **kw)
-        from .lifecycle import summary_lines
-        print("\n".join(summary_lines(run.result(), str(store.root))), flush=True)
-        return exit_code(run.state)
-    except ScellisError as e:
-        print(e.diagnostic.format(), flush=True)
-        row = store.index.run(run_id)
-        if row is not None and row["state"] == "failed":     # it ran and failed (diverged, ...): exit 1, as `train`
-            return EXIT_FAILED
-        _record_failure(store, run_id, e, spec)
-        return EXIT_REFUSED if e.diagnostic.code == "plan-red" else EXIT_ERROR
-    except KeyboardInterrupt:
-        return 1
-    except BaseException as e:
-        import traceback
-        traceback.print_exc()
-        _record_failure(store, run_id, e, spec)
-        return 1
 
-
-def _record_failure(store, run_id: str, error: BaseException, spec) -> None:
-    """A run that failed before it registered is still recorded, so whoever waits on it learns why."""
-    from ..store.runs import reserved_for
-    try:
-        row = store.index.run(run_id)
-        if row is None or reserved_for(store, row, os.getpid()):      # never registered, or only reserved
-            from ..store import start_run
-            start_run(store, id=run_id, spec_hash=spec.hash if spec is not None else None,
-                      extra={"detached": True}).fail(error)
-    except ScellisError as e:                      # a full or read-only store: the log says it all
-        print(f"scellis: could not record the failure: {e.diagnostic.format()}", flush=True)
 

@@ -24,6 +24,14 @@ from .. import dtypes as dt
 from ..spec import Spec
 from ..program.adversarial import NETWORKS, generate_program, leaf_name, network_optimizer, sample_program
 from .run import Run, RunError
+from ..rng.generator import Generator
+from ..catalog.schedulers import Schedule
+from ..data import Batches
+from ..catalog import initial_state
+from .weights import init_params
+from ..executor.executor import execute
+from ..rng.generator import base_words
+from ..errors import did_you_mean
 
 
 @dataclass
@@ -74,7 +82,6 @@ class GANRun(Run):
         # one arena for both steps, sized once for the larger (the plan's arena term)
         self.impl.arena(max(st.program.arena.arena_bytes for st in self.steps.values()))
         self.seed = int(r.get("seed") or 0)
-        from ..rng.generator import Generator
         self.gen = Generator(self.seed)
         self._setup_data()
         self._setup_networks()
@@ -86,7 +93,6 @@ class GANRun(Run):
         if self.total_steps < 1:
             raise RunError("the run has no rounds", where="recipe", hint="set steps or epochs")
         self.checkpoint_every = checkpoint_every
-        from ..catalog.schedulers import Schedule
         self.schedules = {}
         for net in NETWORKS:
             cfg = dict(r[net]["scheduler"] or {"name": "constant"})
@@ -120,14 +126,11 @@ class GANRun(Run):
 
     # ---- setup -----------------------------------------------------------------------------------------
     def _setup_data(self) -> None:
-        from ..data import Batches
         self._load_and_split(self.batch_size)
         self.loader = Batches(self.dataset, self.split["train"], self.batch_size, self.gen, shuffle=True,
                               drop_last=True)
 
     def _setup_networks(self) -> None:
-        from ..catalog import initial_state
-        from .weights import init_params
         be = self.impl
         self.values: dict[str, Any] = {}
         self.optimizers = {net: network_optimizer(self.spec, net) for net in NETWORKS}
@@ -195,8 +198,6 @@ class GANRun(Run):
 
     def _step(self, network: str, x, lr: float) -> dict:
         """One planned step of `network`: bind, execute, keep the donated updates, read the scalars."""
-        from ..executor.executor import execute
-        from ..rng.generator import base_words
         st, be = self.steps[network], self.impl
         feeds = []
         for leaf in st.leaves:
@@ -240,8 +241,6 @@ class GANRun(Run):
     def sample(self, n: int) -> np.ndarray:
         """`n` generated examples (generator in eval mode), noise from the Philox stream "sample" (its
         position is run state: checkpointed, and never shared with the training noise)."""
-        from ..executor.executor import execute
-        from ..rng.generator import base_words
         n = _count(n, "sample")
         t0 = time.perf_counter()
         key = ("sample", n)
@@ -259,7 +258,6 @@ class GANRun(Run):
 
     def generate(self, z) -> np.ndarray:
         """The generator's output (eval mode) for given noise `z` of shape [n, *noise shape]."""
-        from ..executor.executor import execute
         shape = tuple(self.spec.graphs["generator"].input_shape)
         z = np.asarray(z, dtype=np.float32)
         if z.ndim != len(shape) + 1 or tuple(z.shape[1:]) != shape or z.shape[0] < 1:
@@ -287,7 +285,6 @@ class GANRun(Run):
         """Both networks' weights by leaf name ('generator/0.linear.weight'), or one network's by its own
         parameter names."""
         if network is not None and network not in NETWORKS:
-            from ..errors import did_you_mean
             raise RunError(f"no network {network!r}", where="GANRun.weights", hint=did_you_mean(network, NETWORKS))
         out = {}
         for net in NETWORKS if network is None else (network,):
@@ -318,7 +315,6 @@ class GANRun(Run):
         return self._save_checkpoint(extra, self.loader.epoch)
 
     def _resume(self, ref) -> None:
-        from ..rng.generator import Generator
         ck = self._checkpoint_to_resume(ref)
         ex = ck.extra or {}
         if ex.get("kind") != "gan":

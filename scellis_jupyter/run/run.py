@@ -26,6 +26,30 @@ import numpy as np
 from .. import dtypes as dt
 from ..spec import Spec
 from ..errors import RunError, ScellisError
+from ..store import Store
+from ..data.memory import MemoryData
+from ..rng.generator import Generator
+from ..backends.device import Device, device as pick
+from ..plan.plan import plan as make_plan
+from ..data import Batches
+from ..data import load_dataset, split
+from ..catalog import initial_state, make
+from .weights import init_params
+from ..data.augment import loader_options
+from ..spec.pretrained import pretrained_overrides
+from ..catalog.schedulers import Schedule
+from ..rng.generator import base_words
+from ..executor.executor import execute
+from ..program.evaluation import build_eval_program
+from ..store.objects import tensors_bytes
+from ..store import save_checkpoint
+from ..store import Checkpoint, check_spec
+from ..store import HeartbeatThread, start_run
+from ..errors import did_you_mean
+from ..data.memory import Standardized
+from .surgery import encode_stored, insert_adapters
+from .pins import data_files, file_hashes
+from ..data.split import Split, split_hash
 
 SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
 # dynamic loss scaling with torch.amp.GradScaler's defaults; the scale never backs off below SCALE_MIN
@@ -76,7 +100,6 @@ class Run:
         self.impl = self.device.fresh_impl()        # this run's allocations alone: its measured peak
         self._setup_data()
         self.seed = int(r.get("seed") or 0)
-        from ..rng.generator import Generator
         self.gen = Generator(self.seed)
         self._init_weights = weights
         self._weights_mapping = weights_mapping
@@ -121,8 +144,6 @@ class Run:
     def _plan_or_refuse(self, device, store, max_skipped, run_id, **plan_kw) -> None:
         """Device, store, the NaN-storm bound and the plan; a red plan is recorded `refused` (with a store)
         and raised before any compute."""
-        from ..backends.device import Device, device as pick
-        from ..plan.plan import plan as make_plan
         spec = self.spec
         self.device = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
         self.store = _open_store(store)
@@ -140,7 +161,6 @@ class Run:
         self.tier = self.plan.tier
 
     def _setup_data(self) -> None:
-        from ..data import Batches
         self.batch_size = self.step_prog.batch_size
         self._check_train(self.batch_size * self.step_prog.options.accum)
         self._Batches = Batches
@@ -165,7 +185,6 @@ class Run:
     def _load_and_split(self, batch_examples: int | None = None) -> None:
         """The spec's dataset and its (stratified for classification) split; refuses a train part smaller
         than one batch of `batch_examples`."""
-        from ..data import load_dataset, split
         spec = self.spec
         seed = int(spec.recipe.get("seed") or 0)
         mem = spec.memory
@@ -173,7 +192,6 @@ class Run:
             self.dataset = mem.dataset()
             strat = self.dataset.task == "classification"
             if len(mem.parts) > 1:
-                from ..data.split import Split, split_hash
                 parts = mem.ranges()
                 n = len(self.dataset)
                 fr = {k: len(v) / n for k, v in parts.items()}
@@ -188,7 +206,6 @@ class Run:
             self.split = split(self.dataset, fractions, seed=seed, stratify=strat)
         self.standardizer = None
         if spec.data.get("standardize"):     # fitted on the training rows only; kept in the record
-            from ..data.memory import Standardized
             self.dataset = Standardized(self.dataset, self.split["train"])
             self.standardizer = self.dataset.stats()
         if batch_examples is not None:
@@ -200,12 +217,9 @@ class Run:
                            f"{batch_examples}", where="recipe.batch_size", hint="lower batch_size")
 
     def _setup_model(self) -> None:
-        from ..catalog import initial_state, make
-        from .weights import init_params
         st = self.step_prog
         self.mixed = st.options.precision == "mixed-f16"
         on_device = st.options.data == "device"
-        from ..data.augment import loader_options
         self.loader = self._Batches(self.dataset, self.split["train"], self.batch_size * st.options.accum, self.gen,
                                     shuffle=True, drop_last=True, rows_only=on_device,
                                     memory_budget=None if on_device else self.spec.data.get("memory_budget"),
@@ -213,13 +227,11 @@ class Run:
                                                      tuple(self.spec.input["shape"]), self.spec.input["dtype"]))
         self.target = st.info.get("target")           # what the loss declares it compares with (y's dtype, shape)
         self.regularization = st.info.get("regularization")
-        from ..spec.pretrained import pretrained_overrides   # [model.pretrained]: weights from a file, by name
         init = init_params(self.spec.graph, self.gen, overrides=pretrained_overrides(self.spec))
         if self._init_weights is not None:     # pretrained weights replace the drawn ones, by name
             init.update(_pretrained(self._init_weights, self._weights_mapping, init))
         self.adaptation = st.options.adaptation(self.spec.graph)
         if self.adaptation is not None:
-            from .surgery import encode_stored, insert_adapters
             init = encode_stored(insert_adapters(init, self.adaptation, self.gen), self.adaptation)
         opt_cfg = dict(self.spec.recipe.get("optimizer") or {"name": "adamw"})
         self.opt_name = opt_cfg.pop("name")
@@ -282,7 +294,6 @@ class Run:
             self.values[name] = be.from_numpy(full, node.dtype)
 
     def _setup_schedule(self) -> None:
-        from ..catalog.schedulers import Schedule
         cfg = dict(self.spec.recipe.get("scheduler") or {"name": "constant"})
         name = cfg.pop("name")
         self.schedule = Schedule(name, self.base_lr, self.horizon, cfg)
@@ -324,7 +335,6 @@ class Run:
 
     def _feeds(self, x, y, lr: float):
         st = self.step_prog
-        from ..rng.generator import base_words
         adv = st.info.get("rng_advance", {})
         reg = self.regularization
         drawn = reg.draw(self.gen.stream("augment")) if reg is not None and reg.draw is not None else {}
@@ -381,7 +391,6 @@ class Run:
         return 1.0 / self.swa_samples
 
     def _one_step(self, x, y) -> StepResult:
-        from ..executor.executor import execute
         t0 = time.perf_counter()
         st = self.step_prog
         lr = self.schedule.at(self.step)
@@ -476,7 +485,6 @@ class Run:
     def _eval_program(self, b: int, with_loss: bool = True):
         """The model in eval mode for a batch of `b` (program.evaluation, the Program the plan planned):
         its output, and the mean loss when `with_loss`."""
-        from ..program.evaluation import build_eval_program
         key = (b, with_loss)
         ev = self._eval_progs.get(key)
         if ev is None:
@@ -515,7 +523,6 @@ class Run:
 
         The plan covers the run's own evaluations; a prediction compiles a Program for its `n` rows that the
         plan did not (its arena is shared, its inputs and outputs come on top)."""
-        from ..executor.executor import execute
         self._check_weights_kind(weights, "Run.predict")
         inp = self.spec.input
         if hasattr(x, "columns") and hasattr(x, "to_numpy"):      # a DataFrame: the features, target dropped
@@ -540,8 +547,6 @@ class Run:
         record=False keeps it out of the metric history (the end-of-run evaluation: a run stopped early
         and resumed must have the same curve as one that never stopped).
         """
-        from ..catalog import make
-        from ..executor.executor import execute
         t0 = time.perf_counter()
         self._evaluated = True
         self._check_weights_kind(weights, "Run.evaluate")
@@ -614,7 +619,6 @@ class Run:
         return out
 
     def weights_hash(self) -> str:
-        from ..store.objects import tensors_bytes
         import blake3
         return blake3.blake3(tensors_bytes(self.weights())).hexdigest()
 
@@ -636,7 +640,6 @@ class Run:
         if self.store is None:
             raise RunError("this run has no store to checkpoint into", where=f"{type(self).__name__}.checkpoint",
                            hint=f"sc.{type(self).__name__}(spec, store='.scellis') or --store DIR")
-        from ..store import save_checkpoint
         weights = self.weights()
         bad = sorted(k for k, v in weights.items() if v.dtype.kind in "fc" and not np.isfinite(v).all())
         if bad:                                 # never a checkpoint of a diverged model: the last good one stays
@@ -653,7 +656,6 @@ class Run:
 
     def _checkpoint_to_resume(self, ref):
         """The checkpoint `ref` names (or is), refused with a diff when it was made from another spec."""
-        from ..store import Checkpoint, check_spec
         if isinstance(ref, Checkpoint):
             if ref.spec_hash != self.spec.hash:
                 check_spec(ref, self.spec.hash)
@@ -667,7 +669,6 @@ class Run:
         return ck
 
     def _resume(self, ref) -> None:
-        from ..rng.generator import Generator
         ck = self._checkpoint_to_resume(ref)
         be = self.impl
         w, ost = ck.weights, ck.optimizer_state
@@ -706,14 +707,12 @@ class Run:
         self._args["resumed_from"] = ck.hash
 
     def _start_record(self, run_id: str | None) -> None:
-        from ..store import HeartbeatThread, start_run
         p = self.plan
         fields = dict(spec_hash=self.spec.hash, program_hash=p.program_hash, device=self._device_json(),
                       tier=p.tier, plan=p.to_json(), predicted_peak_bytes=p.peak_bytes,
                       extra={"spec_name": self.spec.name, "spec_source": self.spec.source,
                              "base_dir": _abs(self.spec.base_dir)})
         if hasattr(self, "_args"):          # set up (not refused by its plan)
-            from .verify import data_files
             fields.update(dataset_hash=self.dataset.content_hash(), split_hash=self.split.hash)
             fields["extra"].update(self._args, horizon=self.horizon, eval_every=self.eval_every,
                                    seed=self.seed, data_files=data_files(self.dataset))
@@ -723,7 +722,6 @@ class Run:
                 fields["extra"]["standardize"] = self.standardizer
             pre = getattr(self.spec.model, "pretrained", None)
             if pre is not None:             # the weights file is an input too: pinned by its BLAKE3
-                from .verify import file_hashes
                 fields["extra"]["pretrained_files"] = file_hashes([pre.path])
         if run_id:
             fields["id"] = run_id
@@ -859,7 +857,6 @@ def _pretrained(weights, mapping: dict | None, drawn: dict) -> dict:
         out[ours] = a.astype(np.float32)
     unknown = [k for k in mapping if k not in drawn]
     if unknown:
-        from ..errors import did_you_mean
         raise RunError(f"weights_mapping names {unknown[0]!r}, which is not a parameter", where="Run(weights_mapping)",
                        hint=did_you_mean(unknown[0], list(drawn)))
     if not out:
@@ -878,7 +875,6 @@ def _open_store(store):
     """None: no store; True: the default one ($SCELLIS_STORE, else ./.scellis); a path or a Store."""
     if store is None or store is False:
         return None
-    from ..store import Store
     if store is True:
         return Store.open()
     return store if isinstance(store, Store) else Store.open(store)
@@ -886,7 +882,6 @@ def _open_store(store):
 
 def spec_of_checkpoint(store, ref: str):
     """The spec a checkpoint was made from, rebuilt from the text the store keeps."""
-    from ..spec import Spec
     st = _open_store(store)
     ck = st.load_checkpoint(ref)
     text = st.spec_text(ck.spec_hash)
@@ -902,5 +897,4 @@ def stored_memory_data(store, ref: dict | None):
     """The in-memory parts a run trained on, from the arrays the store keeps (None when it had none)."""
     if not ref:
         return None
-    from ..data.memory import MemoryData
     return MemoryData.from_tensors(store.get_tensors(ref["tensors"]), ref.get("labels"), ref.get("classes"))

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..catalog import CatalogError, make
 from ..catalog.peft import Adaptation, match
+from ..graph.quantize import QuantizedTensor, dequantize
 
 
 def freeze(adaptation: Adaptation, names_or_globs) -> set:
@@ -65,7 +66,6 @@ def merge_lora(params: dict, adaptation: Adaptation, shapes: dict | None = None)
     if not pairs:
         raise CatalogError("this adaptation has no LoRA weights to merge", where="merge_lora",
                            hint="merge_lora applies to lora and qlora adaptations")
-    from ..graph.quantize import QuantizedTensor, dequantize
     out = dict(params)
     for w, (a, b, scale) in pairs.items():
         A, B = np.asarray(out.pop(a), np.float64), np.asarray(out.pop(b), np.float64)

@@ -16,13 +16,19 @@ over all weights, and |a - b| / max(|b|, 1) per loss or metric value.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import ScellisError, VerifyError
-
-MAX_HASHED_FILES = 256        # beyond this many data files the record keeps the content hash only
+from .pins import MAX_HASHED_FILES, _changed_files, data_files, file_hashes  # noqa: F401 - also imported from here
+from ..program.training import StepOptions
+from .. import determinism
+from ..backends.device import device as pick
+from ..spec import Spec
+from .records import open_store
+from .run import Run
+from .run import stored_memory_data
+from .gan import GANRun
 
 
 @dataclass
@@ -74,49 +80,6 @@ class Verification:
         return [head] + [f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in self.checks]
 
 
-def data_files(dataset) -> list[dict]:
-    """The files a dataset was read from, each with its size and BLAKE3 (so verify can name a changed one)."""
-    paths = list(getattr(dataset, "files", None) or [])
-    if not paths:
-        paths = [p for p in (getattr(dataset, "path", None), getattr(dataset, "target_path", None)) if p]
-    if not paths and getattr(dataset, "_file", None):
-        paths = [dataset._file[0]]
-    return file_hashes(paths)
-
-
-def file_hashes(paths: list) -> list[dict]:
-    """{path, bytes, blake3} per file (None for what cannot be read; unhashed past MAX_HASHED_FILES)."""
-    import blake3
-    if len(paths) > MAX_HASHED_FILES:
-        return [{"path": str(Path(p).resolve()), "bytes": None, "blake3": None} for p in paths[:MAX_HASHED_FILES]]
-    out = []
-    for p in paths:
-        p = Path(p)
-        h = blake3.blake3()
-        try:
-            with open(p, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    h.update(chunk)
-            out.append({"path": str(p.resolve()), "bytes": p.stat().st_size, "blake3": h.hexdigest()})
-        except OSError:
-            out.append({"path": str(p.resolve()), "bytes": None, "blake3": None})
-    return out
-
-
-def _changed_files(recorded: list[dict]) -> list[str]:
-    """What differs between the recorded data files and the disk, one phrase per file."""
-    now = {d["path"]: d for d in file_hashes([Path(r["path"]) for r in recorded])}
-    out = []
-    for r in recorded:
-        cur = now.get(r["path"])
-        if not Path(r["path"]).exists():
-            out.append(f"{r['path']} is gone")
-        elif r.get("blake3") and cur and cur["blake3"] != r["blake3"]:
-            out.append(f"{r['path']} changed ({r['bytes']} -> {cur['bytes']} bytes, BLAKE3 {r['blake3'][:12]} -> "
-                       f"{cur['blake3'][:12]})")
-    return out
-
-
 def _rel(a, b) -> float:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
@@ -129,7 +92,6 @@ def _value_err(a: float, b: float) -> float:
 def _options(d: dict | None):
     if not d:
         return None
-    from ..program.training import StepOptions
     return StepOptions.from_description(d)
 
 
@@ -142,11 +104,6 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
     Raises VerifyError for a run that cannot be verified (not finished, started from weights given in
     Python); returns a Verification (`.ok`, `.checks`, `.differences`) otherwise.
     """
-    from .. import determinism
-    from ..backends.device import device as pick
-    from ..spec import Spec
-    from .lifecycle import open_store
-    from .run import Run
     st = open_store(store, create=False)
     rec = st.get_run(run_id)
     where = f"run {rec.id}"
@@ -180,7 +137,6 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
         add("spec", False, f"the store has no text for spec {str(rec.spec_hash)[:12]}")
         return out
     try:
-        from .run import stored_memory_data
         mem = stored_memory_data(st, ex.get("memory_data"))     # arrays from the notebook, kept in the store
         spec = Spec.from_text(text, source=ex.get("spec_source") or "<stored spec>",
                               base_dir=ex.get("base_dir"), data=mem)
@@ -222,7 +178,6 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
     # the data on disk against the recorded hashes (nothing is re-executed on other data)
     try:
         if spec.kind == "gan":
-            from .gan import GANRun
             run = GANRun(spec, device=dev, tier=rec.tier, steps=int(ex["steps"]), epochs=ex.get("epochs"),
                          resume=start)
         else:
