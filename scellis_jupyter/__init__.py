@@ -24,18 +24,18 @@ from .run.lifecycle import resume, runs, train
 from .run.gan import GANRun, GANStep
 from .run.run import Run, StepResult
 from .run.verify import verify
+from .jupyter.magics import load_ipython_extension as load
+from .jupyter.magics import unload_ipython_extension as unload
 
 
 
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
-    from .jupyter.magics import load_ipython_extension as load     # optional dependency: IPython
     load(ip)
 
 
 def unload_ipython_extension(ip) -> None:
     """`%unload_ext scellis_jupyter`."""
-    from .jupyter.magics import unload_ipython_extension as unload  # optional dependency: IPython
     unload(ip)
 
 

@@ -13,10 +13,12 @@ from .executor.executor import realize
 from .graph import functional as F
 from .graph.autodiff import grad as _grad
 from .graph.node import Node
+from .backends.device import Device, device as pick
+from .graph.node import toposort
+from .errors import DTypeError
 
 
 def _device(device):
-    from .backends.device import Device, device as pick
     if isinstance(device, Device):
         return device
     return pick(device)
@@ -117,7 +119,6 @@ class Tensor:
         return Tensor(n, self.device)
 
     def to(self, dtype_or_device) -> "Tensor":
-        from .backends.device import Device
         if isinstance(dtype_or_device, Device) or dtype_or_device in ("wgpu", "reference"):
             dev = _device(dtype_or_device)
             return tensor(self.numpy(), dtype=self.dtype, device=dev, requires_grad=self.requires_grad)
@@ -125,7 +126,6 @@ class Tensor:
 
     def backward(self, gradient=None) -> None:
         """Accumulate d(self)/d(leaf) into `.grad` of every leaf that requires grad."""
-        from .graph.node import toposort
         leaves = [n for n in toposort([self.node], cut_realized=False) if n.requires_grad and not n.inputs]
         if not leaves:
             raise GraphError("nothing requires grad in this graph", hint="create leaves with requires_grad=True")
@@ -259,11 +259,9 @@ def tensor(data, dtype=None, device=None, requires_grad: bool = False) -> Tensor
             np.int32 if arr.dtype.kind in "iu" else arr.dtype)
     dtype = dt.canon(dtype)
     if dtype == "f64" and dev.backend != "reference":
-        from .errors import DTypeError
         raise DTypeError("f64 is supported on the reference backend only", where=f"device {dev.name}",
                          hint="use f32, or device='reference' for float64 checks")
     if dtype == "i32" and arr.dtype.kind in "iu" and arr.size and (arr.max() > 2**31 - 1 or arr.min() < -2**31):
-        from .errors import DTypeError
         raise DTypeError("integer data does not fit in i32", where="sc.tensor")
     node = _leaf(arr.astype(dt.to_numpy(dtype) if dtype != "bool" else bool), dtype, dev)
     node.requires_grad = bool(requires_grad)

@@ -11,6 +11,7 @@ records).
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -23,6 +24,8 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import DeviceError, did_you_mean
+from .wgpu.runtime import WgpuBackend
+from .reference import ReferenceBackend
 
 ADAPTER_TYPES = {"DiscreteGPU": "discrete", "IntegratedGPU": "integrated", "CPU": "cpu-emulated",
                  "VirtualGPU": "virtual", "Unknown": "unknown"}
@@ -57,19 +60,15 @@ class Device:
         """The backend object (created on first use)."""
         if self._impl is None:
             if self.backend == "reference":
-                from .reference import ReferenceBackend
                 self._impl = ReferenceBackend()
             else:
-                from .wgpu.runtime import WgpuBackend
                 self._impl = WgpuBackend(self._adapter, self.name)
         return self._impl
 
     def fresh_impl(self):
         """A new backend object on this device, sharing nothing (for isolated memory measurements)."""
         if self.backend == "reference":
-            from .reference import ReferenceBackend
             return ReferenceBackend()
-        from .wgpu.runtime import WgpuBackend
         return WgpuBackend(self._adapter, self.name)
 
     def to_json(self) -> dict:
@@ -115,7 +114,6 @@ def _nvml_memory() -> int | None:
 
 
 def _sysfs_vram() -> int | None:
-    import glob
     for p in sorted(glob.glob("/sys/class/drm/card*/device/mem_info_vram_total")):
         try:
             return int(open(p).read().strip())

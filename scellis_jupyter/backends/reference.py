@@ -5,6 +5,8 @@ offsets), so plans and measured peaks mean the same thing on both. It is never c
 """
 from __future__ import annotations
 
+from scipy.special import erf as _erf            # exact erf, vectorized
+from types import SimpleNamespace
 import math
 import weakref
 
@@ -13,11 +15,12 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import KernelError
 from .storage import Storage
+from ..rng.philox import stream_bits
+from ..rng.philox import bits_to_uniform
+from ..graph.opset import conv_out
+from ..graph.opset import NF4_TABLE
+from ..program.schedule import multi_offset
 
-try:  # exact erf, vectorized
-    from scipy.special import erf as _erf
-except ImportError:  # pragma: no cover - scipy is a dependency; keep a slow exact path anyway
-    _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def _np(dtype):
@@ -124,7 +127,6 @@ class ReferenceBackend:
         with np.errstate(all="ignore"):     # inf/NaN are values here (IEEE, as on a GPU), not events
             res = fn(value, *args, prog=prog)
         if isinstance(out.dtype, tuple):
-            from ..program.schedule import multi_offset
             for i, r in enumerate(res):
                 part = out.sub(multi_offset(out.shape, out.dtype, i), out.shape[i], out.dtype[i], 0)
                 self.write(part, np.asarray(r))
@@ -229,7 +231,6 @@ def _fill(v, prog):
 @k("fused")
 def _fused(v, *args, prog):
     """Run a fused elementwise group op by op, rounding each result to its dtype as a store would."""
-    from types import SimpleNamespace
     temps = []
     for op, attrs, refs, shape, dtype in v.attrs["code"]:
         xs = [args[j] if kind == "in" else temps[j] for kind, j in refs]
@@ -255,14 +256,12 @@ def _philox_offset(v, base) -> int:
 
 @k("philox_bits")
 def _bits(v, *base, prog):
-    from ..rng.philox import stream_bits
     n = int(np.prod(v.shape, dtype=np.int64))
     return stream_bits(v.attrs["key"], _philox_offset(v, base[0] if base else None), n).reshape(v.shape)
 
 
 @k("philox_uniform")
 def _uniform(v, *base, prog):
-    from ..rng.philox import bits_to_uniform, stream_bits
     n = int(np.prod(v.shape, dtype=np.int64))
     off = _philox_offset(v, base[0] if base else None)
     return bits_to_uniform(stream_bits(v.attrs["key"], off, n)).reshape(v.shape)
@@ -371,7 +370,6 @@ def _log_softmax(v, x, prog):
 def _unfold_index(shape, attrs):
     n, c, h, w = shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (attrs[k] for k in ("kernel", "stride", "padding", "dilation"))
-    from ..graph.opset import conv_out
     oh, ow = conv_out(h, kh, sh, ph, dh), conv_out(w, kw, sw, pw, dw)
     ki, kj = np.meshgrid(np.arange(kh), np.arange(kw), indexing="ij")
     oi, oj = np.meshgrid(np.arange(oh), np.arange(ow), indexing="ij")
@@ -463,7 +461,6 @@ def _attention_bwd(v, q, k_, val, out, lse, dout, *mask, prog):
 @k("nf4_dequant")
 def _nf4_dequant(v, codes, absmax, prog):
     """Table lookup times the block's absmax, in f32 (the WGSL kernel computes the same product)."""
-    from ..graph.opset import NF4_TABLE
     n = math.prod(v.attrs["shape"])
     b = np.asarray(codes).reshape(-1).view(np.uint8)
     nib = np.empty(2 * b.size, np.uint8)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..errors import TargetError, did_you_mean
 from .registry import CatalogError, Param, get, make_entry
+from ..graph import functional as F
 
 # what each target kind holds; `Target.check` enforces it on every batch the loop feeds
 TARGET_KINDS = {
@@ -160,7 +161,6 @@ def recipe_loss(recipe: dict, default: str = "cross_entropy") -> Any:
 
 def loss_value(loss: Any, pred, y):
     """The loss on `pred` (cast to f32 when f16: losses reduce in f32) and `y`, as a graph node."""
-    from ..graph import functional as F
     if pred.dtype == "f16":
         pred = F.cast(pred, "f32")
     if y is not None and y.dtype == "f16":
@@ -190,7 +190,6 @@ def refuse(name: str, out_shape: tuple, need: str) -> CatalogError:
 
 def reduce(per, reduction: str, denom=None):
     """mean (over elements, or divided by `denom`, e.g. the sum of class weights), sum, or none."""
-    from ..graph import functional as F
     if reduction == "none":
         return per
     s = F.sum_(per)
@@ -201,7 +200,6 @@ def reduce(per, reduction: str, denom=None):
 
 def constant(values, dtype: str):
     """A small constant vector (class weights) as graph fills: the step has no constant leaves."""
-    from ..graph import functional as F
     vals = [float(v) for v in values]
     if len(set(vals)) == 1:
         return F.full((len(vals),), vals[0], dtype)
@@ -209,13 +207,11 @@ def constant(values, dtype: str):
 
 
 def as_float(y, like):
-    from ..graph import functional as F
     return F.cast(y, like.dtype)
 
 
 def log1p(u):
     """log(1 + u), accurate for small u (Goldberg's trick), with no NaN in either where() branch."""
-    from ..graph import functional as F
     w = F.add(u, 1.0)
     d = F.sub(w, 1.0)
     one = F.eq(d, 0.0)
@@ -225,14 +221,12 @@ def log1p(u):
 
 def softplus(x):
     """log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))."""
-    from ..graph import functional as F
     return F.add(F.relu(x), log1p(F.exp(F.neg(F.abs_(x)))))
 
 
 def pick(values, y, ignore_index: int | None = None):
     """values[..., y] over the last axis for integer y of shape values.shape[:-1], and the 0/1 mask of
     labels that count (y != ignore_index); ignored labels read class 0 and are masked out."""
-    from ..graph import functional as F
     nd = len(values.shape)
     y = F.cast(y, "i32")
     if ignore_index is not None:
@@ -247,13 +241,11 @@ def pick(values, y, ignore_index: int | None = None):
 
 def parts(pred, k: int) -> list:
     """pred [B, k, D] -> k nodes [B, D] (the convention of multi-input losses)."""
-    from ..graph import functional as F
     return [F.getitem(pred, (slice(None), i)) for i in range(k)]
 
 
 def l2_normalize(z, eps: float = 1e-12):
     """z / max(||z||_2, eps) over the last axis (torch.nn.functional.normalize)."""
-    from ..graph import functional as F
     n = F.sqrt(F.sum_(F.mul(z, z), -1, keepdims=True))
     return F.div(z, F.maximum(n, F.scalar(eps, z.dtype)))
 
@@ -261,7 +253,6 @@ def l2_normalize(z, eps: float = 1e-12):
 def class_loss(lp, y, weight=None, ignore_index: int | None = -100, label_smoothing: float = 0.0,
                reduction: str = "mean"):
     """torch's nll_loss (+ label smoothing) on log-probabilities lp [..., C] and class ids y [...]."""
-    from ..graph import functional as F
     c = lp.shape[-1]
     picked, valid = pick(lp, y, ignore_index)
     if weight is not None:

@@ -18,6 +18,10 @@ import numpy as np
 
 from ..graph.params import ParamDecl
 from .registry import CatalogError, Param
+from ..graph import functional as F
+from ..graph.quantize import quantize
+from .registry import peft as _decorator
+from .registry import peft as decorator
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,10 @@ def with_factor(graph, adapt: Adaptation, **extra) -> Adaptation:
 
 def nf4_storage(shape: tuple, block: int = 64) -> StoredAs:
     """A frozen weight kept as NF4 codes (i8, two per byte) and per-block f32 absmax (QLoRA)."""
-    from ..graph import functional as F
     n = math.prod(shape)
     shape = tuple(shape)
 
     def encode(w):
-        from ..graph.quantize import quantize
         q = quantize(np.asarray(w, np.float32).reshape(shape), "nf4", block)
         return {"codes": q.codes, "absmax": q.absmax}
 
@@ -181,7 +183,6 @@ def lora_pairs(graph, rank: int, targets, init_a: str = "kaiming_uniform") -> li
 
 def lora_transform(a_name: str, b_name: str, scale: float):
     """fn(W, params) -> W + scale · B · A (the weight the layer uses)."""
-    from ..graph import functional as F
 
     def fn(w, params):
         delta = F.matmul(params[b_name], params[a_name])
@@ -237,7 +238,6 @@ import types as _types  # noqa: E402
 
 class _PeftModule(_types.ModuleType):
     def __call__(self, name: str, summary: str = "", params: dict | None = None, *, check: bool | None = None):
-        from .registry import peft as _decorator
         return _decorator(name, summary, params, check=check)
 
 
@@ -249,7 +249,6 @@ _sys.modules[__name__].__class__ = _PeftModule
 # so the module is made callable as the decorator: either object a user ends up with works the same.
 class _DecoratorModule(__import__("types").ModuleType):
     def __call__(self, *args, **kwargs):
-        from .registry import peft as decorator
         return decorator(*args, **kwargs)
 
 

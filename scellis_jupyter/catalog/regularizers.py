@@ -15,6 +15,7 @@ the model, loss or data refuses with a CatalogError.
 """
 from __future__ import annotations
 
+from scipy.special import betaincinv
 import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -23,6 +24,8 @@ import numpy as np
 
 from ..errors import did_you_mean
 from .registry import CatalogError
+from ..graph import functional as F
+from .registry import make
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,6 @@ def uniform(stream, n: int) -> np.ndarray:
 def beta(stream, a: float, b: float | None = None) -> float:
     """One Beta(a, b) draw by the inverse CDF of one uniform: exactly one word per draw, so the stream
     position after a step does not depend on the values drawn."""
-    from scipy.special import betaincinv
     u = float(uniform(stream, 1)[0])
     return float(betaincinv(a, a if b is None else b, u))
 
@@ -103,14 +105,12 @@ def permutation(stream, n: int) -> np.ndarray:
 def blend(x, perm, keep):
     """x * keep + x[perm] * (1 - keep): each example mixed with its partner under the permutation; `keep`
     is a scalar (mixup's lam) or a mask broadcast over the example (CutMix's box)."""
-    from ..graph import functional as F
     keep = F.cast(keep, x.dtype)
     return F.add(F.mul(x, keep), F.mul(F.index_select(x, 0, perm), F.sub(1.0, keep)))
 
 
 def mixed_targets(y, perm, lam) -> list:
     """[(lam, y), (1 - lam, y[perm])]: a batch-mixing regularizer's loss is the weighted sum over the pairs."""
-    from ..graph import functional as F
     return [(lam, y), (F.sub(1.0, lam), F.index_select(y, 0, perm))]
 
 
@@ -187,7 +187,6 @@ def compose(regs: list, names: list) -> Regularization:
 
 def regularization_of(recipe_regs: list, ctx: RegContext) -> Regularization:
     """The recipe's `regularizers` list ({name, **params} each) applied to ctx, composed."""
-    from .registry import make
     regs, names = [], []
     for cfg in recipe_regs or []:
         cfg = {"name": cfg} if isinstance(cfg, str) else dict(cfg)

@@ -13,6 +13,7 @@ from ..errors import did_you_mean
 from ..rng import Generator
 from .info import _TABULAR, BUILTIN_DATASETS, pydoc_text, pydoc_vocab
 from .dataset import ArrayDataset, DataError, Dataset, hash_arrays
+from .text import load_text
 
 TABULAR = tuple(_TABULAR)
 RING_RADIUS = 2.0
@@ -159,7 +160,6 @@ def builtin(name: str, data: dict | None = None) -> Dataset:
     if name == "pydoc_topics":
         return PydocTopics(data.get("seq_len", 128))
     if name == "pydoc_sentences":                     # text: needs a tokenizer (data/text.py)
-        from .text import load_text
         return load_text(name, data)
     seed = data.get("seed", 0)
     if name == "synthetic_classification":

@@ -8,6 +8,7 @@ whole on first use. Every failure names the file (and line, for text) in a `Data
 """
 from __future__ import annotations
 
+import importlib
 import csv
 from array import array
 from pathlib import Path
@@ -25,7 +26,6 @@ _INSTALL = "pip install scellis-jupyter[data]"
 
 
 def _need(module: str, what: str, where: str):
-    import importlib
     try:
         return importlib.import_module(module)
     except ImportError:

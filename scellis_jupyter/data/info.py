@@ -6,6 +6,7 @@ datasets (scikit-learn need not be installed); the text set is measured from CPy
 """
 from __future__ import annotations
 
+import numpy as np
 import csv
 import functools
 import json
@@ -293,7 +294,6 @@ def _file_info(path: Path, data: dict) -> DatasetInfo:
     """What can be read cheaply from a file's header; unknown fields stay None."""
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        import numpy as np
         try:
             z = np.load(path, allow_pickle=False)
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..rng import Generator
 from .dataset import DataError, Dataset, canonical_json
+from ..errors import did_you_mean
 
 VERSION = 1
 DEFAULT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}
@@ -35,7 +36,6 @@ class Split:
 
     def __getitem__(self, part: str) -> np.ndarray:
         if part not in self.parts:
-            from ..errors import did_you_mean
             raise DataError(f"the split has no part {part!r}", where=f"split {self.hash[:12]}",
                             hint=did_you_mean(part, self.parts) or f"parts: {', '.join(self.parts)}")
         return self.parts[part]

@@ -14,6 +14,7 @@ from ..errors import ShapeError
 from ..rng.generator import Stream
 from .node import Node
 from .opset import make, norm_axis
+from .opset import conv_out
 
 
 def scalar(v, dtype: str = "f32") -> Node:
@@ -368,7 +369,6 @@ def conv2d(x: Node, w: Node, b: Node | None = None, stride=1, padding=0, dilatio
                          where="op 'conv2d'")
     cols = unfold(x, (kh, kw), stride, padding, dilation)               # [N, C*kh*kw, L]
     L = cols.shape[-1]
-    from .opset import conv_out
     oh = conv_out(h, kh, _2(stride)[0], _2(padding)[0], _2(dilation)[0])
     ow = L // oh
     cols = reshape(cols, (n, groups, cg * kh * kw, L))
@@ -384,7 +384,6 @@ def _pool_cols(x, kernel, stride, padding, pad_value):
     k = _2(kernel)
     s = _2(stride if stride is not None else kernel)
     cols = unfold(reshape(x, (n * c, 1, h, w)), k, s, padding, 1, pad_value)  # [N*C, kh*kw, L]
-    from .opset import conv_out
     oh = conv_out(h, k[0], s[0], _2(padding)[0], 1)
     ow = cols.shape[-1] // oh
     return cols, (n, c, oh, ow)

@@ -22,6 +22,7 @@ import blake3
 from ..dtypes import nbytes as nb
 from .model import (CATEGORIES, GREEN_HEADROOM, Fix, Plan, _context, _device_warnings, _largest_green, _verdict,
                     _verdicts, step_parts, step_peak)
+from ..program.adversarial import build_gan_steps
 
 
 @dataclass
@@ -84,7 +85,6 @@ def gan_peak(steps: dict, impl) -> tuple[int, dict, dict, dict, dict]:
 def plan_gan(spec, device=None, memory: int | None = None, batch_size: int | None = None, tier: str | None = None,
              fixes: bool = True) -> GANPlan:
     """Plan both step Programs of a GAN spec on `device`: verdict, exact peak, breakdown, batch-size fix."""
-    from ..program.adversarial import build_gan_steps
     dev, capacity, source, bs, t = _context(spec, device, memory, batch_size, tier)
     impl = dev.impl
 

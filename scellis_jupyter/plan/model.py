@@ -5,11 +5,14 @@ read these, and none of them needs the other planners.
 """
 from __future__ import annotations
 
+from dataclasses import fields
 import json
 from dataclasses import asdict, dataclass, field
 
 from .. import determinism
 from ..errors import PlanError, PlanRefused
+from ..dtypes import nbytes as nb
+from ..backends.device import device as pick, Device
 
 
 GREEN_HEADROOM = 0.80         # green: the peak uses at most 80% of capacity
@@ -65,7 +68,6 @@ class Plan:
         return self.verdict != "red"
 
     def to_json(self) -> dict:
-        from dataclasses import fields
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("step", "spec_obj", "steps")}
         d["fixes"] = [asdict(f) for f in self.fixes]
         return json.loads(json.dumps(d, default=str))
@@ -113,7 +115,6 @@ LEAF_CATEGORY = {"parameter": "parameters", "optimizer_state": "optimizer_state"
 def step_parts(step, impl) -> dict:
     """One step Program's allocations by the backend's own size rules: leaf bytes by role, the arena (and
     what lives in it at its worst step, by planner role), persistent buffers and the uniform block."""
-    from ..dtypes import nbytes as nb
     leaf = {"parameter": 0, "optimizer_state": 0, "data": 0, "scalar": 0}
     for lf in step.leaves:
         leaf[lf.role] = leaf.get(lf.role, 0) + impl.alloc_bytes(nb(lf.node.shape, lf.node.dtype))
@@ -153,7 +154,6 @@ class _StandIn:
     """A storage-shaped stand-in for a leaf that has no data yet (each in its own buffer at offset 0)."""
 
     def __init__(self, node):
-        from ..dtypes import nbytes as nb
         self.buffer = object()
         self.offset = 0
         self.shape = tuple(node.shape)
@@ -163,7 +163,6 @@ class _StandIn:
 
 def _context(spec, device, memory, batch_size, tier):
     """(device, capacity bytes, capacity source, batch size, tier) of a plan request."""
-    from ..backends.device import device as pick, Device
     dev = device if isinstance(device, Device) else pick(device or (spec.plan or {}).get("device"))
     mem = memory if memory is not None else (spec.plan or {}).get("memory")
     if mem is not None:

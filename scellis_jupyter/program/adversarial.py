@@ -26,6 +26,7 @@ from ..spec.adversarial import GAN_LOSSES, NETWORKS
 from .schedule import compile_program
 from .training import (StepOptions, TrainStep, all_finite, clip_grads, compile_step, donated,
                        optimizer_update)
+from ..catalog import make
 
 NOISE_STREAM = "noise"
 
@@ -95,7 +96,6 @@ def _unknown_loss(name: str) -> ScellisError:
 
 def network_optimizer(spec, network: str):
     """The catalog optimizer of one network ([recipe.<network>] optimizer, else [recipe] optimizer)."""
-    from ..catalog import make
     cfg = dict(spec.recipe[network]["optimizer"] or {"name": "adamw"})
     return make("optimizer", cfg.pop("name"), **cfg)
 

@@ -14,6 +14,7 @@ import math
 from ..graph.autodiff import grad
 from ..graph.node import Node, _ids
 from ..rng.generator import Generator
+from ..graph import functional as F
 
 INPUT = -1
 
@@ -102,5 +103,4 @@ def checkpointed_grads(graph, x: Node, params: dict[str, Node], wrt: list[str], 
 
 
 def _acc(a: Node | None, b: Node) -> Node:
-    from ..graph import functional as F
     return b if a is None else F.add(a, b)

@@ -13,6 +13,7 @@ layer relay (this stage's layers only).
 """
 from __future__ import annotations
 
+import numpy as np
 import math
 from dataclasses import dataclass, field, replace
 
@@ -25,6 +26,14 @@ from ..graph.node import Node, toposort
 from . import partition
 from .recompute import checkpointed_grads
 from .schedule import Program, compile_program
+from ..catalog.losses import recipe_loss as of_recipe
+from ..catalog.losses import target_of
+from ..catalog.losses import loss_value, make_loss
+from ..catalog.regularizers import RegContext, regularization_of
+from ..data import load_dataset
+from ..rng.generator import Generator
+from ..catalog import make
+from ..graph.opset import make as make_op
 
 PRECISIONS = ("fp32", "mixed-f16")
 CHECKPOINTING = ("none", "activations")
@@ -88,7 +97,6 @@ class StepOptions:
         """The PEFT entry's Adaptation of `graph`, or None without adapters."""
         if not self.peft:
             return None
-        from ..catalog import make
         cfg = dict(self.peft)
         method = cfg.pop("method", None) or cfg.pop("name", None)
         if method is None:
@@ -131,26 +139,22 @@ class TrainStep:
 
 def recipe_loss(spec):
     """The recipe's loss as a catalog instance (`recipe.loss` names it, `recipe.loss_params` configure it)."""
-    from ..catalog.losses import recipe_loss as of_recipe
     task = spec.dataset.task if spec.dataset is not None else "classification"
     return of_recipe(spec.recipe, "mse" if task == "regression" else "cross_entropy")
 
 
 def target_spec(spec, graph, loss=None):
     """What the loss compares the model output with (catalog.losses.Target), per example."""
-    from ..catalog.losses import target_of
     return target_of(loss if loss is not None else recipe_loss(spec), tuple(graph.output_shape))
 
 
 def loss_node(loss, pred: Node, y: Node | None) -> Node:
     """The loss (a catalog name, a {name, **params} dict, or an instance) on pred and y, reduced in f32."""
-    from ..catalog.losses import loss_value, make_loss
     return loss_value(make_loss(loss), pred, y)
 
 
 def _mixed_loss(loss, pred: Node, pairs: list) -> Node:
     """sum_i w_i L(pred, t_i) over (weight, target) pairs; one pair of weight 1 is just L(pred, y)."""
-    from ..catalog.losses import loss_value
     total = None
     for w, t in pairs:
         term = loss_value(loss, pred, t)
@@ -171,7 +175,6 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     opts = options or StepOptions.from_spec(spec)
     opt_cfg = dict(spec.recipe.get("optimizer") or {"name": "adamw"})
     if optimizer is None:
-        from ..catalog import make
         optimizer = make("optimizer", opt_cfg.pop("name"), **opt_cfg)
     opt = optimizer
     mixed = opts.precision == "mixed-f16"
@@ -249,8 +252,6 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
     gen = StepGenerator(int(spec.recipe.get("seed") or 0))
 
     # ---- the loss, its target, and the regularizers --------------------------------------------
-    from ..catalog.losses import make_loss
-    from ..catalog.regularizers import RegContext, regularization_of
     loss = eval_loss = recipe_loss(spec)
     loss_name = getattr(loss, "name", type(loss).__name__)
     target = target_spec(spec, graph, loss)
@@ -460,15 +461,12 @@ def dataset_rows(spec) -> int:
     info = spec.dataset
     if info is not None and info.n_rows:
         return int(info.n_rows)
-    from ..data import load_dataset
     return len(load_dataset(None, spec.data, spec.base_dir))
 
 
 def _examples(target, reg, batch: int) -> dict:
     """Valid synthetic values for the step's data leaves (the planner's measured step, conformance checks):
     targets the loss accepts, regularizer inputs as the regularizer draws them, normalized buffers."""
-    import numpy as np
-    from ..rng.generator import Generator
 
     def drawn(name: str):
         return lambda rng: reg.draw(Generator(int(rng.integers(1 << 30))).stream("augment"))[name]
@@ -548,7 +546,6 @@ def optimizer_update(opt, name: str, weight: Node, g: Node, step: Node, lr: Node
 
 def _rebuilt(out: Node, swap: dict[int, Node], mark: int) -> Node:
     """`out` with the nodes in `swap` (by id) replaced; only nodes made after id `mark` are rebuilt."""
-    from ..graph.opset import make
     memo: dict[int, Node] = {}
 
     def visit(n: Node) -> Node:
@@ -559,7 +556,7 @@ def _rebuilt(out: Node, swap: dict[int, Node], mark: int) -> Node:
         got = memo.get(n.id)
         if got is None:
             ins = [visit(i) for i in n.inputs]
-            got = n if all(a is b for a, b in zip(ins, n.inputs)) else make(n.op, ins, **n.attrs)
+            got = n if all(a is b for a, b in zip(ins, n.inputs)) else make_op(n.op, ins, **n.attrs)
             memo[n.id] = got
         return got
     return visit(out)

@@ -9,6 +9,8 @@ after training began) replays them. If the kernel dies, the heartbeat stops and 
 """
 from __future__ import annotations
 
+import traceback
+import sys
 import atexit
 import threading
 import time
@@ -246,8 +248,6 @@ def _call(cb, ev) -> None:
     try:
         cb(ev)
     except Exception:                            # noqa: BLE001 - a broken display must not stop training
-        import traceback
-        import sys
         print("scellis: an event subscriber failed:", file=sys.stderr)
         traceback.print_exc(limit=2)
 

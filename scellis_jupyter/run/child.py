@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import traceback
 import json
 import os
 from pathlib import Path
@@ -46,7 +47,6 @@ def child_main(job_path: str) -> int:
     except KeyboardInterrupt:
         return 1
     except BaseException as e:
-        import traceback
         traceback.print_exc()
         _record_failure(store, run_id, e, spec)
         return 1

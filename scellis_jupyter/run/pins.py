@@ -4,6 +4,7 @@ Why apart: the run records the pins when it starts and verify re-checks them; ne
 """
 from __future__ import annotations
 
+import blake3
 from pathlib import Path
 
 
@@ -22,7 +23,6 @@ def data_files(dataset) -> list[dict]:
 
 def file_hashes(paths: list) -> list[dict]:
     """{path, bytes, blake3} per file (None for what cannot be read; unhashed past MAX_HASHED_FILES)."""
-    import blake3
     if len(paths) > MAX_HASHED_FILES:
         return [{"path": str(Path(p).resolve()), "bytes": None, "blake3": None} for p in paths[:MAX_HASHED_FILES]]
     out = []

@@ -16,6 +16,9 @@ the run (code run-nan-storm).
 """
 from __future__ import annotations
 
+import os
+import blake3
+from safetensors.numpy import load_file
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -619,7 +622,6 @@ class Run:
         return out
 
     def weights_hash(self) -> str:
-        import blake3
         return blake3.blake3(tensors_bytes(self.weights())).hexdigest()
 
     def checkpoint(self) -> str:
@@ -839,8 +841,6 @@ class Run:
 def _pretrained(weights, mapping: dict | None, drawn: dict) -> dict:
     """Initial weights from a dict or a .safetensors path, renamed by `mapping` (ours -> theirs), shapes checked."""
     if isinstance(weights, (str, bytes)) or hasattr(weights, "__fspath__"):
-        from safetensors.numpy import load_file
-        import os
         path = os.fspath(weights)
         if not os.path.exists(path):
             raise RunError(f"weights file {path!r} does not exist", where="Run(weights=...)")
@@ -867,7 +867,6 @@ def _pretrained(weights, mapping: dict | None, drawn: dict) -> dict:
 
 def _abs(path: str | None) -> str | None:
     """A spec's folder as an absolute path, so a stored spec finds its data from any working directory."""
-    import os
     return os.path.abspath(path) if path is not None else None
 
 

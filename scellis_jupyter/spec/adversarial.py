@@ -24,6 +24,7 @@ from __future__ import annotations
 from .model import ModelGraph, ModelSpec, build_graph
 from .entries import _check_optimizer, _check_scheduler, _named_table
 from .schema import Checker, SpecError
+from ..errors import Diagnostic
 
 NETWORKS = ("generator", "discriminator")
 KINDS = ("supervised", "gan")
@@ -148,5 +149,4 @@ def build_networks(ck: Checker, models: dict[str, ModelSpec], data_input: dict |
 
 
 def _at(ms: ModelSpec, node, message: str, hint: str):
-    from ..errors import Diagnostic
     return Diagnostic("spec", message, ms.where(node), hint, {"kind": "shape"})

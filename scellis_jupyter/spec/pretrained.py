@@ -14,6 +14,7 @@ weights a Run starts from are `init_params` with overrides, like any other initi
 """
 from __future__ import annotations
 
+from safetensors import safe_open
 import fnmatch
 import os
 import re
@@ -115,7 +116,6 @@ _NUMERIC = ("F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "U16",
 def _header(path: Path) -> dict | str:
     """{tensor name: (shape, dtype)} from the file's header (no tensor data read), or the error text."""
     try:
-        from safetensors import safe_open
         with safe_open(str(path), framework="numpy") as f:
             out = {}
             for k in f.keys():

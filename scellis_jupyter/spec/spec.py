@@ -33,6 +33,14 @@ from .source import parse as parse_toml
 from .schema import (CHECKPOINTING, DATA_KEYS, DEVICES, INPUT_DTYPES, INPUT_KEYS, KNOWN, LOSS_SCALE_KEYS, MAX_COUNT,
                      MAX_SIZE, MODEL_KEYS, NAME_RE, PEFT_KEYS, PLACEMENTS, PLAN_KEYS, PRECISIONS,
                      RECIPE_KEYS, SPLIT_KEYS, TIERS, TOP_KEYS, Checker, SpecError, kind_of, show)
+from ..catalog.losses import recipe_loss, target_of
+from ..errors import ScellisError
+from ..data.memory import MemoryData
+from ..catalog.registry import CatalogError
+from ..data.augment import AUGMENTATIONS, check_augmentation
+from ..data.augment import SAMPLING
+from ..catalog.regularizers import RegContext
+from ..catalog.registry import make
 
 DEFAULT_SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
 SYNTHETIC_ONLY = ("n_rows", "n_features", "n_classes", "noise")
@@ -191,8 +199,6 @@ def _check_model_fits_data(ck: Checker, model, graph, info: DatasetInfo | None, 
 
 def _class_targets(graph, recipe: dict) -> bool:
     """Whether the recipe's loss declares class-id targets for this model's output (asks the catalog)."""
-    from ..catalog.losses import recipe_loss, target_of
-    from ..errors import ScellisError
     if recipe.get("loss") is None:
         return False
     try:
@@ -394,8 +400,6 @@ def _check_data(ck: Checker, v: Any, given: bool = False) -> dict | None:
 def _memory_data(ck: Checker, data: dict, given, namespace):
     """The in-memory parts (data= or [data] train = "X, y" names looked up in `namespace`), or None with a
     diagnostic at the [data] line that names them."""
-    from ..data.memory import MemoryData
-    from ..errors import ScellisError
     where_of = lambda part: ck.where(("data", part), True) if part in data else ck.where(("data",))  # noqa: E731
     try:
         if isinstance(given, MemoryData):           # as the store kept it (verify, resume)
@@ -645,8 +649,6 @@ def _check_entry_list(ck: Checker, t: dict, key: str, path: tuple, kind: str) ->
 
 
 def _check_augment(ck: Checker, t: dict, path: tuple) -> list:
-    from ..catalog.registry import CatalogError
-    from ..data.augment import AUGMENTATIONS, check_augmentation
     if "augment" not in t:
         return []
     v, p = t["augment"], path + ("augment",)
@@ -673,7 +675,6 @@ def _check_augment(ck: Checker, t: dict, path: tuple) -> list:
 
 
 def _check_sampling(ck: Checker, t: dict, path: tuple, info: DatasetInfo | None) -> Any:
-    from ..data.augment import SAMPLING
     if "sampling" not in t:
         return None
     v, p = t["sampling"], path + ("sampling",)
@@ -706,11 +707,6 @@ def _check_sampling(ck: Checker, t: dict, path: tuple, info: DatasetInfo | None)
 def _check_training_fits_model(ck: Checker, graph, info: DatasetInfo | None, recipe: dict, inp: dict) -> None:
     """The loss reads the model's output (multi-input losses need their [2, D] / [3, D] layout), each
     regularizer applies to this model and loss, augmentations fit the input; errors at their entries."""
-    from ..catalog.losses import recipe_loss, target_of
-    from ..catalog.regularizers import RegContext
-    from ..catalog.registry import make
-    from ..data.augment import check_augmentation
-    from ..errors import ScellisError
     name = recipe.get("loss")
     if name is None:
         return

@@ -9,6 +9,7 @@ A falsely suspected run (alive, just slow to beat) turns back to `running` on it
 """
 from __future__ import annotations
 
+import json
 import dataclasses
 import difflib
 import os
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .._version import __version__
 from ..errors import Diagnostic, ScellisError, did_you_mean
 from .errors import CorruptObject, StoreError
+from .checkpoint import load_checkpoint
 
 if TYPE_CHECKING:
     from .store import Store
@@ -172,7 +174,6 @@ def _error_json(error: Any) -> dict[str, Any]:
 
 
 def _jsonable(d: dict) -> dict:
-    import json
     return json.loads(json.dumps(d, default=str))
 
 
@@ -420,7 +421,6 @@ def newest_good_checkpoint(store: "Store", rec: RunRecord) -> tuple[str | None, 
     """(the newest of the run's checkpoints that loads and verifies, or None; the newer ones skipped as
     [{"hash", "step", "problem"}]). Candidates: the record's list, the index rows of the run (a checkpoint
     saved just before its process died), and the checkpoint a resumed run started from."""
-    from .checkpoint import load_checkpoint
     seen = {c["hash"]: c["step"] for c in rec.checkpoints}
     for r in store.index.checkpoints(rec.id):
         seen.setdefault(r["hash"], r["step"])

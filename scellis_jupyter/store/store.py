@@ -19,6 +19,13 @@ from .errors import StoreError, os_error
 from .index import COLLECTABLE_KINDS, Index
 from .objects import (HASH_LEN, ObjectStore, canonical_json, load_json, load_tensors,
                       tensors_bytes)
+from .checkpoint import save_checkpoint
+from .checkpoint import load_checkpoint
+from .checkpoint import check_spec
+from .runs import start_run
+from .runs import list_runs
+from .runs import get_run
+from ..errors import did_you_mean
 
 ENV_VAR = "SCELLIS_STORE"
 DEFAULT_DIR = ".scellis"
@@ -172,7 +179,6 @@ class Store:
     def pin(self, name: str, ref: str) -> str:
         """Pin an object for a notebook (a hash, or a run id = its current record): gc keeps it and what it names."""
         if isinstance(ref, str) and ref.startswith("run-"):
-            from .runs import get_run
             h = get_run(self, ref).record_hash
         else:
             h = self.resolve(ref)
@@ -181,7 +187,6 @@ class Store:
 
     def unpin(self, name: str) -> None:
         if not self.index.delete_ref(name):
-            from ..errors import did_you_mean
             names = [r["name"] for r in self.index.refs()]
             raise StoreError(f"no pin {name!r}", where=f"store {self.root}", code="store-unknown",
                              hint=did_you_mean(name, names) or "nothing is pinned under that name")
@@ -191,11 +196,9 @@ class Store:
 
     # ---- checkpoints and runs (module functions, bound here for convenience) ------------------------
     def save_checkpoint(self, **kw: Any) -> str:
-        from .checkpoint import save_checkpoint
         return save_checkpoint(self, **kw)
 
     def load_checkpoint(self, ref: str):
-        from .checkpoint import load_checkpoint
         return load_checkpoint(self, ref)
 
     def keep_spec_text(self, spec_hash: str, text: str) -> None:
@@ -210,7 +213,6 @@ class Store:
 
     def check_spec(self, ckpt, spec_hash: str) -> None:
         """Refuse `ckpt` under another spec, with the diff of the texts kept by spec hash (or by object hash)."""
-        from .checkpoint import check_spec
         check_spec(ckpt, spec_hash, lambda h: self.spec_text(h) or self.text_or_none(h))
 
     def resolve_checkpoint(self, ref: str) -> str:
@@ -225,7 +227,6 @@ class Store:
         if row is not None:
             return row["hash"]
         if ref.startswith("run-"):
-            from .runs import get_run
             rec = get_run(self, ref)
             if rec.last_checkpoint is None:
                 raise StoreError(f"run {rec.id} has no checkpoint", where=f"run {rec.id}", code="store-unknown",
@@ -234,7 +235,6 @@ class Store:
         p = ref.strip().lower()
         where = f"store {self.root}"
         if not (0 < len(p) <= HASH_LEN and all(c in "0123456789abcdef" for c in p)):
-            from ..errors import did_you_mean
             names = [r["name"] for r in self.index.refs()] + [r["id"] for r in self.index.runs()]
             raise StoreError(f"no checkpoint, ref or run named {ref!r}", where=where, code="store-unknown",
                              hint=did_you_mean(ref, names) or "give a checkpoint hash (or a unique prefix), a ref "
@@ -277,15 +277,12 @@ class Store:
         return d / f"{run_id}.{suffix}"
 
     def start_run(self, **fields: Any):
-        from .runs import start_run
         return start_run(self, **fields)
 
     def list_runs(self, **kw: Any):
-        from .runs import list_runs
         return list_runs(self, **kw)
 
     def get_run(self, prefix: str, **kw: Any):
-        from .runs import get_run
         return get_run(self, prefix, **kw)
 
     # ---- garbage collection -----------------------------------------------------------------------
@@ -300,7 +297,6 @@ class Store:
         writers, and object files no index row names (a writer killed between file and row: nobody got
         their hash), older than `grace_s` go too.
         """
-        from .runs import list_runs
         runs = list_runs(self, timeout=timeout)            # settles dead runs first
         keep: set[str] = set()
         for r in self.index.refs():

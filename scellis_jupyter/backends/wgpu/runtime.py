@@ -19,6 +19,7 @@ from ... import dtypes as dt
 from ...errors import DeviceError, DTypeError, KernelError
 from ..storage import Storage, bind
 from ...program.liveness import align
+from .kernels import LAUNCHERS
 
 USAGE_STORAGE = 0x80 | 0x04 | 0x08   # STORAGE | COPY_SRC | COPY_DST
 USAGE_UNIFORM = 0x40 | 0x08          # UNIFORM | COPY_DST
@@ -438,7 +439,6 @@ class WgpuBackend:
             self._encoder = None
 
     def dispatch(self, value, ins: list[Storage], out: Storage, prog) -> None:
-        from .kernels import LAUNCHERS
         fn = LAUNCHERS.get(value.op)
         if fn is None:
             raise KernelError(f"no wgpu kernel for op {value.op!r}", where=f"device {self.label}",

@@ -22,6 +22,7 @@ from ....program.schedule import multi_offset
 from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
 from .strided import broadcast_strides, collapse, contiguous_strides, window
+from .elementwise import fill
 
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
 MAX_HEAD = 256     # head sizes above this would need too much private memory per thread
@@ -199,7 +200,6 @@ def _attention_bwd(be, v, ins, out):
     isz, gsz, osz = dt.ITEMSIZE[t], dt.ITEMSIZE[dout.dtype], dt.ITEMSIZE[o.dtype]
     if o.dtype != t:
         raise KernelError(f"attention out dtype {o.dtype} differs from q's {t}", where="op 'attention_bwd'")
-    from .elementwise import fill
     if lq == 0:
         if lk:
             fill(be, dk, 0)

@@ -9,6 +9,7 @@ from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, bindings, enable_f16, render, sections, snippet
 from .registry import launcher
 from .strided import MAX_RANK, broadcast_strides, box_chunks, collapse, contiguous_strides, window
+from .quant import cast_i8
 
 FLOAT_UNARY = tuple(sections("ops", "float."))
 INT_UNARY = tuple(sections("ops", "int."))
@@ -119,7 +120,6 @@ def _cast(be, v, ins, out):
     (x,) = ins
     src, to = x.dtype, v.dtype
     if "i8" in (src, to):
-        from .quant import cast_i8
         return cast_i8(be, v, x, out)
     a = snippet("elementwise", "raw")
     if to == "bool":

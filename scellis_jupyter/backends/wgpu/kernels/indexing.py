@@ -25,6 +25,7 @@ from ..templates import WGSL_TYPE, bindings, enable_f16, render, snippet
 from .registry import launcher
 from .reduce import pack_words
 from .strided import contiguous_strides, window
+from .elementwise import copy
 
 MAXR = 8
 
@@ -101,7 +102,6 @@ def _scatter_add(be, v, ins, out):
     if rank > MAXR:
         raise KernelError(f"rank {rank} exceeds {MAXR}", where="op 'scatter_add'")
     if math.prod(idx.shape) == 0:
-        from .elementwise import copy
         st = contiguous_strides(base.shape)
         copy(be, "scatter_add", out, st, 0, base, st, 0, base.shape)
         return

@@ -19,6 +19,7 @@ from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, sections, snippet
 from .registry import launcher
 from .strided import window
+from ....graph.opset import NF4_TABLE
 
 TO_I8 = tuple(sections("cast_i8", "convert."))     # source dtypes a cast to i8 takes
 FROM_I8 = tuple(sections("cast_i8", "widen."))     # target dtypes a cast from i8 takes
@@ -70,7 +71,6 @@ def _win(s, start, m, isz, be):
 def nf4_dequant(be, v, ins, out):
     """Chunks of an even number of elements, so each chunk's codes start on a whole byte and every binding
     (output f32, codes, absmax) fits `be.binding_limit`."""
-    from ....graph.opset import NF4_TABLE
     codes, amax = ins
     n, block = math.prod(v.attrs["shape"]), int(v.attrs["block"])
     if n == 0:

@@ -22,6 +22,7 @@ from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from .registry import launcher
 from .strided import box_chunks, contiguous_strides, footprint, window
+from .elementwise import fill
 
 MAXR = 8
 
@@ -97,7 +98,6 @@ def _reduce(be, v, ins, out):
     if nout == 0:
         return
     if math.prod(x.shape) == 0:         # empty reduced box: the sum is 0
-        from .elementwise import fill
         fill(be, out, 0)
         return
     kept, red = canon_reduce(tuple(x.shape), axes)
