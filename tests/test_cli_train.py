@@ -23,6 +23,8 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter.store import Store
 
+from fixtures import spec_text
+
 ROOT = str(Path(sc.__file__).resolve().parent.parent)
 try:
     WG = sc.device("wgpu")
@@ -30,28 +32,7 @@ except sc.ScellisError:  # pragma: no cover
     WG = None
 needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
 
-SPEC = """
-name = "digits-mlp-small"
-[data]
-dataset = "digits"
-split = { train = 0.8, val = 0.1, test = 0.1 }
-[model]
-nodes = [
-  { op = "linear", out = 32, init = "kaiming_normal" },
-  { op = "relu" },
-  { op = "dropout", p = 0.1 },
-  { name = "logits", op = "linear", out = 10 },
-]
-[recipe]
-loss = "cross_entropy"
-optimizer = { name = "adamw", lr = 3e-3, weight_decay = 0.01 }
-scheduler = { name = "cosine", warmup_steps = 5 }
-epochs = 3
-batch_size = 64
-metrics = ["accuracy"]
-determinism = "debug"
-seed = 0
-"""
+SPEC = spec_text("digits_mlp_small")
 N = 12          # mid-epoch (22 batches per epoch); 2N crosses the epoch end and its evaluation
 
 
@@ -156,11 +137,13 @@ def test_bad_spec_and_data_exit_2_naming_file_and_line(tmp_path):
     typo = tmp_path / "typo.toml"
     typo.write_text(SPEC.replace("batch_size = 64", "batch_sise = 64"))
     r = cli("train", str(typo), "--store", str(tmp_path / "st"))
-    assert r.returncode == 2 and f"{typo}:18:1" in r.stderr and "batch_size" in r.stderr
+    line = SPEC.splitlines().index("batch_size = 64") + 1
+    assert r.returncode == 2 and f"{typo}:{line}:1" in r.stderr and "batch_size" in r.stderr
     missing = tmp_path / "missing.toml"
     missing.write_text(SPEC.replace('dataset = "digits"', 'dataset = "nowhere.csv"\ntarget = "y"'))
     r = cli("train", str(missing), "--store", str(tmp_path / "st"))
-    assert r.returncode == 2 and f"{missing}:4:11" in r.stderr and "nowhere.csv" in r.stderr
+    line = SPEC.splitlines().index('dataset = "digits"') + 1
+    assert r.returncode == 2 and f"{missing}:{line}:11" in r.stderr and "nowhere.csv" in r.stderr
     csv = tmp_path / "rows.csv"
     csv.write_text("a,b,y\n" + "".join(f"{i},{'oops' if i == 7 else i % 3},{i % 2}\n" for i in range(40)))
     bad = tmp_path / "bad.toml"

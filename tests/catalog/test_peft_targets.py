@@ -13,23 +13,9 @@ import scellis_jupyter as sc
 from scellis_jupyter import catalog
 from scellis_jupyter.catalog.peft import select_weights
 
-NAMED = """
-name = "named-nodes"
-[data]
-dataset = "pydoc_topics"
-seq_len = 6
-[model]
-nodes = [
-  { name = "tok", op = "embedding", vocab = 96, dim = 8 },
-  { op = "positional_embedding", max_len = 6 },
-  { name = "enc", op = "transformer_block", heads = 2, causal = true, mlp_ratio = 2.0 },
-  { op = "transformer_block", heads = 2, causal = true, mlp_ratio = 2.0 },
-  { name = "head", op = "linear", out = 96 },
-]
-[recipe]
-optimizer = { name = "sgd", lr = 0.1 }
-batch_size = 2
-"""
+from fixtures import spec_text
+
+NAMED = spec_text("named_nodes")
 
 BLOCK = ["attn.q.weight", "attn.k.weight", "attn.v.weight", "attn.o.weight", "mlp.fc1.weight", "mlp.fc2.weight"]
 ENC = [f"enc.{w}" for w in BLOCK]

@@ -22,38 +22,13 @@ from scellis_jupyter.catalog import CatalogError
 from scellis_jupyter.program.training import StepOptions, build_train_step
 from scellis_jupyter.executor import run_numpy
 
+from fixtures import spec_text
+
 torch = pytest.importorskip("torch")
 
-MLP = """
-name = "peft_mlp"
-[data]
-dataset = "digits"
-[model]
-nodes = [{ op = "linear", out = 16 }, { op = "relu" }, { op = "linear", out = 12 }, { op = "tanh" },
-         { op = "linear", out = 10 }]
-[recipe]
-optimizer = { name = "sgd", lr = 1.0 }
-batch_size = 4
-determinism = "debug"
-"""
+MLP = spec_text("peft_mlp")
 
-TF = """
-name = "peft_tf"
-[data]
-dataset = "pydoc_topics"
-seq_len = 6
-[model]
-nodes = [
-  { op = "embedding", vocab = 96, dim = 8 },
-  { op = "positional_embedding", max_len = 6 },
-  { op = "transformer_block", heads = 2, causal = true, mlp_ratio = 2.0 },
-  { op = "linear", out = 96 },
-]
-[recipe]
-optimizer = { name = "sgd", lr = 1.0 }
-batch_size = 3
-determinism = "debug"
-"""
+TF = spec_text("peft_tf")
 B = {"mlp": 4, "tf": 3}
 
 

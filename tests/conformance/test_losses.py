@@ -6,7 +6,6 @@ reduced in f32, purity), and a failing one is refused with the failed check name
 """
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,8 @@ import pytest
 from scellis_jupyter import catalog
 from scellis_jupyter.catalog import registry
 from scellis_jupyter.catalog.losses import Target, TargetError, loss_value, make_loss
+
+from fixtures import entry_source
 
 LOSSES = [e["name"] for e in catalog.list("loss")]
 
@@ -97,33 +98,11 @@ def test_sign_targets_hint_at_mapping_zero_one_labels():
 
 
 # ---- user entries ----------------------------------------------------------------------------------------
-USER_LOSS = '''
-"""A user's log-cosh regression loss, written against the public API only."""
-from scellis_jupyter.catalog import Param, loss
-from scellis_jupyter.catalog.losses import Target, as_float, reduce, reduction_param, softplus
-from scellis_jupyter.graph import functional as F
-
-
-@loss("{name}", summary="log-cosh: log(cosh(d)) = d + softplus(-2d) - log 2", params={{
-    "scale": Param(float, 1.0, lo=0.0, lo_open=True),
-    "reduction": reduction_param(),
-}})
-class LogCosh:
-    def __init__(self, scale=1.0, reduction="mean"):
-        self.scale, self.reduction = scale, reduction
-
-    def target(self, out_shape):
-        return Target("real", out_shape)
-
-    def __call__(self, pred, y):
-        d = F.mul(F.sub(pred, as_float(y, pred)), self.scale)
-        per = F.sub(F.add(d, softplus(F.mul(d, -2.0))), 0.6931471805599453)
-        return reduce(per, self.reduction)
-'''
 
 
 def user_source(name):
-    return textwrap.dedent(USER_LOSS.format(name=name))
+    """A user's log-cosh regression loss, written against the public API only (tests/fixtures/entries)."""
+    return entry_source("user_logcosh", name=name)
 
 
 def _works_like_a_builtin(name, origin):

@@ -6,7 +6,6 @@ refused with the failed check named. The wgpu part runs each update graph in f32
 """
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,8 @@ import pytest
 from scellis_jupyter import catalog
 from scellis_jupyter.catalog import registry
 from scellis_jupyter.conformance import apply_update
+
+from fixtures import entry_source
 
 OPTIMIZERS = [e["name"] for e in catalog.list("optimizer")]
 
@@ -39,33 +40,11 @@ def test_conformance(name):
 
 
 # ---- user entries ----------------------------------------------------------------------------------------
-USER_SGD = '''
-"""A user's SGD with a sign flip option, written against the public API only."""
-from scellis_jupyter.catalog import Param, StateDecl, optimizer
-from scellis_jupyter.graph import functional as F
-
-
-@optimizer("{name}", summary="user SGD with momentum", params={{
-    "lr": Param(float, 0.01, lo=0.0, lo_open=True),
-    "beta": Param(float, 0.9, lo=0.0, hi=1.0, hi_open=True),
-}})
-class UserSGD:
-    def __init__(self, lr=0.01, beta=0.9):
-        self.lr, self.beta = lr, beta
-
-    def state(self, shape, dtype):
-        return [StateDecl("buf", {buf_shape}, "f64" if dtype == "f64" else "f32")]
-
-    def update(self, p, g, state, step, lr):
-        c = state["buf"].dtype
-        buf = F.add(F.mul(state["buf"], self.beta), F.cast(g, c))
-        x = F.sub(F.cast(p, c), F.mul(F.cast(lr, c), buf))
-        return F.cast(x, p.dtype), {{"buf": buf}}
-'''
 
 
 def user_source(name, buf_shape="shape"):
-    return textwrap.dedent(USER_SGD.format(name=name, buf_shape=buf_shape))
+    """A user's SGD with momentum, written against the public API only (tests/fixtures/entries)."""
+    return entry_source("user_sgd", name=name, buf_shape=buf_shape)
 
 
 def _passes_like_a_builtin(name, origin):

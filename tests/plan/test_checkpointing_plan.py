@@ -13,28 +13,9 @@ import numpy as np
 import scellis_jupyter as sc
 from scellis_jupyter.run.run import Run
 
-BLOCKS = """
-name = "blocks"
-[data]
-dataset = "pydoc_topics"
-seq_len = 16
-[model]
-nodes = [
-  { op = "embedding", vocab = 96, dim = 16 },
-  { op = "positional_embedding", max_len = 16 },
-  { op = "transformer_block", heads = 2, causal = true },
-  { op = "dropout", p = 0.2 },
-  { op = "transformer_block", heads = 2, causal = true },
-  { op = "transformer_block", heads = 2, causal = true },
-  { op = "layer_norm" },
-  { op = "linear", out = 96 },
-]
-[recipe]
-optimizer = { name = "adamw", lr = 1e-2 }
-batch_size = 16
-clip_grad_norm = 1.0
-determinism = "debug"
-"""
+from fixtures import spec_text
+
+BLOCKS = spec_text("blocks")
 CK = BLOCKS.replace('determinism = "debug"', 'determinism = "debug"\ncheckpointing = "activations"')
 
 

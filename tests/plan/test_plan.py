@@ -9,67 +9,18 @@ import scellis_jupyter as sc
 from scellis_jupyter.executor import measure_step
 from scellis_jupyter.plan.plan import GREEN_HEADROOM
 
+from fixtures import spec_text
+
 try:
     WG = sc.device("wgpu")
 except sc.ScellisError:  # pragma: no cover
     WG = None
 
-MLP = """
-name = "digits-mlp"
-[data]
-dataset = "digits"
-[model]
-nodes = [
-  { op = "linear", out = 128 },
-  { op = "relu" },
-  { op = "dropout", p = 0.1 },
-  { name = "logits", op = "linear", out = 10 },
-]
-[recipe]
-loss = "cross_entropy"
-optimizer = { name = "adamw", lr = 3e-3, weight_decay = 0.01 }
-batch_size = 64
-clip_grad_norm = 1.0
-determinism = "debug"
-"""
+MLP = spec_text("plan_mlp")
 
-CNN = """
-name = "digits-cnn"
-[data]
-dataset = "digits"
-input = { shape = [1, 8, 8], dtype = "f32" }
-[model]
-nodes = [
-  { op = "conv2d", out = 8, kernel = 3, padding = 1 },
-  { op = "relu" },
-  { op = "max_pool2d", kernel = 2 },
-  { op = "flatten" },
-  { op = "linear", out = 10 },
-]
-[recipe]
-optimizer = { name = "sgd", lr = 0.1, momentum = 0.9 }
-batch_size = 16
-determinism = "debug"
-"""
+CNN = spec_text("plan_cnn")
 
-TRANSFORMER = """
-name = "char-transformer"
-[data]
-dataset = "pydoc_topics"
-seq_len = 32
-[model]
-nodes = [
-  { op = "embedding", vocab = 96, dim = 32 },
-  { op = "positional_embedding", max_len = 32 },
-  { op = "transformer_block", heads = 4, causal = true },
-  { op = "layer_norm" },
-  { op = "linear", out = 96 },
-]
-[recipe]
-optimizer = { name = "adam", lr = 1e-3 }
-batch_size = 4
-determinism = "debug"
-"""
+TRANSFORMER = spec_text("plan_char_transformer")
 
 SPECS = {"mlp": MLP, "cnn": CNN, "transformer": TRANSFORMER}
 
@@ -171,7 +122,8 @@ def test_plan_cli(tmp_path, run_python):
     bad = tmp_path / "bad.toml"
     bad.write_text(MLP.replace('op = "relu"', 'op = "rleu"'))
     r = run_python(None, "plan", str(bad), "--device", "reference", module="scellis_jupyter.cli")
-    assert r.returncode == 2 and f"{bad}:8:10:" in r.stderr and "did you mean 'relu'" in r.stderr
+    line = MLP.splitlines().index('  { op = "relu" },') + 1
+    assert r.returncode == 2 and f"{bad}:{line}:10:" in r.stderr and "did you mean 'relu'" in r.stderr
     assert "Traceback" not in r.stderr
     r = run_python(None, "plan", str(tmp_path / "missing.toml"), module="scellis_jupyter.cli")
     assert r.returncode == 2 and "missing.toml" in r.stderr and "Traceback" not in r.stderr

@@ -20,6 +20,8 @@ from scellis_jupyter.program.schedule import compile_program
 from scellis_jupyter.program.training import build_train_step, clip_grads
 from scellis_jupyter.executor import run_numpy
 
+from fixtures import spec_text
+
 torch = pytest.importorskip("torch")
 
 SHAPES = [(7, 5), (5,), (3, 7), (3,)]
@@ -71,17 +73,7 @@ def test_clip_grads_matches_torch_float64(norm, value, scale, ref):
         assert np.abs(flat).max() <= value and (np.abs(flat) < value).any()
 
 
-MLP = """
-name = "clip-mlp"
-[data]
-dataset = "digits"
-[model]
-nodes = [{ op = "linear", out = 12 }, { op = "tanh" }, { op = "linear", out = 10 }]
-[recipe]
-optimizer = { name = "sgd", lr = 1.0 }
-batch_size = 6
-determinism = "debug"
-"""
+MLP = spec_text("clip_mlp")
 
 
 @pytest.mark.parametrize("clip", ["clip_grad_norm = 0.3", "clip_grad_value = 0.02"])

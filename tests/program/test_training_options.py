@@ -17,47 +17,11 @@ from scellis_jupyter.plan.plan import step_peak
 from scellis_jupyter.program.training import StepOptions, build_train_step
 from scellis_jupyter.executor import run_numpy
 
-BLOCKS = """
-name = "blocks"
-[data]
-dataset = "pydoc_topics"
-seq_len = 16
-[model]
-nodes = [
-  { op = "embedding", vocab = 96, dim = 16 },
-  { op = "positional_embedding", max_len = 16 },
-  { op = "transformer_block", heads = 2, causal = true },
-  { op = "dropout", p = 0.2 },
-  { op = "transformer_block", heads = 2, causal = true },
-  { op = "transformer_block", heads = 2, causal = true },
-  { op = "layer_norm" },
-  { op = "linear", out = 96 },
-]
-[recipe]
-optimizer = { name = "adamw", lr = 1e-2 }
-batch_size = 8
-clip_grad_norm = 1.0
-determinism = "debug"
-"""
+from fixtures import spec_text
 
-MLP = """
-name = "mlp"
-[data]
-dataset = "digits"
-[model]
-nodes = [
-  { op = "linear", out = 32 },
-  { op = "relu" },
-  { op = "dropout", p = 0.1 },
-  { op = "linear", out = 32 },
-  { op = "tanh" },
-  { op = "linear", out = 10 },
-]
-[recipe]
-optimizer = { name = "adam", lr = 1e-2 }
-batch_size = 16
-determinism = "debug"
-"""
+BLOCKS = spec_text("blocks", batch_size=8)
+
+MLP = spec_text("mlp_tanh")
 
 
 @pytest.fixture(scope="module")

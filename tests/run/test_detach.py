@@ -22,6 +22,8 @@ import scellis_jupyter as sc
 from scellis_jupyter.store.runs import pid_alive
 from scellis_jupyter.run.lifecycle import WaitTimeout, read_events
 
+from fixtures import spec_text
+
 ROOT = str(Path(sc.__file__).resolve().parent.parent)
 try:
     WG = sc.device("wgpu")
@@ -29,22 +31,8 @@ except sc.ScellisError:  # pragma: no cover
     WG = None
 needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
 
-SPEC = """
-name = "digits-tiny"
-[data]
-dataset = "digits"
-[model]
-nodes = [{ op = "linear", out = 16 }, { op = "relu" }, { op = "dropout", p = 0.1 }, { op = "linear", out = 10 }]
-[recipe]
-optimizer = { name = "adamw", lr = 3e-3 }
-scheduler = { name = "cosine", warmup_steps = 3 }
-STEPS
-batch_size = 64
-metrics = ["accuracy"]
-determinism = "debug"
-"""
-SHORT = SPEC.replace("STEPS", "epochs = 2")
-LONG = SPEC.replace("STEPS", "steps = 100000")          # runs until it is stopped
+SHORT = spec_text("digits_tiny")
+LONG = SHORT.replace("epochs = 2", "steps = 100000")      # runs until it is stopped
 
 
 def cli(*args: str, timeout: float = 300):

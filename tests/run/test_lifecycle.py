@@ -17,20 +17,9 @@ from scellis_jupyter.store import Store
 from scellis_jupyter.run.lifecycle import format_event, read_events, result_of_record
 from scellis_jupyter.run.run import RunError
 
-SPEC = """
-name = "digits-tiny"
-[data]
-dataset = "digits"
-[model]
-nodes = [{ op = "linear", out = 16 }, { op = "relu" }, { op = "dropout", p = 0.1 }, { op = "linear", out = 10 }]
-[recipe]
-optimizer = { name = "adamw", lr = 3e-3 }
-scheduler = { name = "cosine", warmup_steps = 3 }
-epochs = 2
-batch_size = 64
-metrics = ["accuracy"]
-determinism = "debug"
-"""
+from fixtures import spec_text
+
+SPEC = spec_text("digits_tiny")
 
 
 def test_store_rule_is_the_same_in_python_and_cli(tmp_path, monkeypatch, capsys):

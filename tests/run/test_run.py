@@ -15,34 +15,14 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter.run.run import Run, RunError
 
+from fixtures import spec_text
+
 try:
     WG = sc.device("wgpu")
 except sc.ScellisError:  # pragma: no cover
     WG = None
 
-MLP = """
-name = "digits-mlp"
-[data]
-dataset = "digits"
-split = { train = 0.8, val = 0.1, test = 0.1 }
-[model]
-nodes = [
-  { op = "linear", out = 128, init = "kaiming_normal" },
-  { op = "relu" },
-  { op = "dropout", p = 0.1 },
-  { name = "logits", op = "linear", out = 10 },
-]
-[recipe]
-loss = "cross_entropy"
-optimizer = { name = "adamw", lr = 3e-3, weight_decay = 0.01 }
-scheduler = { name = "cosine", warmup_steps = 20 }
-epochs = 30
-batch_size = 64
-clip_grad_norm = 1.0
-metrics = ["accuracy", "f1"]
-determinism = "debug"
-seed = 0
-"""
+MLP = spec_text("digits_mlp")
 
 SHORT = MLP.replace("epochs = 30", "epochs = 2")
 

@@ -9,8 +9,6 @@ checkpoints them and resumes them exactly. Labels that do not fit the loss are r
 """
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import pytest
 
@@ -20,6 +18,8 @@ from scellis_jupyter.catalog import registry
 from scellis_jupyter.catalog.losses import TargetError
 from scellis_jupyter.spec import Spec, SpecError
 from scellis_jupyter.run.run import Run
+
+from fixtures import entry_source
 
 
 def _digits():
@@ -189,51 +189,7 @@ def test_a_multi_input_loss_on_the_wrong_output_is_a_spec_error(tmp_path):
 
 
 # ---- a user optimizer and a user loss, exactly like built-ins ---------------------------------------------
-USER_OPT = '''
-"""A user's heavy-ball SGD, written against the public API only."""
-from scellis_jupyter.catalog import Param, StateDecl, optimizer
-from scellis_jupyter.graph import functional as F
 
-
-@optimizer("{name}", summary="user heavy-ball SGD", params={{
-    "lr": Param(float, 0.01, lo=0.0, lo_open=True),
-    "beta": Param(float, 0.9, lo=0.0, hi=1.0, hi_open=True),
-}})
-class UserSGD:
-    def __init__(self, lr=0.01, beta=0.9):
-        self.lr, self.beta = lr, beta
-
-    def state(self, shape, dtype):
-        return [StateDecl("buf", shape, "f64" if dtype == "f64" else "f32")]
-
-    def update(self, p, g, state, step, lr):
-        c = state["buf"].dtype
-        buf = F.add(F.mul(state["buf"], self.beta), F.cast(g, c))
-        return F.cast(F.sub(F.cast(p, c), F.mul(F.cast(lr, c), buf)), p.dtype), {{"buf": buf}}
-'''
-
-USER_LOSS = '''
-"""A user's log-cosh regression loss, written against the public API only."""
-from scellis_jupyter.catalog import Param, loss
-from scellis_jupyter.catalog.losses import Target, as_float, reduce, reduction_param, softplus
-from scellis_jupyter.graph import functional as F
-
-
-@loss("{name}", summary="log-cosh", params={{
-    "scale": Param(float, 1.0, lo=0.0, lo_open=True),
-    "reduction": reduction_param(),
-}})
-class LogCosh:
-    def __init__(self, scale=1.0, reduction="mean"):
-        self.scale, self.reduction = scale, reduction
-
-    def target(self, out_shape):
-        return Target("real", out_shape)
-
-    def __call__(self, pred, y):
-        d = F.mul(F.sub(pred, as_float(y, pred)), self.scale)
-        return reduce(F.sub(F.add(d, softplus(F.mul(d, -2.0))), 0.6931471805599453), self.reduction)
-'''
 
 USER_SPEC = """
 [data]
@@ -269,12 +225,12 @@ def _load(how, tmp_path):
     if how == "folder":
         (tmp_path / "optimizers").mkdir()
         (tmp_path / "losses").mkdir()
-        (tmp_path / "optimizers" / "heavy.py").write_text(textwrap.dedent(USER_OPT.format(name=opt)))
-        (tmp_path / "losses" / "logcosh.py").write_text(textwrap.dedent(USER_LOSS.format(name=loss)))
+        (tmp_path / "optimizers" / "heavy.py").write_text(entry_source("user_sgd", name=opt, buf_shape="shape"))
+        (tmp_path / "losses" / "logcosh.py").write_text(entry_source("user_logcosh", name=loss))
         assert {e.name for e in catalog.load_folder(tmp_path, check=True)} == {opt, loss}
     else:
-        catalog.load_source(textwrap.dedent(USER_OPT.format(name=opt)), "cell-opt", check=True)
-        catalog.load_source(textwrap.dedent(USER_LOSS.format(name=loss)), "cell-loss", check=True)
+        catalog.load_source(entry_source("user_sgd", name=opt, buf_shape="shape"), "cell-opt", check=True)
+        catalog.load_source(entry_source("user_logcosh", name=loss), "cell-loss", check=True)
     return f'{{ name = "{opt}", lr = 0.05, beta = 0.9 }}', f'{{ name = "{loss}", scale = 2.0 }}', opt
 
 

@@ -19,17 +19,9 @@ from scellis_jupyter.rng.generator import Generator
 from scellis_jupyter.graph.quantize import dequantize, quantize
 from scellis_jupyter.run.surgery import encode_stored, freeze, insert_adapters, merge_lora, unfreeze
 
-MLP = """
-name = "surgery_mlp"
-[data]
-dataset = "digits"
-[model]
-nodes = [{ op = "linear", out = 16 }, { op = "relu" }, { op = "linear", out = 10 }]
-[recipe]
-optimizer = { name = "sgd", lr = 1.0 }
-batch_size = 4
-determinism = "debug"
-"""
+from fixtures import spec_text
+
+MLP = spec_text("surgery_mlp")
 
 
 @pytest.fixture(scope="module")

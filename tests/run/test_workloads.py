@@ -16,53 +16,11 @@ import pytest
 
 from scellis_jupyter.run.run import Run
 
-CNN = """
-name = "digits-cnn"
-[data]
-dataset = "digits"
-input = { shape = [1, 8, 8], dtype = "f32" }
-[model]
-nodes = [
-  { op = "conv2d", out = 16, kernel = 3, padding = 1 },
-  { op = "relu" },
-  { op = "max_pool2d", kernel = 2 },
-  { op = "flatten" },
-  { op = "linear", out = 10 },
-]
-[recipe]
-optimizer = { name = "adam", lr = 3e-3 }
-scheduler = { name = "cosine" }
-epochs = 10
-batch_size = 32
-metrics = ["accuracy"]
-determinism = "debug"
-seed = 0
-"""
+from fixtures import spec_text
 
-CHAR = """
-name = "char-transformer"
-[data]
-dataset = "pydoc_topics"
-seq_len = 32
-[model]
-nodes = [
-  { op = "embedding", vocab = 96, dim = 32 },
-  { op = "positional_embedding", max_len = 32 },
-  { op = "transformer_block", heads = 4, causal = true },
-  { op = "transformer_block", heads = 4, causal = true },
-  { op = "layer_norm" },
-  { op = "linear", out = 96 },
-]
-[recipe]
-optimizer = { name = "adamw", lr = 5e-3, weight_decay = 0.01 }
-scheduler = { name = "warmup_cosine", warmup_steps = 50 }
-steps = 500
-batch_size = 32
-clip_grad_norm = 1.0
-metrics = ["perplexity"]
-determinism = "debug"
-seed = 0
-"""
+CNN = spec_text("digits_cnn")
+
+CHAR = spec_text("char_transformer")
 
 
 def test_digits_cnn_reaches_95_percent_test_accuracy():

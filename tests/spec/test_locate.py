@@ -5,25 +5,9 @@ import pytest
 
 from scellis_jupyter.spec.locate import Locator, format_path
 
-EXAMPLE = '''name = "digits-mlp"
+from fixtures import spec_text
 
-[data]
-dataset = "digits"                    # built-in name, or a path
-split = { train = 0.8, val = 0.1, test = 0.1 }
-
-[model]
-nodes = [                             # each node takes the previous one's output unless `in` names others
-  { op = "linear", out = 128, init = "kaiming_normal" },
-  { op = "relu" },
-  { op = "dropout", p = 0.1 },
-  { name = "logits", op = "linear", out = 10 },
-]
-
-[recipe]
-loss = "cross_entropy"
-optimizer = { name = "adamw", lr = 3e-3, weight_decay = 0.01 }
-metrics = ["accuracy", "f1"]
-'''
+EXAMPLE = spec_text("locate_example")
 
 TRICKY = '''# a comment with [brackets] and = signs and "quotes"
 title = "a # not a comment = [x]"   # but this is

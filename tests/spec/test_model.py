@@ -14,20 +14,12 @@ from scellis_jupyter.rng import Generator
 from scellis_jupyter.rng.philox import bits_to_uniform, stream_bits, stream_key
 from scellis_jupyter.spec import LAYERS, ModelSpec, Spec, SpecError, build_graph
 
+from fixtures import spec_text
+
 REF = sc.device("reference")
 R = np.random.default_rng(7)
 
-MLP = '''name = "digits-mlp"
-[data]
-dataset = "digits"
-[model]
-nodes = [
-  { op = "linear", out = 128, init = "kaiming_normal" },
-  { op = "relu" },
-  { op = "dropout", p = 0.1 },
-  { name = "logits", op = "linear", out = 10 },
-]
-'''
+MLP = spec_text("digits_mlp")
 
 CNN = '''[data]
 dataset = "digits"

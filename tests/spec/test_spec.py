@@ -14,32 +14,9 @@ from scellis_jupyter.errors import ScellisError
 from scellis_jupyter.spec import KNOWN, Spec, SpecError, dataset_info
 from scellis_jupyter.data.info import pydoc_text, pydoc_vocab
 
-EXAMPLE = '''name = "digits-mlp"
+from fixtures import spec_text
 
-[data]
-dataset = "digits"                    # built-in name, or a path
-split = { train = 0.8, val = 0.1, test = 0.1 }
-
-[model]
-nodes = [                             # each node takes the previous one's output unless `in` names others
-  { op = "linear", out = 128, init = "kaiming_normal" },
-  { op = "relu" },
-  { op = "dropout", p = 0.1 },
-  { name = "logits", op = "linear", out = 10 },
-]
-
-[recipe]
-loss = "cross_entropy"
-optimizer = { name = "adamw", lr = 3e-3, weight_decay = 0.01 }
-scheduler = { name = "cosine", warmup_steps = 20 }
-epochs = 3
-batch_size = 64
-precision = "fp32"                    # fp32 | mixed-f16 | f16
-clip_grad_norm = 1.0
-metrics = ["accuracy", "f1"]
-determinism = "debug"
-seed = 0
-'''
+EXAMPLE = spec_text("digits_mlp_commented")
 
 # the same content: other layout, no comments, keys reordered, tables instead of inline tables
 REFORMATTED = '''name="digits-mlp"

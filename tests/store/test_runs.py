@@ -19,16 +19,7 @@ import pytest
 from scellis_jupyter.errors import Diagnostic, ShapeError
 from scellis_jupyter.store import HeartbeatThread, Store, StoreError, get_run, list_runs, start_run
 
-
-@pytest.fixture
-def store(tmp_path):
-    return Store.open(tmp_path / "s")
-
-
-def _ckpt(store, step, run=None):
-    return store.save_checkpoint(weights={"w": np.full(3, step, np.float32)}, optimizer_state={},
-                                 rng_state={"seed": 0, "positions": {}}, epoch=0, step=step,
-                                 metrics_history={}, spec_hash="spec", run=run)
+from fixtures.store import step_checkpoint
 
 
 def _row(store, run_id):
@@ -49,7 +40,7 @@ def test_start_and_finish(store):
     row = _row(store, run.id)
     assert (row["state"], row["pid"], row["host"]) == ("running", os.getpid(), socket.gethostname())
     assert store.get_json(row["record"])["state"] == "running"
-    h1, h2 = _ckpt(store, 1), _ckpt(store, 2)
+    h1, h2 = step_checkpoint(store, 1), step_checkpoint(store, 2)
     run.checkpoint(h1, step=1, epoch=0)
     run.checkpoint(h2[:10], step=2, epoch=0)
     rec = run.finish(metrics={"loss": 0.25}, measured_peak_bytes=120)
@@ -156,10 +147,10 @@ def test_heartbeat_timeout_other_host(store):
 def test_last_good_checkpoint(store):
     """Interrupted runs resume from the newest checkpoint that verifies, even one saved but not yet recorded."""
     run = store.start_run(spec_hash="spec")
-    a = _ckpt(store, 1)
+    a = step_checkpoint(store, 1)
     run.checkpoint(a, 1, 0)
-    b = _ckpt(store, 2, run=run.id)                     # saved, then the process died before run.checkpoint
-    c = _ckpt(store, 3, run=run.id)
+    b = step_checkpoint(store, 2, run=run.id)                     # saved, then the process died before run.checkpoint
+    c = step_checkpoint(store, 3, run=run.id)
     cw = store.load_checkpoint(c).weights_hash
     p = store.root / "objects" / cw[:2] / cw[2:]
     p.write_bytes(p.read_bytes()[:-4])                  # its weights got truncated
@@ -187,7 +178,7 @@ def test_run_prefix_and_suggestions(store):
 def test_mark_resumed_notes_the_successor_and_keeps_the_state(store):
     from scellis_jupyter.store.runs import mark_resumed
     a = start_run(store, spec_hash="spec")
-    a.checkpoint(_ckpt(store, 4, run=a.id), 4, 0)
+    a.checkpoint(step_checkpoint(store, 4, run=a.id), 4, 0)
     a.interrupt("test")
     assert "scellis resume" in get_run(store, a.id).resume_hint
     b = start_run(store, spec_hash="spec")

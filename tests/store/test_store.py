@@ -1,20 +1,10 @@
 """`Store.resolve_checkpoint` (hash, prefix, ref, run id; suggestions among checkpoints only; objects that
 are not checkpoints named as such) and `Store.log_path`. Tolerance: none (exact names)."""
-import numpy as np
 import pytest
 
 from scellis_jupyter.store import Store, StoreError
 
-
-@pytest.fixture
-def store(tmp_path):
-    return Store.open(tmp_path / "s")
-
-
-def _ckpt(store, step, run=None):
-    return store.save_checkpoint(weights={"w": np.full(3, step, np.float32)}, optimizer_state={},
-                                 rng_state={"seed": 0, "positions": {}}, epoch=0, step=step,
-                                 metrics_history={}, spec_hash="spec", run=run)
+from fixtures.store import step_checkpoint
 
 
 def _err(store, ref) -> StoreError:
@@ -24,18 +14,18 @@ def _err(store, ref) -> StoreError:
 
 
 def test_resolve_by_hash_prefix_ref_and_run(store):
-    h = _ckpt(store, 1)
+    h = step_checkpoint(store, 1)
     assert store.resolve_checkpoint(h) == h and store.resolve_checkpoint(h[:6].upper()) == h
     store.set_ref("best", h)
     assert store.resolve_checkpoint("best") == h
     run = store.start_run(spec_hash="spec")
-    h2 = _ckpt(store, 2, run=run.id)
+    h2 = step_checkpoint(store, 2, run=run.id)
     run.checkpoint(h2, 2, 0)
     assert store.resolve_checkpoint(run.id) == h2
 
 
 def test_unknown_hash_suggests_close_checkpoints_not_other_objects(store):
-    h = _ckpt(store, 1)
+    h = step_checkpoint(store, 1)
     blobs = [store.put_bytes(bytes([i]) * 10) for i in range(40)]       # many non-checkpoint objects
     wrong = h[:5] + ("0" if h[5] != "0" else "1") + "abc"
     e = _err(store, wrong)
@@ -52,7 +42,7 @@ def test_unknown_hash_suggests_close_checkpoints_not_other_objects(store):
 
 
 def test_ambiguous_prefix_among_checkpoints(store):
-    hs = [_ckpt(store, s) for s in range(40)]
+    hs = [step_checkpoint(store, s) for s in range(40)]
     p = next(h[:1] for h in hs if sum(x.startswith(h[:1]) for x in hs) > 1)
     e = _err(store, p)
     assert e.diagnostic.code == "store-ambiguous" and "checkpoints match" in e.diagnostic.message

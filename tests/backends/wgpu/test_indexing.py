@@ -10,16 +10,9 @@ import scellis_jupyter as sc
 from scellis_jupyter.errors import KernelError
 from scellis_jupyter.graph import functional as F
 
+from fixtures.devices import both
+
 WG, REF = sc.device("wgpu"), sc.device("reference")
-
-
-def both(build, *arrays):
-    """build(*nodes) -> node, run on wgpu and on reference; returns (wgpu array, reference array)."""
-    out = []
-    for dev in (WG, REF):
-        nodes = [sc.tensor(a, device=dev).node for a in arrays]
-        out.append(sc.Tensor(build(*nodes), dev).numpy())
-    return out[0], out[1]
 
 
 R = np.random.default_rng(9)

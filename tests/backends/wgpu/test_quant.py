@@ -2,19 +2,9 @@
 import numpy as np
 import pytest
 
-import scellis_jupyter as sc
 from scellis_jupyter.graph import functional as F
 
-WG, REF = sc.device("wgpu"), sc.device("reference")
-
-
-def both(build, *arrays):
-    """build(*nodes) -> node, run on wgpu and on reference; returns (wgpu array, reference array)."""
-    out = []
-    for dev in (WG, REF):
-        nodes = [sc.tensor(a, device=dev).node for a in arrays]
-        out.append(sc.Tensor(build(*nodes), dev).numpy())
-    return out[0], out[1]
+from fixtures.devices import both
 
 
 R = np.random.default_rng(10)

@@ -6,19 +6,9 @@ and round once on store, so within one f16 ulp (rtol 2e-3, atol 1e-3).
 import numpy as np
 import pytest
 
-import scellis_jupyter as sc
 from scellis_jupyter.graph import functional as F
 
-WG, REF = sc.device("wgpu"), sc.device("reference")
-
-
-def both(build, *arrays):
-    """build(*nodes) -> node, run on wgpu and on reference; returns (wgpu array, reference array)."""
-    out = []
-    for dev in (WG, REF):
-        nodes = [sc.tensor(a, device=dev).node for a in arrays]
-        out.append(sc.Tensor(build(*nodes), dev).numpy())
-    return out[0], out[1]
+from fixtures.devices import both
 
 
 R = np.random.default_rng(8)
