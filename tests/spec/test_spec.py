@@ -508,3 +508,16 @@ def test_data_placement_and_memory_budget():
     assert e.where == "<spec>:5:13" and "did you mean 'device'" in str(e)
     e = error_of(EXAMPLE.replace('dataset = "digits"', 'dataset = "digits"\nmemory_budget = "lots"'))
     assert e.where == "<spec>:5:17" and "64MiB" in str(e)
+
+
+def test_from_file_reads_the_file_and_binds_in_memory_data(tmp_path):
+    """A spec file is read as its bytes; `data=` binds in-memory parts (the two never mix)."""
+    import numpy as np
+    f = tmp_path / "s.toml"
+    f.write_text('[data]\ndataset = "digits"\n[model]\nnodes = [{ op = "linear", out = 10 }]\n')
+    assert Spec.from_file(f).hash == Spec.from_text(f.read_text()).hash
+    g = tmp_path / "m.toml"
+    g.write_text('[model]\nnodes = [{ op = "linear", out = 3 }]\n')
+    X, y = np.random.default_rng(0).standard_normal((20, 4)), np.arange(20) % 3
+    s = Spec.from_file(g, data={"train": (X, y)})
+    assert s.input["shape"] in ([4], (4,))
