@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import numpy as np
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .. import dtypes as dt
-from ..errors import ScellisError, did_you_mean
+from ..errors import ScellisError
 from ..graph import functional as F
 from ..graph.draws import StepGenerator
 from ..graph.autodiff import grad
 from ..graph.node import Node, toposort
 from . import partition
 from .recompute import checkpointed_grads
+from .options import (CHECKPOINTING, DATA_PLACEMENTS, PRECISIONS, StepOptions, with_options,  # noqa: F401
+                      _peft_items)
 from .schedule import Program, compile_program
+from .update import all_finite, clip_grads, donated, optimizer_update  # noqa: F401 - imported from here too
 from ..catalog.losses import recipe_loss as of_recipe
 from ..catalog.losses import target_of
 from ..catalog.losses import loss_value, make_loss
@@ -33,86 +36,6 @@ from ..catalog.regularizers import RegContext, regularization_of
 from ..data import load_dataset
 from ..rng.generator import Generator
 from ..catalog import make
-from ..graph.opset import make as make_op
-
-PRECISIONS = ("fp32", "mixed-f16")
-CHECKPOINTING = ("none", "activations")
-DATA_PLACEMENTS = ("stream", "device")
-
-
-@dataclass(frozen=True)
-class StepOptions:
-    checkpointing: str = "none"
-    segment: int | None = None     # nodes per recomputed segment (None: about sqrt of the node count)
-    precision: str = "fp32"
-    shard: tuple = (0, 1)          # (rank, world): optimizer state and update of this rank's parameters
-    relay: tuple = (0, 1)          # (stage, stages): this stage's layers only
-    peft: tuple | None = None      # sorted (key, value) items of a [recipe.peft] table: method, rank, ...
-    guard: bool = True             # skip (and report) an update whose gradients are not finite
-    accum: int = 1                 # micro-batches per update (gradient accumulation), one at a time in memory
-    ema: bool = False              # keep an exponential moving average of the weights (rate: a step input)
-    swa: bool = False              # keep a stochastic weight average (weight of the new sample: a step input)
-    data: str = "stream"           # "stream": each batch is uploaded; "device": the dataset stays on the device
-
-    def __post_init__(self):
-        if self.checkpointing not in CHECKPOINTING:
-            raise ScellisError(f"checkpointing {self.checkpointing!r} is not one of {CHECKPOINTING}",
-                               code="plan", where="recipe.checkpointing",
-                               hint=did_you_mean(self.checkpointing, CHECKPOINTING))
-        if self.precision not in PRECISIONS:
-            raise ScellisError(f"precision {self.precision!r} has no training-step lowering",
-                               code="plan", where="recipe.precision",
-                               hint=did_you_mean(self.precision, PRECISIONS) or f"use one of {PRECISIONS}")
-        if not isinstance(self.accum, int) or self.accum < 1:
-            raise ScellisError(f"grad_accum_steps must be a positive integer, got {self.accum!r}", code="plan",
-                               where="recipe.grad_accum_steps")
-        if self.data not in DATA_PLACEMENTS:
-            raise ScellisError(f"data placement {self.data!r} is not one of {DATA_PLACEMENTS}", code="plan",
-                               where="data.placement", hint=did_you_mean(self.data, DATA_PLACEMENTS))
-        for name, (r, w) in (("shard", self.shard), ("relay", self.relay)):
-            if not (0 <= r < w):
-                raise ScellisError(f"{name}={(r, w)} needs 0 <= index < count", code="plan", where=name)
-
-    @classmethod
-    def from_recipe(cls, recipe: dict) -> "StepOptions":
-        prec = recipe.get("precision") or "fp32"
-        peft = recipe.get("peft")
-        return cls(checkpointing=recipe.get("checkpointing") or "none", precision=prec,
-                   accum=int(recipe.get("grad_accum_steps") or 1), ema=recipe.get("ema") is not None,
-                   swa=recipe.get("swa_start") is not None, peft=_peft_items(peft) if peft else None)
-
-    @classmethod
-    def from_description(cls, d: dict) -> "StepOptions":
-        """The options `describe()` wrote (a run record's JSON) back as StepOptions."""
-        d = dict(d, shard=tuple(d["shard"]), relay=tuple(d["relay"]))
-        d["peft"] = _peft_items(d["peft"]) if d.get("peft") else None
-        return cls(**d)
-
-    @classmethod
-    def from_spec(cls, spec) -> "StepOptions":
-        """The recipe's options plus the [data] table's placement."""
-        return replace(cls.from_recipe(spec.recipe), data=(spec.data or {}).get("placement") or "stream")
-
-    def adaptation(self, graph):
-        """The PEFT entry's Adaptation of `graph`, or None without adapters."""
-        if not self.peft:
-            return None
-        cfg = dict(self.peft)
-        method = cfg.pop("method", None) or cfg.pop("name", None)
-        if method is None:
-            raise ScellisError("[recipe.peft] needs a method", code="spec", where="recipe.peft",
-                               hint='e.g. peft = { method = "lora", rank = 8 }')
-        return make("peft", method, **{k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()}).apply(graph)
-
-    def describe(self) -> dict:
-        return {"checkpointing": self.checkpointing, "segment": self.segment, "precision": self.precision,
-                "shard": list(self.shard), "relay": list(self.relay), "peft": dict(self.peft) if self.peft else None,
-                "accum": self.accum, "ema": self.ema, "swa": self.swa, "data": self.data}
-
-
-def _peft_items(peft: dict) -> tuple:
-    """A [recipe.peft] table as sorted, hashable items (lists as tuples): StepOptions is frozen and hashed."""
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in peft.items()))
 
 
 @dataclass
@@ -487,88 +410,6 @@ def _examples(target, reg, batch: int) -> dict:
     return ex
 
 
-def all_finite(grads: list[Node]) -> Node | None:
-    """A bool scalar: every gradient element is finite (the sum of all of them minus itself is 0, which
-    inf and NaN are not), summed last layer first like the update loop takes them."""
-    total = _sum_last_first(grads, F.sum_)
-    return F.eq(F.sub(total, total), 0.0) if total is not None else None
-
-
-def _sum_last_first(grads: list[Node], term) -> Node | None:
-    """term(grads[-1]) + ... + term(grads[0]), built in that order: the order the backward produces the
-    gradients (last layer first), so each term can run as soon as its gradient exists."""
-    total = None
-    for g in reversed(grads):
-        s = term(g)
-        total = s if total is None else F.add(total, s)
-    return total
-
-
-def clip_grads(grads: list[Node], norm: float | None = None, value: float | None = None,
-               grad_ids: set | None = None) -> list[Node]:
-    """torch.nn.utils.clip_grad_norm_ (the total 2-norm over all gradients scaled down to `norm`, with
-    torch's 1e-6 in the denominator) and then clip_grad_value_ (each element clamped to [-value, value]).
-    New gradient node ids are added to `grad_ids` (the planner's "gradients" role)."""
-    added = grad_ids if grad_ids is not None else set()
-    if norm and grads:
-        total = _sum_last_first(grads, lambda g: F.sum_(F.mul(g, g)))
-        cs = F.minimum(F.div(float(norm), F.add(F.sqrt(total), 1e-6)), F.scalar(1.0, total.dtype))
-        grads = [F.mul(g, cs) for g in grads]
-        added |= {g.id for g in grads}
-    if value:
-        grads = [F.clamp(g, -float(value), float(value)) for g in grads]
-        added |= {g.id for g in grads}
-    return grads
-
-
-def optimizer_update(opt, name: str, weight: Node, g: Node, step: Node, lr: Node, finite: Node | None, meta: dict,
-                     dtype: str = "f32", decay=None) -> tuple[Node, dict, dict]:
-    """One parameter's update by the optimizer entry: (new weight, state leaves, new state). The state
-    leaves are placeholders named `<name>.<slot>` (role optimizer_state in `meta`); `decay(new)` adjusts
-    the new weight (decoupled weight decay); a step whose gradients are not `finite` keeps everything."""
-    st = {}
-    for d in opt.state(tuple(weight.shape), dtype):
-        st[d.name] = F.placeholder(d.shape, d.dtype, f"{name}.{d.name}")
-        meta[st[d.name].id] = (f"{name}.{d.name}", "optimizer_state")
-    mark = F.scalar(0.0).id                  # nodes the update makes have larger ids than this
-    new_w, new_st = opt.update(weight, g, st, step, lr)
-    if decay is not None:
-        new_w = decay(new_w)
-    if finite is not None:
-        guarded = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
-        # the new weight reads the guarded new state (equal to the new state whenever the weight changes),
-        # which is written in place over the old: no state-sized temporary waits for the weight's kernel
-        new_w = F.where(finite, _rebuilt(new_w, {v.id: guarded[k] for k, v in new_st.items()
-                                                 if v.shape == st[k].shape}, mark), weight)
-        new_st = guarded
-    return new_w, st, new_st
-
-
-def _rebuilt(out: Node, swap: dict[int, Node], mark: int) -> Node:
-    """`out` with the nodes in `swap` (by id) replaced; only nodes made after id `mark` are rebuilt."""
-    memo: dict[int, Node] = {}
-
-    def visit(n: Node) -> Node:
-        if n.id in swap:
-            return swap[n.id]
-        if n.id < mark or not n.inputs or n.realized:
-            return n
-        got = memo.get(n.id)
-        if got is None:
-            ins = [visit(i) for i in n.inputs]
-            got = n if all(a is b for a, b in zip(ins, n.inputs)) else make_op(n.op, ins, **n.attrs)
-            memo[n.id] = got
-        return got
-    return visit(out)
-
-
-def donated(outs: list, out_names: list, donate: dict, old: Node, new: Node, name: str) -> None:
-    """Output `new` as `name`, written over the storage of leaf `old` (an in-place update)."""
-    donate[len(outs)] = old
-    outs.append(new)
-    out_names.append(name)
-
-
 def compile_step(outs: list, backend: str, tier: str, donate: dict, meta: dict, forward_ids: set,
                  grad_ids: set) -> tuple[Program, list[Leaf], dict[int, str]]:
     """Compile a step's outputs; name its leaves from `meta` (node id -> (name, role)) and give each
@@ -591,10 +432,6 @@ def _rows(t: Node, lo: int, hi: int) -> Node:
     """Rows lo:hi of the batch axis."""
     nd = len(t.shape)
     return F.slice_(t, (lo,) + (0,) * (nd - 1), (hi,) + tuple(t.shape[1:]), (1,) * nd)
-
-
-def with_options(options: StepOptions | None, **changes) -> StepOptions:
-    return replace(options or StepOptions(), **changes)
 
 
 def forward_adapted(graph, x: Node, leaves: dict, adapt, training: bool = False, gen_factory=None) -> Node:
