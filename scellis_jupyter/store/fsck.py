@@ -32,7 +32,8 @@ KINDS = {
     "index-damaged": "SQLite's integrity check fails or the index cannot be opened (not repaired: restore a copy)",
     "corrupt-object": "the file's bytes do not hash to its name (repair: moved to quarantine/, its rows dropped)",
     "missing-object": "the index names an object with no file (repair: the row is dropped)",
-    "unindexed-object": "a file the index does not know (repair: registered)",
+    "unindexed-object": "an intact file the index does not know: a write killed between the file and its row "
+                        "(not a problem: nothing names it; repair registers it, gc removes it)",
     "dangling-checkpoint": "a checkpoint row names no stored checkpoint (repair: the row is dropped)",
     "broken-checkpoint": "a checkpoint does not load: a malformed manifest or missing/corrupt tensors "
                          "(repair: the manifest is moved to quarantine/, its rows dropped)",
@@ -59,6 +60,7 @@ class FsckReport:
 
     store: str
     problems: list[Problem] = field(default_factory=list)
+    orphans: list[Problem] = field(default_factory=list)     # intact unindexed files: reported, not problems
     checked: dict[str, int] = field(default_factory=dict)
     repair: bool = False
     seconds: float = 0.0
@@ -73,13 +75,17 @@ class FsckReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"store": self.store, "ok": self.ok, "repair": self.repair, "checked": self.checked,
-                "seconds": round(self.seconds, 3), "problems": [p.to_json() for p in self.problems]}
+                "seconds": round(self.seconds, 3), "problems": [p.to_json() for p in self.problems],
+                "orphans": [p.to_json() for p in self.orphans]}
 
     def lines(self) -> list[str]:
         c = self.checked
         head = (f"{'ok' if self.ok else f'{len(self.problems)} problem(s)'}: store {self.store}: "
                 f"{c.get('objects', 0)} objects re-hashed, {c.get('checkpoints', 0)} checkpoints loaded, "
                 f"{c.get('index_rows', 0)} index rows checked")
+        if self.orphans:
+            head += (f"; {len(self.orphans)} intact unindexed object(s) from an interrupted write "
+                     f"({'registered' if self.repair else 'harmless: --repair registers them, gc removes them'})")
         if self.ok:
             return [head]
         rows = [("KIND", "SUBJECT", "DETAIL") + (("REPAIR",) if self.repair else ())]
@@ -205,7 +211,7 @@ def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False) -
     for h, f in files.items():
         if h not in rows and h not in bad:
             p = Problem("unindexed-object", h, f"{f.stat().st_size} bytes, not in the index")
-            problems.append(p)
+            rep.orphans.append(p)
             if repair:
                 data = f.read_bytes()
                 if hash_bytes(data) == h:

@@ -6,8 +6,9 @@ Kills are placed by events: each waits for 1-3 new checkpoint rows of the curren
 0-30 ms more (so some land inside a checkpoint write). A run killed before its own first checkpoint is
 resumed from the checkpoint it started from (issue 12 item 3).
 
-`store_consistency_problems` is this test's own stand-in for `scellis fsck` (another helper writes
-scellis_jupyter/store/fsck.py): the lead can swap it for fsck's report (0 problems).
+After each kill `scellis fsck` (store.fsck) must report 0 problems; `store_consistency_problems` also reads
+the raw index before anything opens the store (opening drops rows that name missing files, which would
+hide a row written before its object).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest
 
 import scellis_jupyter as sc
+from scellis_jupyter.store.fsck import fsck
 from scellis_jupyter.store import Store
 from scellis_jupyter.store.objects import hash_bytes
 
@@ -139,6 +141,8 @@ def test_twenty_kills_fsck_resume_bit_identical(tmp_path):
         known.add(run)
         mid_checkpoint_starts += want == 0
         assert store_consistency_problems(st) == [], f"after kill {kills}"
+        report = fsck(st)
+        assert report.ok and report.problems == [], f"fsck after kill {kills}: {report.problems}"
         runs = Store.open(st).list_runs()
         assert not [r.id for r in runs if r.state == "running"]          # 0 runs left running
         (rec,) = [r for r in runs if r.id == run]
@@ -152,6 +156,7 @@ def test_twenty_kills_fsck_resume_bit_identical(tmp_path):
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert store_consistency_problems(st) == []
+    assert fsck(st).ok
     whole = sc.train(SPEC, device="reference", progress=False, store=tmp_path / "whole")
     assert got["state"] == "finished" and got["steps"] == STEPS
     assert got["loss_history"] == whole.loss_history and got["weights_hash"] == whole.weights_hash()
