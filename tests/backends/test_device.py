@@ -66,3 +66,16 @@ def test_no_wgpu_falls_back_loudly_to_reference(run_python):
     d = json.loads(r.stdout)
     assert d["backend"] == "reference" and "no GPU adapter found" in d["choice"]
     assert "NOT a GPU (no GPU adapter found)" in r.stderr
+
+
+def test_importing_and_picking_a_device_prints_no_mesa_xdg_warning():
+    """A notebook kernel or a script (not only the CLI) gets a private XDG_RUNTIME_DIR before the first
+    adapter enumeration, so Mesa's 'XDG_RUNTIME_DIR is invalid or not set' never reaches the user."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    r = subprocess.run([sys.executable, "-c", "import scellis_jupyter as sc; print(sc.devices()[0].backend)"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "XDG_RUNTIME_DIR" not in r.stderr, r.stderr
