@@ -12,6 +12,8 @@ foreground; 141 stdout's reader went away (`| head`).
 """
 from __future__ import annotations
 
+import datetime
+import re
 import argparse
 import difflib
 import json
@@ -23,6 +25,22 @@ from ._version import __version__
 from .backends.device import ensure_xdg_runtime_dir
 from .errors import (EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
                      EXIT_TIMEOUT, ScellisError, UsageError, did_you_mean)
+from .backends.device import device
+from .spec.schema import parse_bytes
+from .plan import plan
+from .spec import Spec
+from .store import Store
+from .store.fsck import fsck
+from .store.store import default_path
+from .run.lifecycle import exit_code, summary_lines
+from .store.runs import new_run_id
+from .run.lifecycle import result_of_record
+from .run import lifecycle
+from .run.detach import Detached, current_state, resolve_any
+from .run.verify import verify
+from . import catalog
+from .run.lifecycle import silence
+from .jupyter.records import verify_notebook
 
 
 
@@ -30,7 +48,6 @@ class _Parser(argparse.ArgumentParser):
     """argparse, except that its errors are raised as diagnostics in the project's one format."""
 
     def error(self, message: str):
-        import re
         hint = ""
         m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if m:
@@ -50,7 +67,6 @@ def _args_device(p: argparse.ArgumentParser) -> None:
 
 def cmd_device(args) -> int:
     """Show the device runs would use, and why it was chosen."""
-    from .backends.device import device
     d = device(args.device)
     info = d.to_json()
     if args.json:
@@ -73,7 +89,6 @@ def cmd_device(args) -> int:
 
 # ---- scellis plan -------------------------------------------------------------------------------------
 def _size(text: str) -> int:
-    from .spec.schema import parse_bytes
     n = parse_bytes(text)
     if n is None or n <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive size (bytes, or e.g. 8GiB, 512MB)")
@@ -100,8 +115,6 @@ def _args_plan(p: argparse.ArgumentParser) -> None:
 
 def cmd_plan(args) -> int:
     """Plan a spec's training step: green / yellow / red with the peak, its breakdown and fixes."""
-    from .plan import plan
-    from .spec import Spec
     spec = Spec.from_file(args.spec)
     p = plan(spec, device=args.device, memory=args.memory, batch_size=args.batch_size)
     if args.json:
@@ -122,12 +135,10 @@ def _args_store(p: argparse.ArgumentParser) -> None:
 
 
 def _open_store(args):
-    from .store import Store
     return Store.open(args.store, create=False)
 
 
 def _when(t: float | None) -> str:
-    import datetime
     if t is None:
         return ""
     return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
@@ -245,8 +256,6 @@ def _args_fsck(p: argparse.ArgumentParser) -> None:
 
 def cmd_fsck(args) -> int:
     """Check a store: re-hash every object, SQLite's integrity check, index against files, load every checkpoint."""
-    from .store.fsck import fsck
-    from .store.store import default_path
     report = fsck(default_path(args.store), repair=args.repair)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -294,7 +303,6 @@ def _print_detached(h, args) -> int:
 
 
 def _finish(run, args, store) -> int:
-    from .run.lifecycle import exit_code, summary_lines
     r = run.result()
     if args.json:
         print(json.dumps(r, default=str))
@@ -313,7 +321,6 @@ def _refused(e: ScellisError, run_id: str, args) -> int:
 def _foreground(start, args, store) -> int:
     """Run `start(run_id)` (train or resume to the end) under a fresh run id; a red plan is reported as a
     refusal of that run (exit 3), a finished run by its summary or JSON result."""
-    from .store.runs import new_run_id
     run_id = new_run_id()
     try:
         run = start(run_id)
@@ -330,7 +337,6 @@ def _foreground(start, args, store) -> int:
 def _failed(e: ScellisError, run_id: str, args, store) -> int:
     """A registered run that failed (diverged, a NaN storm, a data or device error mid-run): the diagnostic
     on stderr, its record (state, reason, last checkpoint) on stdout, as JSON with --json; exit 1."""
-    from .run.lifecycle import result_of_record, summary_lines
     print(e.diagnostic.format(), file=sys.stderr)
     r = result_of_record(store.get_run(run_id), store)
     if args.json:
@@ -342,8 +348,6 @@ def _failed(e: ScellisError, run_id: str, args, store) -> int:
 
 def cmd_train(args) -> int:
     """Train a spec: refuses a red plan before any compute, records the run and its checkpoints in the store."""
-    from .spec import Spec
-    from .run import lifecycle
     spec = Spec.from_file(args.spec)
     store = lifecycle.open_store(args.store)
     kw = _run_kwargs(args, "device", "steps", "epochs", "checkpoint_every", "memory", "tier")
@@ -363,8 +367,6 @@ def _args_resume(p: argparse.ArgumentParser) -> None:
 
 def cmd_resume(args) -> int:
     """Continue a run from a checkpoint or a run id (an interrupted run: from its last good checkpoint)."""
-    from .spec import Spec
-    from .run import lifecycle
     store = lifecycle.open_store(args.store, create=False)
     spec = Spec.from_file(args.spec) if args.spec else None
     kw = _run_kwargs(args, "device", "checkpoint_every")
@@ -387,8 +389,6 @@ def _args_wait(p: argparse.ArgumentParser) -> None:
 
 def cmd_wait(args) -> int:
     """Follow a run's progress until it ends; exits 0 finished, 1 failed or interrupted, 3 refused."""
-    from .run import lifecycle
-    from .run.detach import Detached, current_state, resolve_any
     store = lifecycle.open_store(args.store, create=False)
     run_id = resolve_any(store, args.run_id)
     show = not (args.json or args.quiet)
@@ -434,9 +434,7 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
 
 def cmd_verify(args) -> int:
     """Re-execute a finished run from its pinned inputs and compare with its record (exit 1: it differs)."""
-    from .run.verify import verify
     if args.run_id.endswith(".ipynb"):
-        from .jupyter.records import verify_notebook
         nv = verify_notebook(args.run_id, store=_open_store(args) if args.store else None, device=args.device,
                              tolerance=args.tolerance)
         print(json.dumps(nv.to_json(), indent=2, default=str) if args.json else nv.table())
@@ -458,7 +456,6 @@ def _args_catalog(p: argparse.ArgumentParser) -> None:
 
 def cmd_catalog(args) -> int:
     """List catalog entries (built-in and loaded user entries): name, summary and parameters with ranges."""
-    from . import catalog
     kind = args.kind
     if kind is not None:
         plural = {v: k for k, v in catalog.FOLDERS.items()}
@@ -541,7 +538,6 @@ def _reader_gone() -> int:
     reader left, so `set -o pipefail` scripts still see the output was cut short. (A training run whose
     progress reader leaves trains on: run.lifecycle silences its printer the same way.)
     """
-    from .run.lifecycle import silence
     silence(sys.stdout)
     return EXIT_BROKEN_PIPE
 
