@@ -73,3 +73,14 @@ def run_python():
         argv = [sys.executable] + (["-m", module] if module else ["-c", code]) + list(args)
         return subprocess.run(argv, capture_output=True, text=True, env=e, timeout=300)
     return run
+
+
+@pytest.fixture
+def clean_registry():
+    """Whatever a test registers in the catalog is forgotten afterwards."""
+    from scellis_jupyter.catalog import registry
+    saved = {k: dict(v) for k, v in registry._REG.items()}
+    yield
+    for k, v in saved.items():
+        registry._REG[k].clear()
+        registry._REG[k].update(v)

@@ -9,19 +9,10 @@ from pathlib import Path
 import pytest
 
 from scellis_jupyter import catalog
-from scellis_jupyter.catalog import CatalogError, Param, StateDecl, registry
+from scellis_jupyter.catalog import CatalogError, Param, StateDecl
 from scellis_jupyter.errors import ScellisError
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def clean_registry():
-    saved = {k: dict(v) for k, v in registry._REG.items()}
-    yield
-    for k, v in saved.items():
-        registry._REG[k].clear()
-        registry._REG[k].update(v)
 
 
 # ---- get / list ----------------------------------------------------------------------------------------

@@ -14,20 +14,9 @@ import numpy as np
 import pytest
 
 from scellis_jupyter import catalog
-from scellis_jupyter.catalog import registry
 from scellis_jupyter.spec.schema import KNOWN
 
 INITIALIZERS = [e["name"] for e in catalog.list("initializer")]
-
-
-@pytest.fixture
-def clean_registry():
-    """Whatever a test registers is forgotten afterwards."""
-    saved = {k: dict(v) for k, v in registry._REG.items()}
-    yield
-    for k, v in saved.items():
-        registry._REG[k].clear()
-        registry._REG[k].update(v)
 
 
 def test_every_init_name_a_spec_may_use_is_registered():

@@ -6,27 +6,16 @@ reduced in f32, purity), and a failing one is refused with the failed check name
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from scellis_jupyter import catalog
-from scellis_jupyter.catalog import registry
 from scellis_jupyter.catalog.losses import Target, TargetError, loss_value, make_loss
 
 from fixtures import entry_source
 
 LOSSES = [e["name"] for e in catalog.list("loss")]
-
-
-@pytest.fixture
-def clean_registry():
-    saved = {k: dict(v) for k, v in registry._REG.items()}
-    yield
-    for k, v in saved.items():
-        registry._REG[k].clear()
-        registry._REG[k].update(v)
 
 
 def test_every_builtin_loss_is_there():

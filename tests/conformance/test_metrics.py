@@ -13,21 +13,10 @@ import numpy as np
 import pytest
 
 from scellis_jupyter import catalog
-from scellis_jupyter.catalog import registry
 
 METRICS = [e["name"] for e in catalog.list("metric")]
 BUILTIN = {"accuracy", "f1", "precision", "recall", "confusion_matrix", "perplexity", "auroc", "auprc", "ece",
            "brier"}
-
-
-@pytest.fixture
-def clean_registry():
-    """Whatever a test registers is forgotten afterwards."""
-    saved = {k: dict(v) for k, v in registry._REG.items()}
-    yield
-    for k, v in saved.items():
-        registry._REG[k].clear()
-        registry._REG[k].update(v)
 
 
 def test_every_builtin_metric_is_there():

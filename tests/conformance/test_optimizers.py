@@ -12,22 +12,11 @@ import numpy as np
 import pytest
 
 from scellis_jupyter import catalog
-from scellis_jupyter.catalog import registry
 from scellis_jupyter.conformance import apply_update
 
 from fixtures import entry_source
 
 OPTIMIZERS = [e["name"] for e in catalog.list("optimizer")]
-
-
-@pytest.fixture
-def clean_registry():
-    """Whatever a test registers is forgotten afterwards."""
-    saved = {k: dict(v) for k, v in registry._REG.items()}
-    yield
-    for k, v in saved.items():
-        registry._REG[k].clear()
-        registry._REG[k].update(v)
 
 
 def test_every_builtin_optimizer_is_there():
@@ -79,7 +68,7 @@ def test_user_optimizer_from_source(clean_registry):
 
 
 def test_user_optimizer_with_the_decorator_directly(clean_registry):
-    from scellis_jupyter.catalog import Param, StateDecl, optimizer
+    from scellis_jupyter.catalog import Param, optimizer
     from scellis_jupyter.graph import functional as F
 
     @optimizer("inline_sgd", params={"lr": Param(float, 0.01, lo=0.0, lo_open=True)}, check=True)

@@ -13,19 +13,9 @@ import numpy as np
 import pytest
 
 from scellis_jupyter import catalog
-from scellis_jupyter.catalog import registry
 from scellis_jupyter.catalog.regularizers import Buffer, Regularization, StepInput
 
 REGULARIZERS = [e["name"] for e in catalog.list("regularizer")]
-
-
-@pytest.fixture
-def clean_registry():
-    saved = {k: dict(v) for k, v in registry._REG.items()}
-    yield
-    for k, v in saved.items():
-        registry._REG[k].clear()
-        registry._REG[k].update(v)
 
 
 def test_every_builtin_regularizer_is_there():

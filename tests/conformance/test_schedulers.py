@@ -13,22 +13,11 @@ import textwrap
 import pytest
 
 from scellis_jupyter import catalog
-from scellis_jupyter.catalog import registry
 from scellis_jupyter.catalog.schedulers import Schedule
 
 SCHEDULERS = [e["name"] for e in catalog.list("scheduler")]
 BUILTIN = {"constant", "linear", "warmup", "cosine", "cosine_restarts", "one_cycle", "cyclic", "step",
            "multistep", "exponential", "polynomial", "inverse_sqrt", "reduce_on_plateau", "warmup_cosine"}
-
-
-@pytest.fixture
-def clean_registry():
-    """Whatever a test registers is forgotten afterwards."""
-    saved = {k: dict(v) for k, v in registry._REG.items()}
-    yield
-    for k, v in saved.items():
-        registry._REG[k].clear()
-        registry._REG[k].update(v)
 
 
 def test_every_builtin_scheduler_is_there():

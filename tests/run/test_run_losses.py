@@ -14,7 +14,6 @@ import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter import catalog
-from scellis_jupyter.catalog import registry
 from scellis_jupyter.catalog.losses import TargetError
 from scellis_jupyter.spec import Spec, SpecError
 from scellis_jupyter.run.run import Run
@@ -207,15 +206,6 @@ batch_size = 32
 determinism = "debug"
 seed = 4
 """
-
-
-@pytest.fixture
-def clean_registry():
-    saved = {k: dict(v) for k, v in registry._REG.items()}
-    yield
-    for k, v in saved.items():
-        registry._REG[k].clear()
-        registry._REG[k].update(v)
 
 
 def _load(how, tmp_path):

@@ -11,7 +11,6 @@ import textwrap
 import pytest
 
 from scellis_jupyter import catalog
-from scellis_jupyter.catalog import registry
 from scellis_jupyter.spec import Spec, SpecError
 
 BASE = """name = "t"
@@ -136,15 +135,6 @@ def test_balanced_sampling_needs_classes():
 
 
 # ---- user entries are spec names like built-ins ------------------------------------------------------------
-@pytest.fixture
-def clean_registry():
-    saved = {k: dict(v) for k, v in registry._REG.items()}
-    yield
-    for k, v in saved.items():
-        registry._REG[k].clear()
-        registry._REG[k].update(v)
-
-
 USER = '''
 from scellis_jupyter.catalog import Param, StateDecl, optimizer
 from scellis_jupyter.graph import functional as F
