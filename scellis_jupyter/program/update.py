@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..graph import functional as F
 from ..graph.node import Node
+from ..graph.opset import ELEMENTWISE
 from ..graph.opset import make as make_op
 
 
@@ -58,10 +59,36 @@ def optimizer_update(opt, name: str, weight: Node, g: Node, step: Node, lr: Node
         guarded = {k: F.where(finite, v, st[k]) for k, v in new_st.items()}
         # the new weight reads the guarded new state (equal to the new state whenever the weight changes),
         # which is written in place over the old: no state-sized temporary waits for the weight's kernel
-        new_w = F.where(finite, _rebuilt(new_w, {v.id: guarded[k] for k, v in new_st.items()
-                                                 if v.shape == st[k].shape}, mark), weight)
+        swap = {v.id: guarded[k] for k, v in new_st.items() if v.shape == st[k].shape}
+        if swap and _elementwise_between(new_w, set(swap), mark):
+            new_w = _rebuilt(new_w, swap, mark)
+        new_w = F.where(finite, new_w, weight)
         new_st = guarded
     return new_w, st, new_st
+
+
+def _elementwise_between(out: Node, sources: set[int], mark: int) -> bool:
+    """Every op from the new state (`sources`) to `out` is elementwise, so each weight element reads the state
+    element at its own position: only then may the weight read the guarded state written in place (an
+    optimizer that reduces over its state, like Adafactor's factored moments, keeps the unguarded read)."""
+    seen: dict[int, bool] = {}
+
+    def reaches(n: Node) -> bool:            # n depends on a source through nodes made by the update
+        if n.id in sources:
+            return True
+        if n.id < mark or not n.inputs:
+            return False
+        got = seen.get(n.id)
+        if got is None:
+            seen[n.id] = False
+            got = seen[n.id] = any(reaches(i) for i in n.inputs)
+        return got
+
+    def ok(n: Node) -> bool:
+        if n.id in sources or not reaches(n):
+            return True
+        return n.op in ELEMENTWISE and all(ok(i) for i in n.inputs)
+    return ok(out)
 
 
 def _rebuilt(out: Node, swap: dict[int, Node], mark: int) -> Node:
