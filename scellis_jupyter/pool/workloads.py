@@ -123,7 +123,7 @@ def fold_run(payload: dict, *, spec: str, x: np.ndarray, y: np.ndarray, steps: i
              device: str = "reference") -> dict:
     """Train on every fold but one and evaluate on the held-out fold."""
     tr, va = payload["train"], payload["val"]
-    run = Run(Spec.from_text(spec), device=device, steps=steps, data={"train": (x[tr], y[tr]), "val": (x[va], y[va])})
+    run = Run(spec, device=device, steps=steps, data={"train": (x[tr], y[tr]), "val": (x[va], y[va])})
     run.run_to_end()
     return {"fold": int(payload["fold"]), "n_val": int(len(va)),
             "metrics": {k: float(v) for k, v in run.evaluate("val", record=False).items()}}
