@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     os.environ.setdefault("SCELLIS_DEVICE", "reference")
+    for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):   # one core per worker process
+        os.environ[v] = "1"
     t1 = time_sweep(1, args.cells, args.steps)
     t2 = time_sweep(2, args.cells, args.steps)
     ver = time_verification(args.n, args.blocks, args.repeats)
@@ -97,7 +99,7 @@ def main(argv=None) -> int:
     lines = [f"<!-- BEGIN {key} -->", "### pool: sweep speed-up and verification cost", "",
              f"- date: {_dt.date.today().isoformat()}", f"- machine: {os.cpu_count()} CPUs (shared with other jobs)",
              f"- sweep: {args.cells} cells x {args.steps} steps of a digits MLP (64 hidden) on the reference device, "
-             "one worker process per worker, 1 thread each; wall clock of Pool.run after a warm-up run", "",
+             "one worker process per worker, 1 thread each (BLAS threads 1); wall clock of Pool.run after a warm-up run", "",
              "| workers | sweep s | speed-up |", "|---:|---:|---:|",
              f"| 1 | {t1:.2f} | 1.00 |", f"| 2 | {t2:.2f} | {t1 / t2:.2f} |", "",
              f"- verification: {args.blocks} row-block shards of a {args.n}x{args.n} @ {args.n}x{args.n} float64 "

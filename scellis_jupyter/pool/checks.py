@@ -51,14 +51,13 @@ def freivalds(a: np.ndarray, b: np.ndarray, c: Any, rounds: int = 20, tol: float
         return False
     if c.shape != (a.shape[0], b.shape[1]) or not np.all(np.isfinite(c)):
         return False
-    for _ in range(rounds):
-        r = np.array([secrets.randbits(1) for _ in range(b.shape[1])], np.float64)
-        br = b @ r
-        lhs, rhs = a @ br, c @ r
-        scale = np.abs(a) @ np.abs(br) + 1.0
-        if np.any(np.abs(lhs - rhs) > tol * scale):
-            return False
-    return True
+    m = b.shape[1]
+    bits = np.unpackbits(np.frombuffer(secrets.token_bytes((m * rounds + 7) // 8), np.uint8))[:m * rounds]
+    r = bits.reshape(m, rounds).astype(np.float64)          # one independent 0/1 vector per round (column)
+    br = b @ r
+    lhs, rhs = a @ br, c @ r
+    scale = np.abs(a) @ np.abs(br) + 1.0
+    return bool(np.all(np.abs(lhs - rhs) <= tol * scale))
 
 
 def false_accept_bound(rounds: int) -> float:

@@ -109,14 +109,13 @@ class Pool:
         from distributed import as_completed           # dask.distributed (see __init__)
         shards = job.shards()
         res = JobResult(job.hash, None)
-        tried: dict[int, set] = {s.index: set() for s in shards}
         attempts: dict[str, tuple[Shard, list]] = {}   # attempt id -> (shard, [(worker, future)])
         accepted: dict[int, Any] = {}
         rr = itertools.count()
         ac = as_completed(loop=self.client.loop)
 
         def submit(shard: Shard) -> None:
-            free = [w for w in self.workers() if w not in tried[shard.index]]
+            free = self.workers()            # a rejected peer is quarantined, so a re-run goes elsewhere
             need = job.replicas if job.verify == "quorum" else 1
             if len(free) < need:
                 raise RejectedResult(f"shard {shard.index} of job {job.hash[:12]} has no {need} trustworthy "
@@ -128,48 +127,57 @@ class Pool:
             aid = uuid.uuid4().hex
             futs = []
             for w in chosen:
-                tried[shard.index].add(w)
                 f = self.client.submit(_execute, job.fn, shard.payload, job.params, workers=[w],
                                        allow_other_workers=False, pure=False, key=f"shard-{shard.index}-{aid}-{w}")
                 futs.append((w, f))
                 ac.add(f)
             attempts[aid] = (shard, futs)
 
-        for s in shards:
-            submit(s)
-        for f in ac:
-            aid = f.key.split("-")[2]
-            if aid not in attempts:
-                continue
-            shard, futs = attempts[aid]
-            if not all(x.done() for _, x in futs):
-                continue
-            attempts.pop(aid)
-            results = []
-            for w, x in futs:
-                try:
-                    results.append((w, x, x.result()))
-                except ScellisError:
-                    raise
-                except Exception as e:
-                    raise PoolError(f"shard {shard.index} failed on {w}: {type(e).__name__}: {e}",
-                                    where="Pool.run", hint="fix the job's function; the shard is not retried") from e
-            good, bad, method, checked = self._judge(job, shard, results)
-            res.checked += checked
-            for w, reason in bad:
-                self.quarantined.add(w)
-                res.rejected.append((shard.index, w, reason))
-            if good is None:
-                submit(shard)
-                continue
-            w, fut, value = good
-            accepted[shard.index] = fut
-            if self.ledger is not None:
-                res.receipts.append(self.ledger.mint(job=job.hash, shard=shard.hash, peer=w,
-                                                     result=content_hash(value), method=method,
-                                                     work_units=job.work_units(shard)))
-            if on_shard is not None:
-                on_shard(shard.index, value)
+        try:
+            for s in shards:
+                submit(s)
+            for f in ac:
+                aid = f.key.split("-")[2]
+                if aid not in attempts:
+                    continue
+                shard, futs = attempts[aid]
+                if not all(x.done() for _, x in futs):
+                    continue
+                attempts.pop(aid)
+                results, raised = [], []
+                for w, x in futs:
+                    try:
+                        results.append((w, x, x.result()))
+                    except ScellisError:
+                        raise
+                    except Exception as e:
+                        if job.verify == "none":
+                            raise PoolError(f"shard {shard.index} failed on {w}: {type(e).__name__}: {e}",
+                                            where="Pool.run", hint="fix the job's function") from e
+                        # under verification a peer that raises is treated as one that lied: re-run elsewhere
+                        raised.append((w, f"raised {type(e).__name__}: {e}"))
+                if raised:
+                    good, bad, method, checked = None, raised, job.verify, 0
+                else:
+                    good, bad, method, checked = self._judge(job, shard, results)
+                res.checked += checked
+                for w, reason in bad:
+                    self.quarantined.add(w)
+                    res.rejected.append((shard.index, w, reason))
+                if good is None:
+                    submit(shard)
+                    continue
+                w, fut, value = good
+                accepted[shard.index] = fut
+                if self.ledger is not None:
+                    res.receipts.append(self.ledger.mint(job=job.hash, shard=shard.hash, peer=w,
+                                                         result=content_hash(value), method=method,
+                                                         work_units=job.work_units(shard)))
+                if on_shard is not None:
+                    on_shard(shard.index, value)
+        finally:                                       # a failed job leaves nothing running
+            for _, futs in attempts.values():
+                self.client.cancel([x for _, x in futs])
         res.value = self._tree_reduce(job.reduction, accepted)
         return res
 

@@ -37,6 +37,8 @@ class Liar:
             return out
         with _LOCK:
             LIES.append((repr(payload)[:40], get_worker().address))
+        if self.mode == "raise":
+            raise RuntimeError("a byzantine worker raising")
         if self.mode == "garbage":
             return "garbage"
         if self.mode == "shape":
@@ -82,7 +84,7 @@ def test_reductions_run_on_workers(pool3):
     assert {t["worker"] for t in reduce_tasks} <= set(pool3.workers())
 
 
-@pytest.mark.parametrize("mode", ["perturb", "garbage", "shape"])
+@pytest.mark.parametrize("mode", ["perturb", "garbage", "shape", "raise"])
 @pytest.mark.parametrize("verify", ["reference", "quorum"])
 def test_byzantine_worker_always_caught(pool3, verify, mode):
     bad = pool3.workers()[1]
@@ -150,3 +152,11 @@ def test_unreachable_address_is_a_clear_error_in_bounded_time():
     d = e.value.diagnostic
     assert d.code == "pool-unreachable" and "tcp://127.0.0.1:9" in d.message and d.hint
     assert str(e.value).startswith("error[pool-unreachable] at Pool:")
+
+
+def test_a_failing_shard_without_verification_is_a_diagnostic(pool3):
+    def boom(x):
+        raise ZeroDivisionError("no")
+    with pytest.raises(sc.PoolError, match="shard 0 failed on .*ZeroDivisionError") as e:
+        pool3.run(Job(boom, inputs={"items": [1]}))
+    assert e.value.diagnostic.code == "pool" and not pool3.quarantined
