@@ -91,13 +91,15 @@ def main(argv=None) -> int:
     os.environ.setdefault("SCELLIS_DEVICE", "reference")
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):   # one core per worker process
         os.environ[v] = "1"
+    load = os.getloadavg()[0]
     t1 = time_sweep(1, args.cells, args.steps)
     t2 = time_sweep(2, args.cells, args.steps)
     ver = time_verification(args.n, args.blocks, args.repeats)
     base = ver[0][2]
     key = "pool"
     lines = [f"<!-- BEGIN {key} -->", "### pool: sweep speed-up and verification cost", "",
-             f"- date: {_dt.date.today().isoformat()}", f"- machine: {os.cpu_count()} CPUs (shared with other jobs)",
+             f"- date: {_dt.date.today().isoformat()}", f"- machine: {os.cpu_count()} CPUs shared with other jobs (1-min load average {load:.1f} at the start; "
+             "above the CPU count the speed-up measures the neighbours, not the pool)",
              f"- sweep: {args.cells} cells x {args.steps} steps of a digits MLP (64 hidden) on the reference device, "
              "one worker process per worker, 1 thread each (BLAS threads 1); wall clock of Pool.run after a warm-up run", "",
              "| workers | sweep s | speed-up |", "|---:|---:|---:|",

@@ -75,11 +75,13 @@ class Pool:
                 raise PoolError(f"a pool needs at least one worker, got workers={workers}", where="Pool",
                                 hint="give workers=1 or more")
             procs = (workers is not None) if processes is None else bool(processes)
-            self.cluster = LocalCluster(n_workers=n, processes=procs, threads_per_worker=threads_per_worker,
-                                        dashboard_address=None, silence_logs=logging.ERROR,
-                                        # Dask's scheduler always serves HTTP (health, metrics): loopback only,
-                                        # any free port, so a Pool never collides with one already running
-                                        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+            import dask      # dask: no work stealing, so a shard runs where it was sent unless that worker leaves
+            with dask.config.set({"distributed.scheduler.work-stealing": False}):
+                self.cluster = LocalCluster(n_workers=n, processes=procs, threads_per_worker=threads_per_worker,
+                                            dashboard_address=None, silence_logs=logging.ERROR,
+                                            # Dask's scheduler always serves HTTP (health, metrics): loopback
+                                            # only, any free port, so a Pool never collides with another
+                                            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
             self.client = Client(self.cluster, set_as_default=False)
         self.ledger = ledger if isinstance(ledger, Ledger) or ledger is None else Ledger(ledger)
 
@@ -127,8 +129,10 @@ class Pool:
             aid = uuid.uuid4().hex
             futs = []
             for w in chosen:
+                # a preference, not a pin: a worker that leaves mid-job has its shards run elsewhere (the
+                # receipt names the worker that held the result, not the one asked)
                 f = self.client.submit(_execute, job.fn, shard.payload, job.params, workers=[w],
-                                       allow_other_workers=False, pure=False, key=f"shard-{shard.index}-{aid}-{w}")
+                                       allow_other_workers=True, pure=False, key=f"shard-{shard.index}-{aid}-{w}")
                 futs.append((w, f))
                 ac.add(f)
             attempts[aid] = (shard, futs)
@@ -147,7 +151,9 @@ class Pool:
                 results, raised = [], []
                 for w, x in futs:
                     try:
-                        results.append((w, x, x.result()))
+                        value = x.result()
+                        w = (self.client.who_has([x]).get(x.key) or [w])[0]     # where it actually ran
+                        results.append((w, x, value))
                     except ScellisError:
                         raise
                     except Exception as e:
@@ -158,6 +164,9 @@ class Pool:
                         raised.append((w, f"raised {type(e).__name__}: {e}"))
                 if raised:
                     good, bad, method, checked = None, raised, job.verify, 0
+                elif len({r[0] for r in results}) < len(results):     # replicas landed on one peer: not a quorum
+                    submit(shard)
+                    continue
                 else:
                     good, bad, method, checked = self._judge(job, shard, results)
                 res.checked += checked
