@@ -24,6 +24,8 @@ from .run.lifecycle import resume, runs, train
 from .run.gan import GANRun, GANStep
 from .run.run import Run, StepResult
 from .run.verify import verify
+from .errors import LedgerError, PoolError, PoolUnreachable, RejectedResult
+from .pool import Job, JobResult, Ledger, Pool, Shard
 from .jupyter.magics import load_ipython_extension as load
 from .jupyter.magics import unload_ipython_extension as unload
 
@@ -44,4 +46,5 @@ __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set
            "GraphError", "ShapeError", "DTypeError", "QuantizeError", "TierError", "DeviceError", "KernelError",
            "PlanError", "PlanRefused", "RunError", "WaitTimeout", "LRFinderError", "VerifyError", "StoreError",
            "CorruptObject", "MagicError", "EditError", "NotebookError", "WidgetError", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
-           "verify", "Detached", "__version__"]
+           "verify", "Detached", "__version__",
+           "Pool", "Job", "JobResult", "Shard", "Ledger", "PoolError", "PoolUnreachable", "RejectedResult", "LedgerError"]

@@ -264,6 +264,29 @@ def cmd_fsck(args) -> int:
     return EXIT_OK if not report.unrepaired else EXIT_FAILED
 
 
+def _args_ledger(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["verify"], help="verify: re-check every receipt's hash, chain and signature")
+    p.add_argument("path", nargs="?", default=None, metavar="PATH",
+                   help="the ledger file (default: <store>/ledger.sqlite)")
+    _args_store(p)
+
+
+def cmd_ledger(args) -> int:
+    """Check a pool's receipt ledger: edits, deletions, insertions and reordering are reported."""
+    from pathlib import Path
+    from .pool.ledger import Ledger
+    from .store.store import default_path
+    path = Path(args.path) if args.path else Path(default_path(args.store)) / "ledger.sqlite"
+    led = Ledger(path, readonly=True)
+    try:
+        report = led.verify()
+    finally:
+        led.close()
+    print(json.dumps({"path": str(path), **report}) if args.json else
+          f"{path}: {report['receipts']} receipts, {report['work_units']} work units, chain and signatures verified")
+    return EXIT_OK
+
+
 # ---- scellis train / resume / wait (the run lifecycle) ------------------------------------------------------
 def _args_run_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None, metavar="DIR",
@@ -497,6 +520,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "catalog": (_args_catalog, cmd_catalog),
     "gc": (_args_gc, cmd_gc),
     "fsck": (_args_fsck, cmd_fsck),
+    "ledger": (_args_ledger, cmd_ledger),
 }
 
 

@@ -28,6 +28,10 @@ by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree:
     │   └── VerifyError             a run that cannot be re-checked as asked (verify)
     ├── StoreError                  the store: unknown hash, full disk, read-only, schema (store-*)
     │   └── CorruptObject           an object whose bytes no longer match its name (store-corrupt)
+    ├── PoolError                   a pool that cannot start, join or finish a Job (pool)
+    │   ├── PoolUnreachable         a cluster address that does not answer in time (pool-unreachable)
+    │   └── RejectedResult          a shard no trustworthy worker could deliver a verified result for (pool-rejected)
+    ├── LedgerError                 a receipt ledger that fails its chain or signatures (ledger)
     ├── NotebookError               a notebook whose run pins cannot be read or checked (notebook)
     └── WidgetError                 a widget action that cannot be done in the run's state (widget)
 """
@@ -183,6 +187,22 @@ class VerifyError(RunError, ValueError):
 
 class StoreError(ScellisError, RuntimeError):
     code = "store"
+
+
+class PoolError(ScellisError, RuntimeError):
+    code = "pool"
+
+
+class PoolUnreachable(PoolError, ConnectionError):
+    code = "pool-unreachable"
+
+
+class RejectedResult(PoolError):
+    code = "pool-rejected"
+
+
+class LedgerError(ScellisError, ValueError):
+    code = "ledger"
 
 
 class NotebookError(ScellisError, ValueError):

@@ -1,4 +1,12 @@
-"""Pools (to come): Job -> Shards -> Pool on Dask -> verify -> Reduction -> receipts; a Pool of one is solo.
-
-Stands on `run`; nothing below imports it. See DESIGN.md's Pool stage.
+"""Pools: a content-addressed Job cut into Shards by a Partitioner, run on Dask workers, every result
+verified before acceptance, receipts in a signed hash-chained ledger, reductions on workers. Stands on `run`.
 """
+from __future__ import annotations
+
+from .checks import false_accept_bound, freivalds
+from .job import Job, Shard, content_hash
+from .ledger import Ledger, Receipt
+from .pool import JobResult, Pool
+
+__all__ = ["Pool", "Job", "Shard", "JobResult", "Ledger", "Receipt", "content_hash", "freivalds",
+           "false_accept_bound"]

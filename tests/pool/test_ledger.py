@@ -1,0 +1,137 @@
+"""The receipt ledger: every edit, deletion, insertion and reordering is detected; `scellis ledger verify`."""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import blake3
+import pytest
+
+import scellis_jupyter as sc
+from scellis_jupyter.pool import Job, Ledger, Pool
+
+ROOT = str(Path(sc.__file__).resolve().parent.parent)
+
+
+def cube(x):
+    return x ** 3
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    led = Ledger(path)
+    for i in range(5):
+        led.mint(job="j" * 64, shard=f"{i:064d}", peer=f"tcp://peer{i % 2}", result=f"{i:064x}",
+                 method="reference", work_units=100 + i)
+    led.close()
+    return path
+
+
+def tamper(path: Path, *sql: str) -> None:
+    db = sqlite3.connect(path)
+    db.execute("DROP TRIGGER receipts_no_update")
+    db.execute("DROP TRIGGER receipts_no_delete")
+    for q in sql:
+        db.execute(q)
+    db.commit()
+    db.close()
+
+
+def verify(path):
+    led = Ledger(path, readonly=True)
+    try:
+        return led.verify()
+    finally:
+        led.close()
+
+
+def test_pool_mints_one_receipt_per_accepted_shard(tmp_path):
+    work = lambda x: 7 * x + 1                                  # noqa: E731 - the job's declared cost model
+    with Pool(workers=2, processes=False, ledger=tmp_path / "l.sqlite") as p:
+        r = p.run(Job(cube, inputs={"items": [1, 2, 3, 4]}, verify="reference", work=work))
+        rep = p.ledger.verify()
+        workers = set(p.workers())
+    assert r.value == [1, 8, 27, 64] and rep["receipts"] == 4
+    assert rep["work_units"] == sum(work(x) for x in [1, 2, 3, 4])
+    assert [x.method for x in r.receipts] == ["reference"] * 4
+    assert [x.result for x in r.receipts] == [sc.pool.content_hash(v) for v in r.value]
+    assert {x.peer for x in r.receipts} == workers              # round-robin over both workers
+    assert all(x.job == r.job for x in r.receipts)
+    assert r.receipts[1].prev == r.receipts[0].hash
+
+
+def test_intact_ledger_verifies(ledger):
+    assert verify(ledger)["receipts"] == 5 and verify(ledger)["work_units"] == sum(range(100, 105))
+
+
+def test_the_ledger_refuses_updates_and_deletes_through_sqlite(ledger):
+    db = sqlite3.connect(ledger)
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        db.execute("UPDATE receipts SET body = body WHERE seq = 1")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        db.execute("DELETE FROM receipts WHERE seq = 1")
+
+
+def _body(path, seq):
+    return sqlite3.connect(path).execute("SELECT body FROM receipts WHERE seq = ?", (seq,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("attack,match", [
+    ("edit", "does not match its hash"),
+    ("edit-rehash", "signature"),
+    ("delete-middle", "sequence|chain"),
+    ("delete-last", "signed head"),
+    ("insert", "sequence|chain|signature"),
+    ("reorder", "sequence|chain"),
+])
+def test_tampering_is_detected(ledger, attack, match):
+    b3 = _body(ledger, 3)
+    if attack == "edit":
+        tamper(ledger, "UPDATE receipts SET body = replace(body, '\"work_units\":102', '\"work_units\":9999') WHERE seq = 3")
+    elif attack == "edit-rehash":                   # a forger recomputes the hash but has no key
+        new = b3.replace('"work_units":102', '"work_units":9999')
+        tamper(ledger, f"UPDATE receipts SET body = '{new}', hash = '{blake3.blake3(new.encode()).hexdigest()}' WHERE seq = 3")
+    elif attack == "delete-middle":
+        tamper(ledger, "DELETE FROM receipts WHERE seq = 3")
+    elif attack == "delete-last":
+        tamper(ledger, "DELETE FROM receipts WHERE seq = 5")
+    elif attack == "insert":
+        tamper(ledger, "INSERT INTO receipts SELECT 6, body, hash, signature FROM receipts WHERE seq = 2")
+    elif attack == "reorder":
+        tamper(ledger, "UPDATE receipts SET seq = -3 WHERE seq = 3", "UPDATE receipts SET seq = 3 WHERE seq = 4",
+               "UPDATE receipts SET seq = 4 WHERE seq = -3")
+    with pytest.raises(sc.LedgerError, match=match) as e:
+        verify(ledger)
+    assert e.value.diagnostic.code == "ledger"
+
+
+def test_a_swapped_public_key_is_caught_when_pinned(ledger, tmp_path):
+    pinned = Ledger(ledger, readonly=True).public_key
+    other = tmp_path / "other.sqlite"
+    Ledger(other).close()
+    assert Ledger(other, readonly=True).verify()["receipts"] == 0
+    with pytest.raises(sc.LedgerError, match="signed head|signature"):
+        Ledger(other, readonly=True).verify(public_key=pinned)
+
+
+def cli(*args):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.run([sys.executable, "-m", "scellis_jupyter.cli", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_cli_ledger_verify(ledger, tmp_path):
+    r = cli("ledger", "verify", str(ledger), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["receipts"] == 5
+    tamper(ledger, "DELETE FROM receipts WHERE seq = 2")
+    r = cli("ledger", "verify", str(ledger))
+    assert r.returncode == 2 and r.stderr.startswith("error[ledger] at ") and "hint:" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = cli("ledger", "verify", str(tmp_path / "nothing.sqlite"))
+    assert r.returncode == 2 and "no ledger file" in r.stderr and not (tmp_path / "nothing.sqlite").exists()
