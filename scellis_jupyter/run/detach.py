@@ -32,8 +32,8 @@ from ..store.runs import get_run
 from ..store.errors import os_error
 
 
-# `-c` rather than `-m scellis_jupyter.run.detach`: the package imports this module, and runpy warns then
-_CHILD = "import sys; from scellis_jupyter.run.detach import child_main; sys.exit(child_main(sys.argv[1]))"
+# `-c` rather than `-m scellis_jupyter.run.child`: the package imports this module, and runpy warns then
+_CHILD = "import sys; from scellis_jupyter.run.child import child_main; sys.exit(child_main(sys.argv[1]))"
 
 
 def launch(store, job: dict, run_id: str | None = None) -> "Detached":
