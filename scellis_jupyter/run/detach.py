@@ -169,8 +169,3 @@ class Detached:
             return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
-
-
-# ---- the child ------------------------------------------------------------------------------------------
-
-
