@@ -86,13 +86,13 @@ class Spec:
         """A spec file; dataset paths in it are relative to the file's folder."""
         p = Path(path)
         try:
-            data = p.read_bytes()
+            raw = p.read_bytes()
         except FileNotFoundError:
             raise SpecError(f"spec file {str(p)!r} does not exist", where=str(p), kind="missing-file") from None
         except OSError as e:
             raise SpecError(f"spec file {str(p)!r} cannot be read: {e.strerror or e}", where=str(p),
                             kind="unreadable-file") from None
-        text, bad = decode_spec(data, str(p))
+        text, bad = decode_spec(raw, str(p))
         if bad is not None:
             raise SpecError.from_diagnostics([bad])
         return cls.from_text(text, source=str(p), base_dir=p.parent, data=data)

@@ -67,7 +67,7 @@ def test_a_spec_cell_binds_a_model_and_shows_graph_and_plan(ip, cell):
     assert 'data-node="hidden"' in c.html
     assert "2,410 parameters" in c.html                   # 64*32+32 + 32*10+10
     assert 'data-verdict="yellow"' in c.html and "reference device" in c.html    # yellow says why (the CPU path)
-    assert "plan for 'mlp'" in c.text
+    assert "PlanView YELLOW" in c.text and "GraphView: 3 nodes" in c.text   # the widgets' own text forms
 
 
 @pytest.mark.parametrize("body, token, words", [
@@ -212,7 +212,7 @@ def test_wait_on_a_model_without_runs_and_refused_plan(ip, cell):
     cell(MLP)
     assert "has no run to wait for" in _usage(cell("%scellis wait mlp"))
     c = cell("%scellis plan mlp --memory 20000")
-    assert c.error is None and 'data-verdict="red"' in c.html and "fixes" in c.html
+    assert c.error is None and 'data-verdict="red"' in c.html and "Fixes:" in c.html
     msg = _usage(cell("%scellis train mlp --memory 20000 --steps 3"))
     assert "refused before any compute" in msg
 
@@ -310,3 +310,23 @@ def test_widgets_get_the_objects_and_callbacks_when_installed(ip, cell, monkeypa
     assert ip.user_ns["mlp"].spec.recipe["batch_size"] == plan.fixes[i].settings["batch_size"]
     cell("%scellis train mlp --steps 5 --wait")
     assert "RunPanel" in got and got["follow"][0][0] is ip.user_ns["mlp"].run
+
+
+def test_real_widgets_show_and_the_panel_keeps_the_pin(ip, cell):
+    """With the widgets installed, each magic shows the live widget (its view MIME beside the static form),
+    and a run's panel carries the run's pin once it ends (so a notebook saved without `wait` keeps it)."""
+    view = "application/vnd.jupyter.widget-view+json"
+    cell(DATA)
+    c = cell(MLP)
+    kinds = [o["text/plain"].split(":")[0].split()[0] for o in c.outputs if view in o]
+    assert kinds == ["GraphView", "PlanView"], kinds
+    c = cell("%scellis train mlp --steps 5 --wait")
+    assert c.error is None, c.error
+    run_id = ip.user_ns["mlp"].run.run_id
+    panels = [o for o in c.outputs if view in o and o["text/plain"].startswith("RunPanel")]
+    assert any(o.get(RUN_MIME, {}).get("run") == run_id and o[RUN_MIME]["state"] == "finished" for o in panels)
+    assert any(o["text/plain"].startswith("LossCurve") for o in c.outputs if view in o)
+    c = cell("%scellis catalog optimizer")
+    assert c.outputs and view in c.outputs[0] and "adamw" in c.outputs[0]["text/plain"]
+    c = cell("%scellis lr-find mlp --steps 20")
+    assert c.outputs and view in c.outputs[0]
