@@ -306,8 +306,16 @@ def test_widgets_get_the_objects_and_callbacks_when_installed(ip, cell, monkeypa
     i = next(j for j, f in enumerate(plan.fixes) if f.kind == "batch_size")
     new_plan, text = kw["on_fix"](i)
     assert new_plan.peak_bytes < plan.peak_bytes and new_plan.verdict != "red"
-    assert f"batch_size = {plan.fixes[i].settings['batch_size']}" in text
+    assert text is None                      # a `%scellis plan` line's own cell is not the spec's cell
+    assert f"batch_size = {plan.fixes[i].settings['batch_size']}" in ip.user_ns["mlp"].cell_text()
     assert ip.user_ns["mlp"].spec.recipe["batch_size"] == plan.fixes[i].settings["batch_size"]
+    cell(MLP.replace("%%scellis mlp", f"%%scellis mlp --memory {cap}"))     # the cell planned at that capacity
+    (plan,), kw = got["PlanView"]
+    assert plan.verdict == "red"
+    i = next(j for j, f in enumerate(plan.fixes) if f.kind == "batch_size")
+    new_plan, text = kw["on_fix"](i)
+    assert new_plan.verdict != "red" and text.startswith(f"%%scellis mlp --memory {cap}\n")
+    assert f"batch_size = {plan.fixes[i].settings['batch_size']}" in text
     cell("%scellis train mlp --steps 5 --wait")
     assert "RunPanel" in got and got["follow"][0][0] is ip.user_ns["mlp"].run
 
