@@ -307,15 +307,23 @@ def show_training(br, display: Callable, *, on_resume: Callable | None = None) -
     if w is not None:
         panel_ref: list = []
 
-        def pin(ev: dict) -> None:        # subscribed before the panel: its pin is set when the panel refreshes
-            if ev["kind"] == "state" and ev["state"] in ("finished", "failed", "interrupted") and panel_ref:
-                p = _pin_of(br)
-                if p is not None:
-                    panel_ref[0].extra_mime[RUN_MIME] = p
-        br.subscribe(pin)
-        panel = w.RunPanel(br, on_resume=on_resume)
-        panel_ref.append(panel)
+        def pin_of(run):                  # subscribed before the panel: its pin is set when the panel refreshes
+            def pin(ev: dict) -> None:
+                if ev["kind"] == "state" and ev["state"] in ("finished", "failed", "interrupted") and panel_ref:
+                    p = _pin_of(run)
+                    if p is not None:
+                        panel_ref[0].extra_mime[RUN_MIME] = p
+            return pin
+        br.subscribe(pin_of(br))
         curve = w.LossCurve(title=f"{br.name} ({br.run_id})")
+
+        def resumed():                    # the panel's one-click resume: the curve follows the new run too
+            nb = on_resume()
+            nb.subscribe(pin_of(nb))
+            curve.follow(nb, key=nb.run_id)
+            return nb
+        panel = w.RunPanel(br, on_resume=resumed if on_resume is not None else None)
+        panel_ref.append(panel)
         curve.follow(br, key=br.run_id)
         display(panel)
         display(curve)

@@ -129,6 +129,9 @@ def _drive(page, url, path, artifacts, errors):
     wait_cell = _run_cell(page, 6, timeout=300)
     assert _attr(page, panel, "state") == "finished"
     assert "finished" in wait_cell.locator(".jp-OutputArea").inner_text()
+    _wait(lambda: int(page.locator(pts_sel).first.get_attribute("data-points")) > stopped, 20,
+          what="the curve to follow the resumed run")
+    final_points = int(page.locator(pts_sel).first.get_attribute("data-points"))
     acc = _run_cell(page, 7).locator(".jp-OutputArea").inner_text()
     assert float(re.search(r"test accuracy (\d\.\d+)", acc).group(1)) > 0.8, acc
     ver = _run_cell(page, 8, timeout=240).locator(".jp-OutputArea").inner_text()
@@ -147,7 +150,7 @@ def _drive(page, url, path, artifacts, errors):
     page.wait_for_selector("[data-verdict]", timeout=60_000)
     assert _attr(page, "[data-verdict]", "verdict") in ("yellow", "green")
     page.wait_for_selector(pts_sel, timeout=30_000)
-    _wait(lambda: int(page.locator(pts_sel).first.get_attribute("data-points") or 0) >= stopped, 20,
+    _wait(lambda: int(page.locator(pts_sel).first.get_attribute("data-points") or 0) >= final_points, 20,
           what="the saved curve")
     _wait(lambda: _attr(page, panel, "state") == "finished", 20, what="the saved panel")
     _shot(page.locator(".jp-Notebook .jp-Cell").nth(4), artifacts, "reloaded")

@@ -338,3 +338,29 @@ def test_real_widgets_show_and_the_panel_keeps_the_pin(ip, cell):
     assert c.outputs and view in c.outputs[0] and "adamw" in c.outputs[0]["text/plain"]
     c = cell("%scellis lr-find mlp --steps 20")
     assert c.outputs and view in c.outputs[0]
+
+
+def test_one_click_resume_in_the_panel_is_followed_by_the_curve(ip, cell):
+    """The RunPanel's resume button (on_resume = the handle's resume) rebinds the panel; the LossCurve shown
+    beside it follows the resumed run too, and the panel's pin becomes the resumed run's."""
+    import scellis_jupyter.jupyter.display as show
+    shown = []
+    cell(DATA)
+    cell(MLP)
+    m = ip.user_ns["mlp"]
+    br = m.train(steps=3000)
+    panel, curve = show.show_training(br, shown.append, on_resume=m.resume)
+    while br.step < 5:
+        time.sleep(0.02)
+    assert panel.act("stop") is None
+    br.wait(60)
+    assert br.state == "interrupted" and panel.state == "interrupted"
+    assert panel.act("resume_run") is None
+    nb = m.run
+    assert nb is not br and panel.run is nb
+    nb.wait(120)
+    assert nb.state == "finished" and panel.state == "finished"
+    arrays = curve.store.arrays()
+    steps = arrays[(nb.run_id, "loss")][0]
+    assert len(steps) > 0 and steps[-1] == 3000 and arrays[(br.run_id, "loss")][0][-1] < 3000
+    assert panel.extra_mime[RUN_MIME]["run"] == nb.run_id and panel.extra_mime[RUN_MIME]["state"] == "finished"
