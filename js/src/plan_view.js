@@ -4,7 +4,8 @@ import { button, h, fmtBytes, writeAndRecord, showWrite } from "./lib/cell.js";
 import { verdictWords, barSegments } from "./lib/plan_words.js";
 
 const COLORS = { parameters: "#4e79a7", gradients: "#f28e2b", optimizer_state: "#e15759", activations: "#76b7b2",
-  workspace: "#59a14f", master_weights: "#edc948", data: "#b07aa1", buffers: "#9c755f" };
+  workspace: "#59a14f", master_weights: "#edc948", data: "#b07aa1", buffers: "#9c755f", evaluation: "#ff9da7",
+  readback: "#bab0ac" };
 
 function render({ model, el }) {
   const token = Math.random().toString(36).slice(2);

@@ -26,7 +26,8 @@ VERDICT_COLOUR = {"green": "#1a7f37", "yellow": "#9a6700", "red": "#cf222e"}
 VERDICT_WORDS = {"green": "fits", "yellow": "fits, with a warning", "red": "does not fit: refused before any compute"}
 CATEGORY_COLOUR = {"parameters": "#4c78a8", "gradients": "#f58518", "optimizer_state": "#54a24b",
                    "activations": "#e45756", "workspace": "#72b7b2", "master_weights": "#b279a2",
-                   "data": "#ff9da6", "buffers": "#9d755d"}
+                   "data": "#ff9da6", "buffers": "#9d755d", "evaluation": "#bcbd22",
+                   "readback": "#bab0ac"}
 
 
 def widgets():
@@ -264,6 +265,17 @@ def training_static(br) -> Static:
     return Static(run_panel_text(br), run_panel_html(br) + curve_svg(series, skipped=skipped))
 
 
+def _pin_of(br) -> dict | None:
+    """The pin of a run that has ended, or None where it has no record (refused before any compute)."""
+    st = br.run.store
+    if st is None or not br.run_id:
+        return None
+    try:
+        return run_pin(st.get_run(br.run_id), st)
+    except Exception:                                   # noqa: BLE001 - the panel still updates without it
+        return None
+
+
 class _StaticFollower:
     """Keeps one display (by display id) up to date from the training thread, at most once a second, and
     once more at the end; the fallback for the RunPanel and LossCurve widgets."""
@@ -281,12 +293,9 @@ class _StaticFollower:
         with self._lock:
             self._last = now
             out = training_static(self.br)
-            st = self.br.run.store
-            if final and st is not None and self.br.run_id:      # the ended run's pin, saved with the notebook
-                try:
-                    out.extra[RUN_MIME] = run_pin(st.get_run(self.br.run_id), st)
-                except Exception:                               # noqa: BLE001 - the panel still updates
-                    pass
+            p = _pin_of(self.br) if final else None         # the ended run's pin, saved with the notebook
+            if p is not None:
+                out.extra[RUN_MIME] = p
             self.handle.update(out)
         if final:
             self.unsubscribe()
@@ -296,8 +305,25 @@ def show_training(br, display: Callable, *, on_resume: Callable | None = None) -
     """RunPanel and LossCurve widgets following `br`, or a static panel + curve kept up to date."""
     w = widgets()
     if w is not None:
-        panel = w.RunPanel(br, on_resume=on_resume)
+        panel_ref: list = []
+
+        def pin_of(run):                  # subscribed before the panel: its pin is set when the panel refreshes
+            def pin(ev: dict) -> None:
+                if ev["kind"] == "state" and ev["state"] in ("finished", "failed", "interrupted") and panel_ref:
+                    p = _pin_of(run)
+                    if p is not None:
+                        panel_ref[0].extra_mime[RUN_MIME] = p
+            return pin
+        br.subscribe(pin_of(br))
         curve = w.LossCurve(title=f"{br.name} ({br.run_id})")
+
+        def resumed():                    # the panel's one-click resume: the curve follows the new run too
+            nb = on_resume()
+            nb.subscribe(pin_of(nb))
+            curve.follow(nb, key=nb.run_id)
+            return nb
+        panel = w.RunPanel(br, on_resume=resumed if on_resume is not None else None)
+        panel_ref.append(panel)
         curve.follow(br, key=br.run_id)
         display(panel)
         display(curve)

@@ -24,8 +24,9 @@ from .parse import MagicError, cell_diagnostic
 class Model:
     """A spec from a cell (text, name, namespace), planned and trainable in the background."""
 
-    def __init__(self, name: str, text: str, namespace: dict | None = None, *, store=None):
+    def __init__(self, name: str, text: str, namespace: dict | None = None, *, store=None, header: str | None = None):
         self.name = name
+        self.header = header                  # the cell's magic line as written (kept when a fix rewrites it)
         self.namespace = namespace if namespace is not None else {}
         self.store = store
         self.runs: list[BackgroundRun] = []
@@ -66,7 +67,7 @@ class Model:
 
     def cell_text(self) -> str:
         """The full cell (magic line and spec), as a fix or edit writes it back."""
-        return f"%%scellis {self.name}\n{self.text}"
+        return f"{self.header or '%%scellis ' + self.name}\n{self.text}"
 
     # ---- planning ---------------------------------------------------------------------------------------
     def plan(self, *, memory: int | None = None, batch_size: int | None = None, device=None) -> Plan:

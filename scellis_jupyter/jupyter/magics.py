@@ -59,7 +59,7 @@ class ScellisMagics(Magics):
             raise MagicError(f"{head.name} is training (run {old.run.run_id}); redefining it now would lose the "
                              "handle to that run", where=f"cell {head.name}, line 1", code="magic-busy",
                              hint=f"%scellis wait {head.name} or %scellis stop {head.name} first")
-        model = Model(head.name, cell, ns)
+        model = Model(head.name, cell, ns, header=f"%%scellis {line.strip()}")
         if old is not None:
             model.runs = old.runs            # the history of a redefined model stays reachable
         self.models[head.name] = model
@@ -68,15 +68,18 @@ class ScellisMagics(Magics):
             if not head.options.get("no_graph"):
                 display(show.graph_output(model.graph_info(), on_edit=model.edit))
             if not head.options.get("no_plan"):
-                self._show_plan(model)
+                self._show_plan(model, in_cell=True, memory=head.options.get("memory"))
         return None
 
-    def _show_plan(self, model: Model, **kw) -> None:
+    def _show_plan(self, model: Model, in_cell: bool = False, **kw) -> None:
         try:
             p = model.plan(**kw)
         except ScellisError as e:
             raise _usage(e) from None
-        display(show.plan_output(p, on_fix=lambda i: model.apply_fix(i, memory=kw.get("memory"))))
+        def on_fix(i: int):
+            new_plan, text = model.apply_fix(i, memory=kw.get("memory"))
+            return new_plan, (text if in_cell else None)      # a %scellis plan line's cell keeps its own text
+        display(show.plan_output(p, on_fix=on_fix))
 
     def _catalog_cell(self, kind: str, name: str, source: str):
         from ..catalog.registry import load_source

@@ -219,11 +219,11 @@ class CellHeader:
     options: dict = field(default_factory=dict)
 
 
-CELL_OPTIONS = ("--no-plan", "--no-graph", "--quiet")
+CELL_OPTIONS = ("--no-plan", "--no-graph", "--quiet", "--memory")
 
 
 def parse_cell_header(line: str) -> CellHeader:
-    """The words after `%%scellis`: `NAME [--no-plan] [--no-graph]` or `catalog KIND NAME`."""
+    """The words after `%%scellis`: `NAME [--no-plan] [--no-graph] [--memory SIZE]` or `catalog KIND NAME`."""
     words = split_words(line)
     if not words:
         raise MagicError("%%scellis needs a NAME to bind the model to", where="%%scellis line 1",
@@ -242,13 +242,27 @@ def parse_cell_header(line: str) -> CellHeader:
     if not IDENT.match(name):
         raise MagicError(f"{name!r} is not a Python name to bind the model to", where="%%scellis line 1",
                          code="magic-usage", hint="use letters, digits and '_', starting with a letter")
+    memory = None
+    for j, o in enumerate(opts):               # --memory SIZE / --memory=SIZE: plan against that capacity
+        if o == "--memory" or o.startswith("--memory="):
+            val = o.split("=", 1)[1] if "=" in o else (opts[j + 1] if j + 1 < len(opts) else "")
+            try:
+                memory = _size(val)
+            except argparse.ArgumentTypeError as e:
+                raise MagicError(str(e), where="%%scellis line 1", code="magic-usage",
+                                 hint="%%scellis mlp --memory 200KB") from None
+            opts = opts[:j] + opts[j + (1 if "=" in o else 2):]
+            break
     bad = [o for o in opts if o not in CELL_OPTIONS]
     if bad:
         raise MagicError(f"unknown option {bad[0]!r} for a %%scellis cell", where="%%scellis line 1",
                          code="magic-usage", hint=(did_you_mean(bad[0], CELL_OPTIONS) + " "
                                                    if did_you_mean(bad[0], CELL_OPTIONS) else "")
                          + f"options: {', '.join(CELL_OPTIONS)}")
-    return CellHeader("spec", name, None, {o.lstrip("-").replace("-", "_"): True for o in opts})
+    options = {o.lstrip("-").replace("-", "_"): True for o in opts}
+    if memory is not None:
+        options["memory"] = memory
+    return CellHeader("spec", name, None, options)
 
 
 _WHERE = re.compile(r"^(?P<src>.*):(?P<line>\d+):(?P<col>\d+)$")

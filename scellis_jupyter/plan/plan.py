@@ -205,9 +205,11 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
         fixes.append(Fix("batch_size", f"batch size {good} (the largest with {100 - int(100 * GREEN_HEADROOM)}% "
                                        "headroom)", good_peak, overall, {"batch_size": good},
                          {"recipe.batch_size": good}))
-    else:
+    elif bs != 1:                    # a fix equal to the current setting is no fix
         fixes.append(Fix("batch_size", "batch size 1 still leaves little headroom", lo_peak, _verdict(lo_peak, capacity),
                          {"batch_size": 1}, {"recipe.batch_size": 1}))
+    else:
+        p.notes.append("batch size 1 already: a smaller batch is not possible")
     base_flops = program_flops(p.step.program)
     if opts.checkpointing == "none" and opts.relay[1] == 1:
         # the recipe key recomputes segments of the default size; finer segments are a StepOptions setting
@@ -230,11 +232,17 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
               {"recipe.checkpointing": "activations"},
               why_not=f"activations take {p.breakdown['activations']} bytes at the peak")
     if opts.precision == "fp32" and _has_f16(dev):
-        st, pk, _, _ = at(bs, _replace(opts, precision="mixed-f16"))
-        offer("precision", "precision mixed-f16 (f16 weights and compute, f32 master weights and optimizer "
-                           "state, dynamic loss scaling)", pk, {"precision": "mixed-f16"},
-              {"recipe.precision": "mixed-f16"},
-              why_not="the f32 master weights and f32 optimizer state stay, and f16 weights come on top")
+        try:
+            st, pk, _, _ = at(bs, _replace(opts, precision="mixed-f16"))
+        except ScellisError as e:        # a combination the step builder cannot make yet: no fix, said why
+            p.notes.append(f"considered precision mixed-f16: it cannot be planned with this recipe "
+                           f"({e.diagnostic.code} at {e.diagnostic.where}: {e.diagnostic.message})")
+            pk = None
+        if pk is not None:
+                offer("precision", "precision mixed-f16 (f16 weights and compute, f32 master weights and optimizer "
+                               "state, dynamic loss scaling)", pk, {"precision": "mixed-f16"},
+                  {"recipe.precision": "mixed-f16"},
+                  why_not="the f32 master weights and f32 optimizer state stay, and f16 weights come on top")
     opt_cfg = dict(spec.recipe.get("optimizer") or {"name": "adamw"})
     for name, what in (("int8adam", "Int8Adam (Adam with 8-bit block-quantized moments)"),
                        ("adafactor", "Adafactor (factored second moment, no first moment)")):

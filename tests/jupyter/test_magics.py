@@ -67,7 +67,7 @@ def test_a_spec_cell_binds_a_model_and_shows_graph_and_plan(ip, cell):
     assert 'data-node="hidden"' in c.html
     assert "2,410 parameters" in c.html                   # 64*32+32 + 32*10+10
     assert 'data-verdict="yellow"' in c.html and "reference device" in c.html    # yellow says why (the CPU path)
-    assert "plan for 'mlp'" in c.text
+    assert "PlanView YELLOW" in c.text and "GraphView: 3 nodes" in c.text   # the widgets' own text forms
 
 
 @pytest.mark.parametrize("body, token, words", [
@@ -212,7 +212,7 @@ def test_wait_on_a_model_without_runs_and_refused_plan(ip, cell):
     cell(MLP)
     assert "has no run to wait for" in _usage(cell("%scellis wait mlp"))
     c = cell("%scellis plan mlp --memory 20000")
-    assert c.error is None and 'data-verdict="red"' in c.html and "fixes" in c.html
+    assert c.error is None and 'data-verdict="red"' in c.html and "Fixes:" in c.html
     msg = _usage(cell("%scellis train mlp --memory 20000 --steps 3"))
     assert "refused before any compute" in msg
 
@@ -306,7 +306,61 @@ def test_widgets_get_the_objects_and_callbacks_when_installed(ip, cell, monkeypa
     i = next(j for j, f in enumerate(plan.fixes) if f.kind == "batch_size")
     new_plan, text = kw["on_fix"](i)
     assert new_plan.peak_bytes < plan.peak_bytes and new_plan.verdict != "red"
-    assert f"batch_size = {plan.fixes[i].settings['batch_size']}" in text
+    assert text is None                      # a `%scellis plan` line's own cell is not the spec's cell
+    assert f"batch_size = {plan.fixes[i].settings['batch_size']}" in ip.user_ns["mlp"].cell_text()
     assert ip.user_ns["mlp"].spec.recipe["batch_size"] == plan.fixes[i].settings["batch_size"]
+    cell(MLP.replace("%%scellis mlp", f"%%scellis mlp --memory {cap}"))     # the cell planned at that capacity
+    (plan,), kw = got["PlanView"]
+    assert plan.verdict == "red"
+    i = next(j for j, f in enumerate(plan.fixes) if f.kind == "batch_size")
+    new_plan, text = kw["on_fix"](i)
+    assert new_plan.verdict != "red" and text.startswith(f"%%scellis mlp --memory {cap}\n")
+    assert f"batch_size = {plan.fixes[i].settings['batch_size']}" in text
     cell("%scellis train mlp --steps 5 --wait")
     assert "RunPanel" in got and got["follow"][0][0] is ip.user_ns["mlp"].run
+
+
+def test_real_widgets_show_and_the_panel_keeps_the_pin(ip, cell):
+    """With the widgets installed, each magic shows the live widget (its view MIME beside the static form),
+    and a run's panel carries the run's pin once it ends (so a notebook saved without `wait` keeps it)."""
+    view = "application/vnd.jupyter.widget-view+json"
+    cell(DATA)
+    c = cell(MLP)
+    kinds = [o["text/plain"].split(":")[0].split()[0] for o in c.outputs if view in o]
+    assert kinds == ["GraphView", "PlanView"], kinds
+    c = cell("%scellis train mlp --steps 5 --wait")
+    assert c.error is None, c.error
+    run_id = ip.user_ns["mlp"].run.run_id
+    panels = [o for o in c.outputs if view in o and o["text/plain"].startswith("RunPanel")]
+    assert any(o.get(RUN_MIME, {}).get("run") == run_id and o[RUN_MIME]["state"] == "finished" for o in panels)
+    assert any(o["text/plain"].startswith("LossCurve") for o in c.outputs if view in o)
+    c = cell("%scellis catalog optimizer")
+    assert c.outputs and view in c.outputs[0] and "adamw" in c.outputs[0]["text/plain"]
+    c = cell("%scellis lr-find mlp --steps 20")
+    assert c.outputs and view in c.outputs[0]
+
+
+def test_one_click_resume_in_the_panel_is_followed_by_the_curve(ip, cell):
+    """The RunPanel's resume button (on_resume = the handle's resume) rebinds the panel; the LossCurve shown
+    beside it follows the resumed run too, and the panel's pin becomes the resumed run's."""
+    import scellis_jupyter.jupyter.display as show
+    shown = []
+    cell(DATA)
+    cell(MLP)
+    m = ip.user_ns["mlp"]
+    br = m.train(steps=3000)
+    panel, curve = show.show_training(br, shown.append, on_resume=m.resume)
+    while br.step < 5:
+        time.sleep(0.02)
+    assert panel.act("stop") is None
+    br.wait(60)
+    assert br.state == "interrupted" and panel.state == "interrupted"
+    assert panel.act("resume_run") is None
+    nb = m.run
+    assert nb is not br and panel.run is nb
+    nb.wait(120)
+    assert nb.state == "finished" and panel.state == "finished"
+    arrays = curve.store.arrays()
+    steps = arrays[(nb.run_id, "loss")][0]
+    assert len(steps) > 0 and steps[-1] == 3000 and arrays[(br.run_id, "loss")][0][-1] < 3000
+    assert panel.extra_mime[RUN_MIME]["run"] == nb.run_id and panel.extra_mime[RUN_MIME]["state"] == "finished"

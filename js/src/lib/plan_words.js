@@ -3,7 +3,7 @@
 import { fmtBytes } from "./cell.js";
 
 export const CATEGORIES = ["parameters", "gradients", "optimizer_state", "activations", "workspace",
-  "master_weights", "data", "buffers"];
+  "master_weights", "data", "buffers", "evaluation", "readback"];
 
 export function verdictWords(p) {
   const pct = p.capacity_bytes ? (100 * p.peak_bytes / p.capacity_bytes).toFixed(0) : "?";

@@ -44,6 +44,7 @@ class ScellisWidget(anywidget.AnyWidget):
         super().__init__(**kw)
         self._handles: list = []
         self._handles_lock = threading.Lock()
+        self.extra_mime: dict = {}          # more outputs saved beside the widget (a finished run's pin)
         self.on_msg(self._dispatch)
 
     def _dispatch(self, _w, content, buffers) -> None:
@@ -64,6 +65,7 @@ class ScellisWidget(anywidget.AnyWidget):
         data = dict(data)
         data["text/plain"] = self._static_text()
         data["text/html"] = self._static_html()
+        data.update(self.extra_mime)
         return data, md
 
     def _ipython_display_(self, **kwargs) -> None:

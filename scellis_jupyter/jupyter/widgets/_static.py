@@ -32,8 +32,10 @@ def box(inner: str, cls: str, accent: str | None = None) -> str:
             f'max-width:100%;box-sizing:border-box;overflow-x:auto">{inner}</div>')
 
 
-def badge(text: str, color: str) -> str:
-    return (f'<span style="display:inline-block;padding:1px 8px;border-radius:10px;font-weight:700;color:#fff;'
+def badge(text: str, color: str, data: dict | None = None) -> str:
+    """A coloured pill; `data` adds data-* attributes (what tests and scrapers of a saved notebook read)."""
+    attrs = "".join(f' data-{k}="{escape(str(v))}"' for k, v in (data or {}).items())
+    return (f'<span{attrs} style="display:inline-block;padding:1px 8px;border-radius:10px;font-weight:700;color:#fff;'
             f'background:{color}">{escape(text)}</span>')
 
 

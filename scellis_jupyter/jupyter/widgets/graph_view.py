@@ -136,7 +136,7 @@ class GraphView(ScellisWidget):
         for n in info.get("nodes", []):
             x, y = pos[n["id"]]
             title = n["op"] if n["id"] == n["op"] else f"{n['id']}: {n['op']}"
-            parts.append(f'<g><rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="5" fill="var(--jp-layout-color2,#f6f6f6)" '
+            parts.append(f'<g data-node="{escape(n["id"])}"><rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="5" fill="var(--jp-layout-color2,#f6f6f6)" '
                          f'stroke="{BORDER}"/><text x="{x + 6}" y="{y + 16}" font-size="11" font-weight="600" fill="{FG}">'
                          f'{escape(title[:26])}</text><text x="{x + 6}" y="{y + 32}" font-size="10" fill="{FG2}">'
                          f'{escape(str(n.get("shape")))}</text><text x="{x + 6}" y="{y + 47}" font-size="10" fill="{FG2}">'
@@ -145,5 +145,5 @@ class GraphView(ScellisWidget):
         svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" style="max-width:100%;display:block" '
                f'role="img" aria-label="model graph">{"".join(parts)}</svg>')
         head = (f'<div style="font-weight:600">Model graph <span style="color:{FG2};font-weight:400">{len(ids)} nodes · '
-                f'{total} parameters · input {escape(str((info.get("input") or {}).get("shape")))}</span></div>')
+                f'{total:,} parameters · input {escape(str((info.get("input") or {}).get("shape")))}</span></div>')
         return box(head + svg, "scellis-graph")

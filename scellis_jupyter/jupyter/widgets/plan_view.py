@@ -16,7 +16,8 @@ from ._base import ScellisWidget, bundle, error_text
 from ._static import VERDICT, FG2, BORDER, badge, box, fmt_bytes
 
 COLORS = {"parameters": "#4e79a7", "gradients": "#f28e2b", "optimizer_state": "#e15759", "activations": "#76b7b2",
-          "workspace": "#59a14f", "master_weights": "#edc948", "data": "#b07aa1", "buffers": "#9c755f"}
+          "workspace": "#59a14f", "master_weights": "#edc948", "data": "#b07aa1", "buffers": "#9c755f",
+          "evaluation": "#ff9da7", "readback": "#bab0ac"}
 
 
 def plan_dict(plan: Plan) -> dict:
@@ -108,9 +109,9 @@ class PlanView(ScellisWidget):
             if v <= 0:
                 continue
             rects.append(f'<rect x="{w * x / scale:.1f}" y="0" width="{max(w * v / scale, 0.5):.1f}" height="{hgt}" '
-                         f'fill="{COLORS[k]}"><title>{k}: {fmt_bytes(v)}</title></rect>')
+                         f'fill="{COLORS.get(k, "#888")}"><title>{k}: {fmt_bytes(v)}</title></rect>')
             legend.append(f'<span style="margin-right:10px;white-space:nowrap"><i style="display:inline-block;width:10px;'
-                          f'height:10px;background:{COLORS[k]};margin-right:4px"></i>{k.replace("_", " ")} {fmt_bytes(v)}</span>')
+                          f'height:10px;background:{COLORS.get(k, "#888")};margin-right:4px"></i>{k.replace("_", " ")} {fmt_bytes(v)}</span>')
             x += v
         capx = w * cap / scale
         svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {hgt}" width="100%" style="max-width:{w}px;'
@@ -120,7 +121,7 @@ class PlanView(ScellisWidget):
         fixes = "".join(f'<li>[{escape(f["kind"])}] {escape(f["description"])}{_after(f)}</li>'
                         for f in p.get("fixes") or [])
         notes = "".join(f'<div style="color:{FG2};font-size:11px">note: {escape(n)}</div>' for n in p.get("notes") or [])
-        inner = (f'<div>{badge(p.get("verdict", "?").upper(), color)} <b>Plan for {escape(str(p.get("spec")))}</b> '
+        inner = (f'<div>{badge(p.get("verdict", "?").upper(), color, {"verdict": p.get("verdict", "?")})} <b>Plan for {escape(str(p.get("spec")))}</b> '
                  f'<span style="color:{FG2}">{escape(str(p.get("backend")))}:{escape(str(p.get("device")))} · batch '
                  f'{p.get("batch_size")} · tier {escape(str(p.get("tier")))}</span></div>'
                  f'<div class="scellis-verdict" style="margin:6px 0;font-weight:600;color:{color}">{escape(verdict_words(p))}</div>'

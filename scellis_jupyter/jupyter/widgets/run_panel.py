@@ -150,7 +150,7 @@ class RunPanel(ScellisWidget):
     def _static_html(self) -> str:
         frac = min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
         color = STATE_COLORS.get(self.state, "#888")
-        inner = (f'<div>{badge(self.state, color)} <b>{escape(self.name or self.run_id or "run")}</b> '
+        inner = (f'<div>{badge(self.state, color, {"state": self.state})} <b>{escape(self.name or self.run_id or "run")}</b> '
                  f'<span style="color:{FG2}">{escape(self.device_label)} · tier {escape(self.tier)}</span></div>'
                  f'<div style="height:8px;background:var(--jp-layout-color2,#eee);border-radius:4px;margin:6px 0;overflow:hidden">'
                  f'<div style="height:8px;width:{100 * frac:.1f}%;background:{color}"></div></div>'

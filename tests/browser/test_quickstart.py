@@ -1,0 +1,184 @@
+"""The real quickstart notebook (notebooks/quickstart.ipynb: %load_ext, a %%scellis cell, %scellis train / wait /
+verify) in JupyterLab and Chromium: every cell run, the plan widget's verdict and a fix button rewriting the
+spec cell, the curve growing while the run trains, the stop button interrupting it and one-click resume
+finishing it, the saved state after a reload, and the saved notebook's static forms on an offline page.
+
+Two settings differ from the checked-in notebook (as nbclient runs it at small settings): more steps, so
+there is time to watch and stop the run, and `--memory` on the spec cell, so its plan is red with fixes."""
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from test_lab import _attr, _cell_text, _open, _wait
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 4000
+MEMORY = 104_000          # batch 32 needs ~110 kB on the reference planner: red, with a smaller-batch fix
+
+
+def _prepare(nb_dir: Path) -> Path:
+    nb = nbformat.read(ROOT / "notebooks/quickstart.ipynb", 4)
+    src = [c.source for c in nb.cells]
+    assert src[1].startswith("%load_ext scellis_jupyter") and src[3].startswith("%%scellis digits\n")
+    assert src[4].startswith("%scellis train digits") and src[6] == "%scellis wait digits"
+    nb.cells[1].source = src[1].replace('"300"', f'"{STEPS}"')
+    nb.cells[3].source = src[3].replace("%%scellis digits\n", f"%%scellis digits --memory {MEMORY}\n", 1)
+    path = nb_dir / "quickstart.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def _run_cell(page, i, wait=True, timeout=180):
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(i)
+    prompt = cell.locator(".jp-InputArea-prompt")
+    for attempt in range(3):              # a Shift+Enter sent while the kernel is still starting can be lost
+        prompt.click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            _wait(lambda: re.match(r"\[[\d*]+\]", prompt.inner_text().strip()), 20, what=f"cell {i} to start")
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+    if wait:
+        _wait(lambda: re.match(r"\[\d+\]", prompt.inner_text().strip()), timeout, what=f"cell {i} to run")
+    return cell
+
+
+def _shot(cell, artifacts, name):
+    out = cell.locator(".jp-OutputArea")
+    out.scroll_into_view_if_needed()
+    time.sleep(0.3)
+    out.screenshot(path=str(artifacts / f"quickstart-{name}.png"))
+
+
+def test_quickstart_in_jupyterlab(lab, chromium_browser, artifacts):
+    url, nb_dir = lab
+    path = _prepare(nb_dir)
+    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 2400})
+    page = ctx.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        _drive(page, url, path, artifacts, errors)
+    except BaseException:
+        page.screenshot(path=str(artifacts / "quickstart-failure.png"))
+        raise
+    finally:
+        ctx.close()
+    _static_offline(chromium_browser, path, artifacts, nb_dir)
+
+
+def _drive(page, url, path, artifacts, errors):
+    plan, panel, pts_sel = ".sc-plan [data-verdict], [data-verdict]", "[data-state]", "[data-points]"
+    _open(page, url, path.name)
+    cells = page.locator(".jp-Notebook .jp-Cell")
+    _wait(lambda: cells.count() >= 9, 60, what="the notebook's cells")
+    _run_cell(page, 1)
+    _run_cell(page, 2, timeout=120)
+    spec_cell = _run_cell(page, 3)
+
+    # the plan widget's verdict: red at this capacity, with fixes; a fix button re-plans and rewrites the cell
+    page.wait_for_selector("[data-verdict]", timeout=60_000)
+    assert _attr(page, "[data-verdict]", "verdict") == "red"
+    assert "Does not fit" in spec_cell.locator(".sc-words").first.inner_text()
+    assert spec_cell.locator("[data-node]").count() >= 3          # the graph view beside it
+    before = _cell_text(page, 3)
+    assert "batch_size = 32" in before
+    fixes = spec_cell.locator(".sc-fix")
+    k = next(j for j in range(fixes.count()) if "batch size" in fixes.nth(j).inner_text())
+    fixes.nth(k).click()
+    _wait(lambda: _attr(page, "[data-verdict]", "verdict") != "red", 60, what="the plan to change")
+    _wait(lambda: _attr(page, "[data-verdict]", "cell-write"), 30, what="the fix's reply")
+    assert _attr(page, "[data-verdict]", "cell-write") == "cell"
+    after = _cell_text(page, 3)
+    m = re.search(r"batch_size = (\d+)", after)
+    assert m and int(m.group(1)) < 32 and after.startswith(f"%%scellis digits --memory {MEMORY}"), after[:200]
+    _shot(spec_cell, artifacts, "plan-fixed")
+
+    # train: the cell returns at once; the curve grows while the run trains; other cells keep working
+    train_cell = _run_cell(page, 4, timeout=60)
+    page.wait_for_selector(pts_sel, timeout=60_000)
+    _wait(lambda: int(page.locator(pts_sel).first.get_attribute("data-points") or 0) >= 3, 60, what="points")
+    a = int(page.locator(pts_sel).first.get_attribute("data-points"))
+    time.sleep(1.5)
+    b = int(page.locator(pts_sel).first.get_attribute("data-points"))
+    assert b > a, (a, b)
+    assert _attr(page, panel, "state") == "running"
+    c5 = _run_cell(page, 5, timeout=30)                              # `digits.run` while it trains
+    assert "BackgroundRun digits" in c5.locator(".jp-OutputArea").inner_text()
+    _shot(train_cell, artifacts, "running")
+
+    # the stop button: the run is interrupted and the curve stops growing
+    train_cell.locator("[data-action=stop]").click()
+    _wait(lambda: _attr(page, panel, "state") == "interrupted", 60, what="the run to be interrupted")
+    stopped = int(page.locator(pts_sel).first.get_attribute("data-points"))
+    time.sleep(1.0)
+    assert int(page.locator(pts_sel).first.get_attribute("data-points")) == stopped
+    _shot(train_cell, artifacts, "interrupted")
+
+    # one-click resume (the handle's resume), then the rest of the notebook: wait, predict, verify
+    train_cell.locator("[data-action=resume_run]").click()
+    _wait(lambda: _attr(page, panel, "state") in ("running", "finished"), 60, what="the resumed run")
+    wait_cell = _run_cell(page, 6, timeout=300)
+    assert _attr(page, panel, "state") == "finished"
+    assert "finished" in wait_cell.locator(".jp-OutputArea").inner_text()
+    _wait(lambda: int(page.locator(pts_sel).first.get_attribute("data-points")) > stopped, 20,
+          what="the curve to follow the resumed run")
+    final_points = int(page.locator(pts_sel).first.get_attribute("data-points"))
+    acc = _run_cell(page, 7).locator(".jp-OutputArea").inner_text()
+    assert float(re.search(r"test accuracy (\d\.\d+)", acc).group(1)) > 0.8, acc
+    ver = _run_cell(page, 8, timeout=240).locator(".jp-OutputArea").inner_text()
+    assert "verified" in ver, ver
+    _shot(train_cell, artifacts, "finished")
+
+    # save with widget state, shut the kernel down, reload: the saved widgets show their last state
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+s")
+    _wait(lambda: "application/vnd.jupyter.widget-state+json" in json.loads(path.read_text()).get("metadata", {})
+          .get("widgets", {}), 20, what="the notebook to be saved with widget state")
+    page.click("text=Kernel >> nth=0")
+    page.click("text=Shut Down Kernel")
+    time.sleep(1.5)
+    page.reload()
+    page.wait_for_selector("[data-verdict]", timeout=60_000)
+    assert _attr(page, "[data-verdict]", "verdict") in ("yellow", "green")
+    page.wait_for_selector(pts_sel, timeout=30_000)
+    _wait(lambda: int(page.locator(pts_sel).first.get_attribute("data-points") or 0) >= final_points, 20,
+          what="the saved curve")
+    _wait(lambda: _attr(page, panel, "state") == "finished", 20, what="the saved panel")
+    _shot(page.locator(".jp-Notebook .jp-Cell").nth(4), artifacts, "reloaded")
+    assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
+
+
+def _static_offline(browser, path, artifacts, nb_dir):
+    """The notebook as saved, converted to HTML, on a file:// page with every network request refused: the
+    widgets' static forms show the fixed plan, the finished run and its final curve; the run pin is saved."""
+    from nbconvert import HTMLExporter
+    nb = nbformat.read(path, 4)
+    pins = [o["data"]["application/vnd.scellis.run+json"] for c in nb.cells for o in c.get("outputs", [])
+            if "application/vnd.scellis.run+json" in o.get("data", {})]
+    assert pins and pins[-1]["state"] == "finished"
+    shutil.copy(path, artifacts / "quickstart-saved.ipynb")
+    # nbconvert renders an output whose widget is in the saved state with the widget manager's JS from a CDN
+    # (nothing offline); without the state it falls back to each output's text/html: a viewer with no
+    # widget support sees that form, which is what this checks
+    nb.metadata.pop("widgets", None)
+    html, _ = HTMLExporter().from_notebook_node(nb)
+    out = nb_dir / "quickstart.html"
+    out.write_text(html)
+    ctx = browser.new_context(viewport={"width": 1100, "height": 1400}, offline=True)
+    page = ctx.new_page()
+    page.route(re.compile(r"^(?!file:).*"), lambda route: route.abort())
+    page.goto(out.as_uri())
+    assert page.locator(".scellis-plan [data-verdict]").first.get_attribute("data-verdict") in ("yellow", "green")
+    assert "finished" in page.locator(".scellis-run").first.inner_text()
+    assert page.locator(".scellis-curve polyline").count() >= 1
+    page.screenshot(path=str(artifacts / "quickstart-static-offline.png"), full_page=True)
+    ctx.close()
