@@ -6,7 +6,7 @@ benchmarks/startup.py."""
 import pytest
 
 import scellis_jupyter as sc
-import scellis_jupyter.data as data
+import scellis_jupyter.run.run as run_module
 from scellis_jupyter.store import Store
 
 SPEC = """
@@ -27,12 +27,12 @@ def test_the_run_is_listed_before_its_dataset_loads(tmp_path, monkeypatch, how):
     st = Store.open(tmp_path / "st")
     first = sc.train(SPEC, store=st, steps=2, device="reference", progress=False)
     seen = []
-    real = data.load_dataset
+    real = run_module.load_dataset
 
     def loading(*a, **k):
         seen.append([(r.id, r.state) for r in sc.runs(st)])
         return real(*a, **k)
-    monkeypatch.setattr(data, "load_dataset", loading)
+    monkeypatch.setattr(run_module, "load_dataset", loading)      # the name the run loads its data through
     if how == "train":
         run = sc.train(SPEC, store=st, steps=2, device="reference", progress=False, run_id="run-startup")
     else:
