@@ -111,6 +111,10 @@ def main(argv=None) -> int:
     ctx = K.Ctx(None, True)
     print(f"# {ctx.wname}\n# {ctx.tname}", flush=True)
     rows = []
+
+    def save():       # after every section, so a run cut short still leaves its figures
+        if not args.no_write and rows:
+            K.write_results([(f"speed @ {ctx.dev.name}", render(ctx, rows, args.changed))])
     if "matmul" in secs:
         warm = argparse.Namespace(**{**vars(args), "sizes": args.sizes[-1:], "dtypes": ["f32"], "iters": 3})
         K.bench_matmul(ctx, warm)                          # warm-up on the largest real shape, untimed
@@ -119,17 +123,18 @@ def main(argv=None) -> int:
         K.TIER = "debug"
         os.environ["SCELLIS_MATMUL_TUNE"] = "on"
         _reset(ctx)
-    for s in ("attention", "softmax", "layer_norm", "elementwise", "dispatch"):
+        save()
+    for s in ("softmax", "layer_norm", "elementwise", "dispatch", "attention"):
         if s in secs:
             rows += K.SECTIONS[s](ctx, args)
+            save()
     if "training" in secs:
         rows += training_rows(ctx, args)
     bad = [r for r in rows if r.get("err") is not None and not r["err"] < 2e-2]   # NaN fails too
     for r in bad:
         print(f"CHECK FAILED: {r['op']} {r['shape']} err {r['err']:.3g}", file=sys.stderr)
-    if not args.no_write and rows:
-        K.write_results([(f"speed @ {ctx.dev.name}", render(ctx, rows, args.changed))])
-        print(f"wrote {K.RESULTS}")
+    save()
+    print(f"wrote {K.RESULTS}" if not args.no_write else "not written (--no-write)")
     return 1 if bad else 0
 
 
