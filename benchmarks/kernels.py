@@ -31,6 +31,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SECTIONS: dict = {}
+TIER = "debug"        # the tier wgpu_program compiles under (benchmarks/run.py times the tuned matmul under prod)
 
 
 def section(name: str):
@@ -84,7 +85,7 @@ def wgpu_program(ctx: Ctx, tensors):
     from scellis_jupyter.executor.executor import execute
     from scellis_jupyter.program.schedule import compile_program
     be = ctx.be
-    tier, _ = resolve("debug")
+    tier, _ = resolve(TIER)
     prog, leaves = compile_program([t.node for t in tensors], be.name, tier)
     storages = [l.storage for l in leaves]
     box = {}

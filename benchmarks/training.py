@@ -58,7 +58,11 @@ batch_size = 16
 determinism = "prod"
 """
 
-MODELS = {"mlp": MLP, "transformer": TRANSFORMER}
+GPT = (Path(__file__).resolve().parent / "specs" / "plan_only" / "gpt_bench.toml").read_text()
+
+MODELS = {"mlp": MLP, "transformer": TRANSFORMER, "gpt": GPT}
+# torch twins of the token models: (vocab, width, seq, blocks, heads, batch)
+LM_SHAPES = {"transformer": (96, 256, 128, 4, 8, 16), "gpt": (96, 384, 256, 6, 6, 64)}
 
 
 def _time(fn, steps: int, warmup: int = 3) -> float:
@@ -137,16 +141,18 @@ def torch_model(name: str, spec_text: str):
             x = x + self.o(a)
             return x + self.fc2(TF.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
 
+    vocab, width, seq, nblocks, heads, batch = LM_SHAPES[name]
+
     class LM(nn.Module):
         def __init__(self):
             super().__init__()
-            self.emb, self.pos = nn.Embedding(96, 256), nn.Parameter(torch.zeros(128, 256))
-            self.blocks = nn.Sequential(*[Block(256, 8) for _ in range(4)])
-            self.ln, self.head = nn.LayerNorm(256), nn.Linear(256, 96)
+            self.emb, self.pos = nn.Embedding(vocab, width), nn.Parameter(torch.zeros(seq, width))
+            self.blocks = nn.Sequential(*[Block(width, heads) for _ in range(nblocks)])
+            self.ln, self.head = nn.LayerNorm(width), nn.Linear(width, vocab)
 
         def forward(self, x):
             return self.head(self.ln(self.blocks(self.emb(x) + self.pos)))
-    return LM(), (16, (128,), "i32", 96)
+    return LM(), (batch, (seq,), "i32", vocab)
 
 
 def theirs(name: str, spec_text: str, steps: int, device: str) -> dict:

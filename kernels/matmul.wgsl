@@ -6,15 +6,18 @@
 // Accumulation is f32 in a fixed order over k; no atomics. With p.acc = 1 the chunk adds onto C
 // (splitting over K adds blocks in increasing k order). The unrolled bodies are generated in
 // scellis_jupyter/backends/wgpu/kernels/matmul.py.
+// K-split (p.kc > 0): workgroup z = batch * splits + s computes the partial product over
+// k in [s*kc, min(K, (s+1)*kc)) into C + s * p.sc.w (a f32 partial buffer); matmul_ksplit.wgsl then
+// sums the partials in increasing s, a fixed order (deterministic, but not the unsplit order).
 {{ENABLE}}
 struct Params {
   M: u32, N: u32, K: u32, acc: u32,
-  lda: u32, ldb: u32, ldc: u32, _pad: u32,
+  lda: u32, ldb: u32, ldc: u32, kc: u32,   // kc: k per split, 0 = no split
   off: vec4<u32>,      // element offsets of A, B, C inside their bindings
   bsz: vec4<u32>,      // batch dims of this chunk (d0, d1, d2, count)
   sa: vec4<u32>,       // batch strides (elements) of A, B, C over (d0, d1, d2)
   sb: vec4<u32>,
-  sc: vec4<u32>,
+  sc: vec4<u32>,       // .w: element stride between K-split partials
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> A: array<{{T}}>;
@@ -30,16 +33,22 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
   let ty = t / {{TXN}}u;
   let n0 = wid.x * {{TN}}u;
   let m0 = wid.y * {{TM}}u;
-  var z = wid.z;
+  var nsplit = 1u;
+  var kc = p.K;
+  if (p.kc != 0u) { kc = p.kc; nsplit = (p.K + kc - 1u) / kc; }
+  let split = wid.z % nsplit;
+  let kbeg = split * kc;
+  let kend = min(p.K, kbeg + kc);
+  var z = wid.z / nsplit;
   let i2 = z % p.bsz.z;
   z = z / p.bsz.z;
   let i1 = z % p.bsz.y;
   let i0 = z / p.bsz.y;
   let abase = p.off.x + i0 * p.sa.x + i1 * p.sa.y + i2 * p.sa.z;
   let bbase = p.off.y + i0 * p.sb.x + i1 * p.sb.y + i2 * p.sb.z;
-  let cbase = p.off.z + i0 * p.sc.x + i1 * p.sc.y + i2 * p.sc.z;
+  let cbase = p.off.z + i0 * p.sc.x + i1 * p.sc.y + i2 * p.sc.z + split * p.sc.w;
   {{DECL}}
-  for (var k0 = 0u; k0 < p.K; k0 = k0 + {{BK}}u) {
+  for (var k0 = kbeg; k0 < kend; k0 = k0 + {{BK}}u) {
     {{LOAD}}
     workgroupBarrier();
     {{COMPUTE}}
@@ -57,7 +66,7 @@ var c{{R}}_{{H}} = vec4<f32>(0.0);
 { let e = t + {{E0}}u; let kk = e % {{BK}}u; let r4 = e / {{BK}}u;
   let gk = k0 + kk; let gr = m0 + r4 * 4u;
   var v = vec4<f32>(0.0);
-  if (gk < p.K) {
+  if (gk < kend) {
     if (gr + 0u < p.M) { v.x = f32(A[abase + (gr + 0u) * p.lda + gk]); }
     if (gr + 1u < p.M) { v.y = f32(A[abase + (gr + 1u) * p.lda + gk]); }
     if (gr + 2u < p.M) { v.z = f32(A[abase + (gr + 2u) * p.lda + gk]); }
@@ -70,7 +79,7 @@ var c{{R}}_{{H}} = vec4<f32>(0.0);
 { let e = t + {{E0}}u; let kk = e / {{TN4}}u; let c4 = e % {{TN4}}u;
   let gk = k0 + kk; let gc = n0 + c4 * 4u;
   var v = vec4<f32>(0.0);
-  if (gk < p.K) {
+  if (gk < kend) {
     let row = bbase + gk * p.ldb + gc;
     if (gc + 0u < p.N) { v.x = f32(B[row + 0u]); }
     if (gc + 1u < p.N) { v.y = f32(B[row + 1u]); }

@@ -76,6 +76,11 @@ class WgpuBackend:
         import wgpu
         self.wgpu = wgpu
         self.label = label
+        info = dict(getattr(adapter, "info", None) or {})
+        # what tuning caches are keyed by: the same chip and driver tune the same way
+        self.adapter_id = "|".join(str(info.get(k, "")) for k in ("vendor_id", "device_id", "device", "description",
+                                                                   "backend_type")) or label
+        self.tier: str | None = None     # the tier of the program being run (launchers may branch on it)
         feats = set(adapter.features)
         want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats]
         required = requested_limits(adapter.limits)
@@ -307,6 +312,7 @@ class WgpuBackend:
         program whose roots sit at the same offsets and sizes as when it was recorded, sharing buffers
         the same way, binds the same windows: its dispatches replay without running the launchers."""
         self._check_lost()
+        self.tier = getattr(prog, "tier", None)
         self._roots = list(roots or [])
         sig = _signature(self._roots)
         rec = self._records.get(prog.hash)

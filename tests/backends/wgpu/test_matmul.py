@@ -85,16 +85,83 @@ def test_f16_accumulates_in_f32(sa, sb):
     check(got, a, b, "f16", against=mm(a, b, REF, "f16"))
 
 
-@pytest.mark.parametrize("variant", ["big", "mid", "small"])
+from scellis_jupyter.backends.wgpu.kernels.matmul_tune import VARIANTS  # noqa: E402
+
+
+def _fresh(monkeypatch, tune):
+    """Force a matmul config (SCELLIS_MATMUL_TUNE) and forget recorded programs so launchers choose again."""
+    monkeypatch.setenv("SCELLIS_MATMUL_TUNE", tune)
+    WG.impl.flush()
+    WG.impl._records.clear()
+    WG.impl._prog_params.clear()
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_tile_variant_on_odd_shapes(variant, monkeypatch):
-    from scellis_jupyter.backends.wgpu.kernels import matmul as M
-    monkeypatch.setattr(M, "pick_variant", lambda m, n, b: variant)
+    _fresh(monkeypatch, variant)
     for sa, sb in [((129, 257), (257, 65)), ((1, 1), (1, 1)), ((3, 130, 9), (9, 131)), ((2, 1, 5, 7), (3, 7, 4))]:
         a, b = R.standard_normal(sa).astype(np.float32), R.standard_normal(sb).astype(np.float32)
         check(mm(a, b, WG), a, b)
         if WG.impl.has_f16:
             a16, b16 = a.astype(np.float16), b.astype(np.float16)
             check(mm(a16, b16, WG, "f16"), a16, b16, "f16")
+    assert f"matmul:{variant}:f32" in WG.impl._pipelines      # the forced tile really ran
+
+
+KSPLIT_SHAPES = [((70, 1030), (1030, 90)), ((1, 1100), (1100, 3)), ((130, 2048), (2048, 129))]   # K >= 128 * 8
+
+
+@pytest.mark.parametrize("config", ["mid:4", "big:2", "tall:8", "small:2"])
+def test_ksplit_matches_float64_and_reruns_bit_identically(config, monkeypatch):
+    """Under prod a K-split runs (partials + a fixed-order sum): within the f32 bound, and the same bits twice."""
+    _fresh(monkeypatch, config)
+    with sc.tier("prod"):
+        for sa, sb in KSPLIT_SHAPES:
+            a, b = R.standard_normal(sa).astype(np.float32), R.standard_normal(sb).astype(np.float32)
+            before = WG.impl.dispatches
+            r1 = mm(a, b, WG)
+            assert WG.impl.dispatches - before == 2          # the partial products, then their sum
+            check(r1, a, b)
+            assert np.array_equal(r1, mm(a, b, WG))
+
+
+def test_ksplit_is_never_used_under_debug(monkeypatch):
+    """debug promises the unsplit summation order: a forced K-split falls back to the plain tile, bit for bit."""
+    a, b = R.standard_normal((70, 1030)).astype(np.float32), R.standard_normal((1030, 90)).astype(np.float32)
+    with sc.tier("debug"):
+        _fresh(monkeypatch, "mid")
+        plain = mm(a, b, WG)
+        _fresh(monkeypatch, "mid:4")
+        before = WG.impl.dispatches
+        got = mm(a, b, WG)
+        assert WG.impl.dispatches - before == 1
+    assert np.array_equal(got, plain)
+
+
+def test_autotune_caches_per_adapter(monkeypatch, tmp_path):
+    from scellis_jupyter.backends.wgpu.kernels import matmul_tune as T
+    monkeypatch.setenv("SCELLIS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(WG.impl, "_matmul_tuner", None, raising=False)
+    _fresh(monkeypatch, "on")
+    a, b = R.standard_normal((96, 700)).astype(np.float32), R.standard_normal((700, 80)).astype(np.float32)
+    with sc.tier("prod"):
+        check(mm(a, b, WG), a, b)
+    path = T.cache_path(WG.impl.adapter_id)
+    assert path.parent.parent == tmp_path and path.exists()
+    table = T.Tuner(WG.impl).table
+    key = T.shape_class("f32", 96, 80, 700, 1)
+    assert key in table
+    assert table[key] in T.candidates("f32", 96, 80, 700, 1, True, "prod", WG.impl.binding_limit)
+    # a second lookup reads the cache: no timing runs (the timer would raise)
+    WG.impl._matmul_tuner = T.Tuner(WG.impl)
+    assert T.choose(WG.impl, "f32", 96, 80, 700, 1, True, lambda *c: 1 / 0) == table[key]
+
+
+def test_unknown_forced_config_is_a_clear_error(monkeypatch):
+    _fresh(monkeypatch, "huge:3")
+    with pytest.raises(sc.ScellisError) as e:
+        mm(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32), WG)
+    assert "SCELLIS_MATMUL_TUNE" in str(e.value.diagnostic.message)
 
 
 def test_batch_beyond_workgroup_limit_is_folded(monkeypatch):

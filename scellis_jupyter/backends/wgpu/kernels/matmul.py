@@ -6,6 +6,10 @@ array spills to memory and was ~30x slower), BK=8, A and B staged in workgroup m
 body is assembled here from the named pieces of kernels/matmul.wgsl. Small or odd shapes take a
 smaller tile so fewer threads idle. Every load and store is bounds checked, so any M, N, K works.
 
+Tile and K-split per shape class: matmul_tune.py (a fixed table by default, autotuned and cached on
+disk per adapter with SCELLIS_MATMUL_TUNE=on). A K-split runs the splits as workgroups along z into a
+f32 partial buffer (scratch) and sums them in a fixed order with matmul_ksplit.wgsl.
+
 Splitting: when an operand or the output exceeds the binding limit the launcher cuts the work into
 chunks (a batch box, an M row block, an N column block, a K block), binds aligned windows (A rows
 and C rows are contiguous over an M block; B rows over a K block) with element offsets in params,
@@ -21,27 +25,17 @@ import struct
 from .... import dtypes as dt
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
+from ...storage import Storage
+from .matmul_tune import VARIANTS, choose, default_config, time_direct
 from .registry import launcher
 from .strided import collapse, contiguous_strides, window
 
 WG_MAX = 65535
 XYZW = "xyzw"
 
-# name: (TM, TN, RM, RN, BK)
-VARIANTS = {
-    "big": (128, 128, 8, 8, 8),     # 256 threads, 16 vec4 accumulators each
-    "mid": (64, 64, 4, 4, 16),      # 256 threads, 4 vec4 accumulators each
-    "small": (32, 32, 4, 4, 16),    # 64 threads
-}
-
-
 def pick_variant(m: int, n: int, batch: int) -> str:
-    """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise."""
-    if m >= 128 and n >= 128 and math.ceil(m / 128) * math.ceil(n / 128) * batch >= 32:
-        return "big"
-    if m >= 48 and n >= 48:
-        return "mid"
-    return "small"
+    """The deterministic table's tile (see matmul_tune.default_config)."""
+    return default_config(m, n, batch)[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -215,22 +209,110 @@ def _matmul(be, v, ins, out):
             m1 = min(m, m0 + mb)
             for n0 in range(0, n, nb):
                 n1 = min(n, n0 + nb)
-                variant = pick_variant(m1 - m0, n1 - n0, nbat)
-                tm, tn = VARIANTS[variant][:2]
-                gx, gy = math.ceil((n1 - n0) / tn), math.ceil((m1 - m0) / tm)
-                if gx > WG_MAX or gy > WG_MAX:
-                    raise KernelError(f"a {m1 - m0}x{n1 - n0} matmul chunk needs more than {WG_MAX} "
-                                      "workgroups along one axis", where="op 'matmul'")
-                src = source(variant, d)
-                key = f"matmul:{variant}:{d}"
+                whole = (m1 - m0, n1 - n0, kb) == (m, n, k) and nbat == 1
+                cm, cn, ck = m1 - m0, n1 - n0, min(k, kb)
+
+                def timer(variant, splits, _b=(bstart, bsize, m0, m1, n0, n1)):
+                    return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat)
+                variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer)
+                if splits > 1:
+                    _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1)
+                    continue
                 for ki, k0 in enumerate(range(0, k, kb)):
                     k1 = min(k, k0 + kb)
-                    wins, offs = [], []
-                    for s, (lo, hi) in zip((a, b, out), plan.spans(bstart, bsize, m0, m1, n0, n1, k0, k1)):
-                        w, off = window(s, 0, lo, hi, isz, be.offset_align)
-                        wins.append(w)
-                        offs.append(off)
-                    params = struct.pack("<8I4I4I4I4I4I", m1 - m0, n1 - n0, k1 - k0, 1 if ki else 0,
-                                         k, n, n, 0, *offs, 0, *dims, nbat,
-                                         *st3[0], 0, *st3[1], 0, *st3[2], 0)
-                    be.launch(key, src, wins, params, (gx, gy, nbat))
+                    wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, k0, k1)
+                    _launch_tile(be, d, variant, wins, _params(m1 - m0, n1 - n0, k1 - k0, 1 if ki else 0, k, n, n,
+                                                               0, offs, dims, nbat, st3, 0), nbat)
+
+
+def _params(m, n, k, acc, lda, ldb, ldc, kc, offs, dims, nbat, st3, psplit) -> bytes:
+    return struct.pack("<8I4I4I4I4I4I", m, n, k, acc, lda, ldb, ldc, kc, *offs, 0, *dims, nbat,
+                       *st3[0], 0, *st3[1], 0, *st3[2], psplit)
+
+
+def _windows(be, plan, bstart, bsize, m0, m1, n0, n1, k0, k1):
+    wins, offs = [], []
+    for s, (lo, hi) in zip((plan.a, plan.b, plan.c), plan.spans(bstart, bsize, m0, m1, n0, n1, k0, k1)):
+        w, off = window(s, 0, lo, hi, plan.isz, be.offset_align)
+        wins.append(w)
+        offs.append(off)
+    return wins, offs
+
+
+def _groups(variant, m, n, z):
+    tm, tn = VARIANTS[variant][:2]
+    gx, gy = math.ceil(n / tn), math.ceil(m / tm)
+    if gx > WG_MAX or gy > WG_MAX or z > WG_MAX:
+        raise KernelError(f"a {m}x{n} matmul chunk needs more than {WG_MAX} workgroups along one axis",
+                          where="op 'matmul'")
+    return gx, gy, z
+
+
+def _launch_tile(be, d, variant, wins, params, z):
+    m, n = struct.unpack_from("<2I", params)
+    be.launch(f"matmul:{variant}:{d}", source(variant, d), wins, params, _groups(variant, m, n, z))
+
+
+def _ksplit_partials(be, m, n, splits) -> Storage:
+    nbytes = m * n * splits * 4
+    return Storage(be, be.scratch("matmul-ksplit", nbytes), 0, (splits, m, n), "f32", nbytes)
+
+
+def _ksplit_kc(k, splits, variant):
+    bk = VARIANTS[variant][4]
+    return math.ceil(math.ceil(k / splits) / bk) * bk
+
+
+def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1):
+    """One matrix (the whole problem, f32): `splits` partial products in parallel, then their fixed-order sum."""
+    m, n, k = m1 - m0, n1 - n0, plan.k
+    wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, 0, k)
+    part = _ksplit_partials(be, m, n, splits)
+    kc = _ksplit_kc(k, splits, variant)
+    nsplit = math.ceil(k / kc)
+    z3 = [[0, 0, 0]] * 3
+    params = _params(m, n, k, 0, k, n, n, kc, (offs[0], offs[1], 0), [1, 1, 1], 1, z3, m * n)
+    _launch_tile(be, "f32", variant, [wins[0], wins[1], part], params, nsplit)
+    be.launch(f"matmul_ksplit:{d}", ksplit_source(d), [part, wins[2]],
+              struct.pack("<4I", m * n, nsplit, 0, offs[2]), math.ceil(m * n / 256))
+
+
+@functools.lru_cache(maxsize=None)
+def ksplit_source(dtype: str) -> str:
+    return render("matmul_ksplit", ENABLE=enable_f16(dtype), T=WGSL_TYPE[dtype])
+
+
+def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat) -> float:
+    """Seconds per run of this chunk under (variant, splits), run on scratch copies outside any program
+    (autotuning: the real operands may not hold data yet)."""
+    bstart, bsize, m0, m1, n0, n1 = box
+    m, n, k = m1 - m0, n1 - n0, plan.k
+    isz = plan.isz
+    bufs = [be._buffer(max(4, nbat * x * isz)) for x in (m * k, k * n, m * n)]
+    dispatches = []
+
+    def add(key, src, buffers, params, groups):
+        pipe = be.pipeline(key, src)
+        ubuf = be.device.create_buffer_with_data(data=params + bytes((-len(params)) % 16), usage=0x40 | 0x08)
+        entries = [{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": ubuf.size}}]
+        entries += [{"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                    for i, b in enumerate(buffers)]
+        bg = be.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
+        dispatches.append((pipe, bg, groups))
+    if splits > 1:
+        kc = _ksplit_kc(k, splits, variant)
+        nsplit = math.ceil(k / kc)
+        part = be._buffer(m * n * splits * 4)
+        z3 = [[0, 0, 0]] * 3
+        add(f"matmul:{variant}:f32", source(variant, "f32"), [bufs[0], bufs[1], part],
+            _params(m, n, k, 0, k, n, n, kc, (0, 0, 0), [1, 1, 1], 1, z3, m * n), _groups(variant, m, n, nsplit))
+        add(f"matmul_ksplit:{d}", ksplit_source(d), [part, bufs[2]], struct.pack("<4I", m * n, nsplit, 0, 0),
+            (min(math.ceil(m * n / 256), WG_MAX), math.ceil(math.ceil(m * n / 256) / WG_MAX), 1))
+    else:
+        s3 = [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
+        if nbat > 1:
+            s3 = [[0, 0, m * k], [0, 0, k * n], [0, 0, m * n]]
+        add(f"matmul:{variant}:{d}", source(variant, d), bufs,
+            _params(m, n, k, 0, k, n, n, 0, (0, 0, 0), [1, 1, nbat], nbat, s3, 0), _groups(variant, m, n, nbat))
+    be.flush()
+    return time_direct(be, bufs[2], dispatches)

@@ -1,0 +1,168 @@
+"""Which matmul tile (and K-split) to run for a shape class on an adapter: a fixed table, or measured.
+
+Why: one tile shape for every size leaves most of a large GPU idle on smaller problems (2048^3 ran at a
+sixth of the 8192^3 rate on an H200 with the 128x128 tile alone). Tile variants do not change the
+summation order of an output element (each thread adds k in increasing order), so any of them may run
+under any tier; a K-split does change it (partials summed in a fixed split order: deterministic run to
+run, but not the unsplit order), so it is never chosen under the `debug` tier.
+
+SCELLIS_MATMUL_TUNE selects the policy:
+  off (default)  the deterministic table (`default_config`): what tests and CI run
+  on             read the on-disk cache; on a miss time a few candidates once and store the winner
+  CONFIG         force one config everywhere, e.g. `mid` or `big:4` (variant[:splits]); for tests
+The cache is a JSON file per adapter id under $SCELLIS_CACHE_DIR (default ~/.cache/scellis)/matmul-tune/.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+from ....errors import KernelError
+
+# name: (TM, TN, RM, RN, BK)
+VARIANTS = {
+    "big": (128, 128, 8, 8, 8),     # 256 threads, 16 vec4 accumulators each
+    "big16": (128, 128, 8, 8, 16),  # same tile, deeper k step (16 KiB of workgroup memory)
+    "tall": (128, 64, 8, 4, 16),    # 256 threads, 8 accumulators: twice the workgroups of `big`
+    "wide": (64, 128, 4, 8, 16),
+    "mid": (64, 64, 4, 4, 16),      # 256 threads, 4 vec4 accumulators each
+    "small": (32, 32, 4, 4, 16),    # 64 threads
+}
+SPLITS = (1, 2, 4, 8)
+
+
+def default_config(m: int, n: int, batch: int) -> tuple[str, int]:
+    """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise."""
+    if m >= 128 and n >= 128 and math.ceil(m / 128) * math.ceil(n / 128) * batch >= 32:
+        return "big", 1
+    if m >= 48 and n >= 48:
+        return "mid", 1
+    return "small", 1
+
+
+def _bucket(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(x, 1))))
+
+
+def shape_class(dtype: str, m: int, n: int, k: int, batch: int) -> str:
+    return f"{dtype}:{_bucket(m)}x{_bucket(n)}x{_bucket(k)}:b{min(_bucket(batch), 64)}"
+
+
+def ksplit_ok(splits: int, m: int, n: int, k: int, batch: int, dtype: str, tier, binding_limit: int) -> bool:
+    """Whether a K-split of `splits` may run: f32, one matrix, not under debug, partials fit a binding."""
+    if splits == 1:
+        return True
+    return (dtype == "f32" and batch == 1 and tier != "debug" and k >= 128 * splits
+            and m * n * splits * 4 <= binding_limit)
+
+
+def parse_forced(text: str) -> tuple[str, int]:
+    name, _, s = text.partition(":")
+    splits = int(s) if s else 1
+    if name not in VARIANTS or splits not in SPLITS:
+        raise KernelError(f"SCELLIS_MATMUL_TUNE={text!r} names no matmul config",
+                          where="environment", hint=f"use off, on, or one of {sorted(VARIANTS)}[:{'|'.join(map(str, SPLITS))}]")
+    return name, splits
+
+
+def cache_path(adapter_id: str) -> Path:
+    root = Path(os.environ.get("SCELLIS_CACHE_DIR") or Path.home() / ".cache" / "scellis")
+    return root / "matmul-tune" / (hashlib.sha256(adapter_id.encode()).hexdigest()[:16] + ".json")
+
+
+class Tuner:
+    """Per-backend memo of shape class -> (variant, splits), backed by the on-disk cache."""
+
+    def __init__(self, be):
+        self.be = be
+        self.path = cache_path(be.adapter_id)
+        self.table: dict = {}
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("adapter") == be.adapter_id:
+                self.table = {k: (v[0], int(v[1])) for k, v in data.get("configs", {}).items() if v[0] in VARIANTS}
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            self.table = {}
+
+    def save(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"adapter": self.be.adapter_id,
+                                       "configs": {k: list(v) for k, v in sorted(self.table.items())}}, indent=1))
+            os.replace(tmp, self.path)
+        except OSError:
+            pass        # a cache we cannot write only costs a re-tune next session
+
+
+def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, timer) -> tuple[str, int]:
+    """The (variant, splits) for this chunk. `timer(variant, splits)` returns seconds per run (autotune)."""
+    mode = os.environ.get("SCELLIS_MATMUL_TUNE", "off")
+    tier = getattr(be, "tier", None)
+    if mode == "off":
+        return default_config(m, n, batch)
+    if mode != "on":
+        v, s = parse_forced(mode)
+        if not (whole and ksplit_ok(s, m, n, k, batch, dtype, tier, be.binding_limit)):
+            s = 1
+        return v, s
+    tuner = getattr(be, "_matmul_tuner", None)
+    if tuner is None:
+        tuner = be._matmul_tuner = Tuner(be)
+    key = shape_class(dtype, m, n, k, batch) + (":det" if tier == "debug" else "") + ("" if whole else ":chunk")
+    got = tuner.table.get(key)
+    if got is None:
+        got = tuner.table[key] = autotune(be, dtype, m, n, k, batch, whole, tier, timer)
+        tuner.save()
+    return got
+
+
+def candidates(dtype, m, n, k, batch, whole, tier, binding_limit) -> list[tuple[str, int]]:
+    out = []
+    for v, (tm, tn, *_rest) in VARIANTS.items():
+        if v == "small" and m >= 64 and n >= 64:
+            continue
+        tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+        for s in SPLITS:
+            if s > 1 and (not whole or tiles * s > 1024 or not ksplit_ok(s, m, n, k, batch, dtype, tier, binding_limit)):
+                continue
+            out.append((v, s))
+    return out
+
+
+def autotune(be, dtype, m, n, k, batch, whole, tier, timer) -> tuple[str, int]:
+    best, best_t = default_config(m, n, batch), math.inf
+    for cand in candidates(dtype, m, n, k, batch, whole, tier, be.binding_limit):
+        try:
+            t = timer(*cand)
+        except Exception:       # a variant that fails to build or run here is simply not chosen
+            continue
+        if t < best_t:
+            best, best_t = cand, t
+    return best
+
+
+def time_direct(be, shader_a, dispatches, reps: int = 5) -> float:
+    """Seconds per run of `dispatches` [(pipeline, bind_group, groups)], outside any program: warm-up, then
+    `reps` runs in one submit, ending in a small readback."""
+    dev = be.device
+
+    def go(n):
+        enc = dev.create_command_encoder()
+        p = enc.begin_compute_pass()
+        for _ in range(n):
+            for pipe, bg, wg in dispatches:
+                p.set_pipeline(pipe)
+                p.set_bind_group(0, bg)
+                p.dispatch_workgroups(*wg)
+        p.end()
+        dev.queue.submit([enc.finish()])
+        dev.queue.read_buffer(shader_a, 0, 4)
+    go(2)
+    t0 = time.perf_counter()
+    go(reps)
+    return (time.perf_counter() - t0) / reps
