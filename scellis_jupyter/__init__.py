@@ -26,18 +26,16 @@ from .run.run import Run, StepResult
 from .run.verify import verify
 from .errors import LedgerError, PoolError, PoolUnreachable, RejectedResult
 from .pool import Job, JobResult, Ledger, Pool, Shard
-from .jupyter.magics import load_ipython_extension as load
-from .jupyter.magics import unload_ipython_extension as unload
-
-
 
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
+    from .jupyter.magics import load_ipython_extension as load     # optional: IPython, only inside a kernel
     load(ip)
 
 
 def unload_ipython_extension(ip) -> None:
     """`%unload_ext scellis_jupyter`."""
+    from .jupyter.magics import unload_ipython_extension as unload  # optional: IPython, only inside a kernel
     unload(ip)
 
 
