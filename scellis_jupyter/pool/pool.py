@@ -8,6 +8,8 @@ spot-check, quorum, Freivalds) and only accepted futures enter the tree reductio
 """
 from __future__ import annotations
 
+import sys
+
 import itertools
 import logging
 import os
@@ -75,6 +77,9 @@ class Pool:
                 raise PoolError(f"a pool needs at least one worker, got workers={workers}", where="Pool",
                                 hint="give workers=1 or more")
             procs = (workers is not None) if processes is None else bool(processes)
+            main = sys.modules.get("__main__")
+            if procs and main is not None and not hasattr(main, "__spec__"):
+                main.__spec__ = None   # multiprocessing's spawn reads it; an exec'd or embedded __main__ may lack it
             import dask      # dask: no work stealing, so a shard runs where it was sent unless that worker leaves
             with dask.config.set({"distributed.scheduler.work-stealing": False}):
                 self.cluster = LocalCluster(n_workers=n, processes=procs, threads_per_worker=threads_per_worker,
