@@ -12,6 +12,7 @@ behaviour.
 """
 from __future__ import annotations
 
+import abc
 import builtins
 from typing import Any
 
@@ -304,7 +305,7 @@ class AveragedRatio(ConfusionCounts):
         return prf[("precision", "recall", "f1").index(self.ratio)]
 
 
-class OneVsRest(Accumulator):
+class OneVsRest(Accumulator, abc.ABC):
     """A ranking metric kept exact: every probability row and target is stored (concatenated state).
 
     compute() is `binary(score, positive, what)` on class 1 for two classes, else its unweighted mean over
@@ -320,8 +321,9 @@ class OneVsRest(Accumulator):
         z, t = as_logits(self, pred, target)
         self._add(probs=as_probs(z), target=t)
 
+    @abc.abstractmethod
     def binary(self, score: np.ndarray, positive: np.ndarray, what: str) -> float:
-        raise NotImplementedError
+        """The metric of one class against the rest (`what` names it in errors)."""
 
     def compute(self) -> float:
         st = self._require()

@@ -7,6 +7,8 @@ in common lives where both can import it (`from scellis_jupyter.catalog.optimize
 """
 from __future__ import annotations
 
+import abc
+
 from ..graph import functional as F
 from ..graph.node import Node
 from .registry import Param, StateDecl
@@ -33,7 +35,7 @@ def adam_params(weight_decay: Param) -> dict:
             "amsgrad": Param(bool, False, doc="use the running max of v (Reddi et al. 2018)")}
 
 
-class AdamFamily:
+class AdamFamily(abc.ABC):
     """torch.optim.Adam's update: m, v (and vmax with AMSGrad) in f32 or f64, the bias corrections dividing
     the step size and sqrt(v) as torch does. Subclasses define `decay(x, g, lr) -> (x, g)`, applied
     when weight_decay is not 0: L2 into the gradient (Adam) or decoupled from it (AdamW)."""
@@ -46,8 +48,9 @@ class AdamFamily:
         names = ["m", "v"] + (["vmax"] if self.amsgrad else [])
         return [StateDecl(n, shape, state_dtype(dtype)) for n in names]
 
+    @abc.abstractmethod
     def decay(self, x: Node, g: Node, lr: Node) -> tuple[Node, Node]:
-        raise NotImplementedError
+        """Weight decay as (new x, new g): L2 into the gradient or decoupled from it."""
 
     def update(self, p: Node, g: Node, state: dict[str, Node], step: Node, lr: Node) -> tuple[Node, dict[str, Node]]:
         c = state["m"].dtype
