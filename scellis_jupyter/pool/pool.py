@@ -287,7 +287,7 @@ class Pool:
                     except ScellisError:
                         if self.trust == "own":
                             raise
-                        raised.append((w, "raised an error"))                   # a stranger's error is a lie
+                        raised.append((w, f"raised {str(sys.exc_info()[1])[:300]}"))  # a peer's error: a lie
                         continue
                     except Exception as e:
                         if job.verify == "none":

@@ -67,7 +67,7 @@ def admit(job, trust: str) -> None:
             raise TrustRefused(f"{k!r} is classified {v!r}", where=_where(job), hint=f"classes are {', '.join(CLASSES)}")
     if trust == "own":
         return
-    where = f"{_where(job)} on a {trust} pool"
+    where = f"{_where(job)} on {'an' if trust == 'open' else 'a'} {trust} pool"
     if job.verify == "none":
         raise TrustRefused(f"a {trust} pool verifies every job; this one declares verify='none'", where=where,
                            hint="declare verify='reference', 'spot', 'quorum' or 'freivalds'")
@@ -85,9 +85,6 @@ def admit(job, trust: str) -> None:
         if job.safety_critical:
             raise TrustRefused("a safety-critical job does not run on an open pool", where=where,
                                hint="run it on an own or consortium pool")
-        if classes["model"] == "confidential":
-            raise TrustRefused("the job's model is confidential", where=where,
-                               hint="an open pool gets only what may be public; use an own or consortium pool")
         for k, v in classes.items():
             if k == "model":
                 continue
@@ -99,6 +96,9 @@ def admit(job, trust: str) -> None:
                 raise TrustRefused(f"input {k!r} is {said}: an open pool gets only public data", where=where,
                                    hint="declare classification='public' if it is; otherwise use an own or "
                                         "consortium pool")
+        if classes["model"] == "confidential":
+            raise TrustRefused("the job's model is confidential", where=where,
+                               hint="an open pool gets only what may be public; use an own or consortium pool")
         if classes["model"] is None:
             raise TrustRefused("the job's model is undeclared: an open pool gets no confidential model",
                                where=where, hint="declare classification={'model': 'public'|'internal', ...}")
