@@ -88,7 +88,7 @@ class Job:
 
     Trust (pool/trust.py): `classification` is "public", "internal" or "confidential", for the whole job or as
     {input name or "model": class}; `safety_critical` marks a job no open pool may run. `canaries` plants that
-    many shards with known answers per peer, at CSPRNG-chosen places (pool/canary.py).
+    many shards with known answers per peer, at CSPRNG-chosen places (Pool.run).
     """
 
     fn: Callable

@@ -247,10 +247,10 @@ class Pool:
                 for aid, (shard, futs, known) in list(attempts.items()):
                     if any(w == peer and not x.done() for w, x, _, _ in futs):
                         attempts.pop(aid)
+                        unrun = [w for w, x, _, _ in futs if not x.done()]
                         self.client.cancel([x for _, x, _, _ in futs])
-                        for w, x, _, _ in futs:
-                            if not x.done():
-                                gov.refund(w, units[shard.index])
+                        for w in unrun:
+                            gov.refund(w, units[shard.index])
                         if known is _REAL:
                             submit(shard)
 

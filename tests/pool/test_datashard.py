@@ -194,3 +194,11 @@ def test_a_wrong_shape_or_stale_answer_is_rejected_structurally():
         open_result(wrong, sent)
     with pytest.raises(sc.RejectedResult, match="malformed"):
         open_result(b"garbage", sent)
+
+
+def test_a_reduction_that_does_not_match_data_shards_is_a_diagnostic():
+    ident = DataProgram(lambda x: F.mul(x, 1.0), name="ident")
+    with Pool(processes=False, trust="open") as p:
+        with pytest.raises(sc.PoolError, match="reduction 'mean' cannot combine"):
+            p.run(Job(ident, inputs={"items": [np.ones(2), np.ones(3)]}, reduction="mean", verify="reference",
+                      classification="public"))
