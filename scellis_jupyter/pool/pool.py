@@ -74,12 +74,21 @@ def _answer(answer: Any, stamp: str, sent: dict | None) -> Any:
 
 
 def _local_reduce(name: str, values: dict) -> Any:
+    """The reduction the workers make, made on the client in the same pairwise order (so bit-identical)."""
     r = catalog_get("reducer", name).make()
-    acc = None
-    for i in sorted(values):
-        leaf = r.leaf(i, values[i])
-        acc = leaf if acc is None else r.combine(acc, leaf)
-    return r.finish(acc)
+    level = [r.leaf(i, values[i]) for i in sorted(values)]
+    while len(level) > 1:
+        nxt = [r.combine(a, b) for a, b in zip(level[0::2], level[1::2])]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return r.finish(level[0])
+
+
+def _reduce_digest(name: str, acc: Any) -> str:
+    """The last step of a reduction on a worker of a pool that is not ours: only its content hash comes back
+    (a string: the client deserializes nothing a stranger made but bytes and plain messages)."""
+    return content_hash(catalog_get("reducer", name).make().finish(acc))
 
 
 @dataclass
@@ -124,7 +133,8 @@ class Pool:
                 raise PoolError("give workers= or address=, not both", where="Pool",
                                 hint="a joined cluster's workers are its own")
             try:
-                self.client = Client(address, timeout=timeout, set_as_default=False, security=security)
+                self.client = Client(address, timeout=timeout, set_as_default=False, security=security,
+                                     **self._deserializers())
             except (OSError, TimeoutError, ValueError, TypeError) as e:
                 tls = " (TLS: check the certificates and the CA)" if address.startswith("tls://") else ""
                 raise PoolUnreachable(f"no Dask scheduler answered at {address} within {timeout:g} s{tls}",
@@ -147,8 +157,13 @@ class Pool:
                                             # Dask's scheduler always serves HTTP (health, metrics): loopback
                                             # only, any free port, so a Pool never collides with another
                                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}, **tls)
-            self.client = Client(self.cluster, set_as_default=False, security=security)
+            self.client = Client(self.cluster, set_as_default=False, security=security, **self._deserializers())
         self.ledger = ledger if isinstance(ledger, Ledger) or ledger is None else Ledger(ledger)
+
+    def _deserializers(self) -> dict:
+        """A pool that is not ours sends back only bytes and plain messages: the client unpickles none of
+        its results (Dask's msgpack only; a pickled object from a peer fails to load and counts as a lie)."""
+        return {} if self.trust == "own" else {"deserializers": ["msgpack"]}
 
     # ---- the pool -----------------------------------------------------------------------------------
     def workers(self) -> list[str]:
@@ -348,12 +363,18 @@ class Pool:
                 res.receipts.append(self.ledger.mint(job=job.hash, shard=shards[idx].hash, peer=w,
                                                      result=content_hash(value), method=method,
                                                      work_units=units[idx]))
-        res.value = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()})
-        if self.trust != "own":                        # a stranger's reduction is one more result to check
-            local = _local_reduce(job.reduction, {i: a[2] for i, a in accepted.items()})
-            if not agree(res.value, local, job.tolerance):
-                res.rejected.append((-1, "reduction", "the workers' reduction differs from the client's"))
-                res.value = local
+        if self.trust == "own":
+            res.value = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()})
+            return res
+        # a stranger's reduction is one more result to check: the workers' tree against the client's own
+        digest = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()}, digest=True)
+        try:
+            res.value = _local_reduce(job.reduction, {i: a[2] for i, a in accepted.items()})
+        except Exception as e:
+            raise PoolError(f"reduction {job.reduction!r} cannot combine these shard results: {type(e).__name__}: "
+                            f"{e}", where="Pool.run", hint="declare a reduction that matches what the shards return")
+        if digest != content_hash(res.value):
+            res.rejected.append((-1, "reduction", "the workers' reduction differs from the client's"))
         return res
 
     def _judge(self, job: Job, shard: Shard, results: list) -> tuple:
@@ -388,7 +409,7 @@ class Pool:
         bad = [(w, "disagrees with its quorum and the reference") for w, _, v in results if not agree(v, ref, tol)]
         return (honest[0] if honest else None), bad, f"quorum:{len(results)}", 1
 
-    def _tree_reduce(self, name: str, accepted: dict) -> Any:
+    def _tree_reduce(self, name: str, accepted: dict, digest: bool = False) -> Any:
         """Pairwise combination of the accepted results on workers (depth log2(n)); only the result comes back."""
         level = [self.client.submit(_leaf, name, i, *accepted[i], pure=False) for i in sorted(accepted)]
         while len(level) > 1:
@@ -398,6 +419,8 @@ class Pool:
                 nxt.append(level[-1])
             level = nxt
         try:
+            if digest:
+                return self.client.submit(_reduce_digest, name, level[0], pure=False).result()
             return self.client.submit(_reduce, name, "finish", level[0], pure=False).result()
         except ScellisError:
             raise

@@ -9,6 +9,7 @@ import struct
 import blake3
 import numpy as np
 import pytest
+from distributed.diagnostics.plugin import WorkerPlugin
 
 import scellis_jupyter as sc
 from scellis_jupyter.backends import reference
@@ -202,3 +203,45 @@ def test_a_reduction_that_does_not_match_data_shards_is_a_diagnostic():
         with pytest.raises(sc.PoolError, match="reduction 'mean' cannot combine"):
             p.run(Job(ident, inputs={"items": [np.ones(2), np.ones(3)]}, reduction="mean", verify="reference",
                       classification="public"))
+
+
+class Bomb:
+    """An object whose unpickling creates a file: what a hostile peer could hand a client that unpickles."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+class Hostile(WorkerPlugin):
+    """On one worker, the first shard answer is swapped for a Bomb (a peer running a modified engine)."""
+
+    name = "hostile"
+
+    def __init__(self, bad: str, marker: str):
+        self.bad, self.marker, self.done = bad, marker, False
+
+    def setup(self, worker):
+        self.worker = worker
+
+    def transition(self, key, start, finish, **kw):
+        if self.worker.address == self.bad and not self.done and finish == "memory" and str(key).startswith("shard-"):
+            self.worker.data[key] = Bomb(self.marker)
+            self.done = True
+
+
+@pytest.mark.slow
+def test_an_open_pool_of_processes_unpickles_nothing_a_peer_sends(tmp_path):
+    marker = tmp_path / "unpickled-on-the-client"
+    with Pool(workers=2, trust="open") as p:
+        bad = p.workers()[0]
+        p.client.register_plugin(Hostile(bad, str(marker)))
+        r = p.run(Job(MM, inputs={"a": A, "b": B}, partitioner="row_blocks", partition={"blocks": 4},
+                      reduction="concat_rows", verify="freivalds", classification="public"))
+        assert p.quarantined == {bad}
+    assert not marker.exists()                                     # the client never loaded the peer's object
+    np.testing.assert_allclose(r.value, A @ B, rtol=1e-12, atol=1e-14)
+    assert [w for _, w, _ in r.rejected] == [bad] and "msgpack" in r.rejected[0][2]
+    assert not any(w == "reduction" for _, w, _ in r.rejected)      # the workers' tree agreed with the client's
