@@ -133,8 +133,8 @@ class Pool:
                 raise PoolError("give workers= or address=, not both", where="Pool",
                                 hint="a joined cluster's workers are its own")
             try:
-                self.client = Client(address, timeout=timeout, set_as_default=False, security=security,
-                                     **self._deserializers())
+                self.client = self._client_class(Client)(address, timeout=timeout, set_as_default=False,
+                                                         security=security, **self._deserializers())
             except (OSError, TimeoutError, ValueError, TypeError) as e:
                 tls = " (TLS: check the certificates and the CA)" if address.startswith("tls://") else ""
                 raise PoolUnreachable(f"no Dask scheduler answered at {address} within {timeout:g} s{tls}",
@@ -157,13 +157,26 @@ class Pool:
                                             # Dask's scheduler always serves HTTP (health, metrics): loopback
                                             # only, any free port, so a Pool never collides with another
                                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}, **tls)
-            self.client = Client(self.cluster, set_as_default=False, security=security, **self._deserializers())
+            self.client = self._client_class(Client)(self.cluster, set_as_default=False, security=security,
+                                                     **self._deserializers())
         self.ledger = ledger if isinstance(ledger, Ledger) or ledger is None else Ledger(ledger)
 
     def _deserializers(self) -> dict:
         """A pool that is not ours sends back only bytes and plain messages: the client unpickles none of
         its results (Dask's msgpack only; a pickled object from a peer fails to load and counts as a lie)."""
         return {} if self.trust == "own" else {"deserializers": ["msgpack"]}
+
+    def _client_class(self, client_cls: type) -> type:
+        """An own pool's Client, or for a pool that is not ours one that loads no error a peer sends: Dask
+        unpickles a task's exception as it arrives, and a hostile peer's pickle would run on this machine."""
+        if self.trust == "own":
+            return client_cls
+
+        class StrangerClient(client_cls):
+            def _handle_task_erred(self, key=None, exception=None, traceback=None):
+                super()._handle_task_erred(key=key, exception="a peer's error, not loaded (a pool that is not ours "
+                                           "gets no pickle onto the client)", traceback=None)
+        return StrangerClient
 
     # ---- the pool -----------------------------------------------------------------------------------
     def workers(self) -> list[str]:

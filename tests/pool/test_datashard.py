@@ -245,3 +245,53 @@ def test_an_open_pool_of_processes_unpickles_nothing_a_peer_sends(tmp_path):
     np.testing.assert_allclose(r.value, A @ B, rtol=1e-12, atol=1e-14)
     assert [w for _, w, _ in r.rejected] == [bad] and "msgpack" in r.rejected[0][2]
     assert not any(w == "reduction" for _, w, _ in r.rejected)      # the workers' tree agreed with the client's
+
+
+def touch_unless(pid: int, marker: str) -> Exception:
+    """Unpickling hook of HostileError: leaves a mark in any process but the peer's own."""
+    import os
+    if os.getpid() != pid:
+        open(marker, "w").close()
+    return RuntimeError("hostile")
+
+
+class HostileError(Exception):
+    def __init__(self, pid: int, marker: str):
+        super().__init__("hostile")
+        self.pid, self.marker = pid, marker
+
+    def __reduce__(self):
+        return (touch_unless, (self.pid, self.marker))
+
+
+class ModifiedEngine(WorkerPlugin):
+    """On one worker, the peer's engine is replaced by one whose shard runner raises a booby-trapped error."""
+
+    name = "modified-engine"
+
+    def __init__(self, bad: str, marker: str):
+        self.bad, self.marker = bad, marker
+
+    def setup(self, worker):
+        if worker.address == self.bad:
+            import os
+            from scellis_jupyter.pool import datashard
+            pid, marker = os.getpid(), self.marker
+
+            def hostile(blob):
+                raise HostileError(pid, marker)
+            datashard.run_data_shard = hostile
+
+
+@pytest.mark.slow
+def test_a_peers_booby_trapped_error_is_not_loaded_on_the_client(tmp_path):
+    marker = tmp_path / "error-unpickled-on-the-client"
+    with Pool(workers=2, trust="open") as p:
+        bad = p.workers()[0]
+        p.client.register_plugin(ModifiedEngine(bad, str(marker)))
+        r = p.run(Job(MM, inputs={"a": A, "b": B}, partitioner="row_blocks", partition={"blocks": 4},
+                      reduction="concat_rows", verify="freivalds", classification="public"))
+        assert p.quarantined == {bad}
+    assert not marker.exists()
+    assert r.rejected and all(w == bad and "not loaded" in reason for _, w, reason in r.rejected)
+    np.testing.assert_allclose(r.value, A @ B, rtol=1e-12, atol=1e-14)
