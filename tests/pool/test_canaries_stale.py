@@ -143,5 +143,6 @@ def test_a_sometimes_liar_is_caught_at_the_spot_check_rate():
             false_alarms += rejected and not lie
             if lie and not rejected:
                 assert got != square(t)                             # an uncaught lie is really a lie
+    print(f"sometimes-liar: {lied} lies in {trials} trials, {caught} caught ({caught / lied:.3f}; stated {fraction})")
     assert 60 < lied < 140 and false_alarms == 0
     assert binomtest(caught, lied, fraction).pvalue > 1e-4, (caught, lied)
