@@ -3,8 +3,8 @@
 Why ours: Dask spreads tasks over whoever is there; a volunteer lends a bounded share. Budgets are in the
 cost model's work units (the planner's FLOPs and bytes, never the clock, as receipts are): `max_work` caps
 what a peer takes over the Pool's life (a number, or {peer address: number}), `max_share` caps the fraction
-of one Job's work a single peer takes. `stop(peer)` takes effect at once: the peer gets no new shard and its
-queued ones are run elsewhere (a running one finishes and still counts). The Pool consults `eligible`
+of one Job's work a single peer takes. `stop(peer)` takes effect at once: the peer gets no new shard, every
+shard of it not finished yet is cancelled, refunded and run elsewhere; what it already delivered stays. The Pool consults `eligible`
 whenever it places a shard and `charge`s the peer it placed it on.
 """
 from __future__ import annotations
