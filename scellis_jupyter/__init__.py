@@ -25,6 +25,7 @@ from .run.gan import GANRun, GANStep
 from .run.run import Run, StepResult
 from .run.verify import verify
 from .errors import LedgerError, PoolError, PoolUnreachable, RejectedResult
+from .errors import ShardRefused, TrustRefused
 from .pool import Job, JobResult, Ledger, Pool, Shard
 
 def load_ipython_extension(ip) -> None:
@@ -45,4 +46,5 @@ __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set
            "PlanError", "PlanRefused", "RunError", "WaitTimeout", "LRFinderError", "VerifyError", "StoreError",
            "CorruptObject", "MagicError", "EditError", "NotebookError", "WidgetError", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
            "verify", "Detached", "__version__",
-           "Pool", "Job", "JobResult", "Shard", "Ledger", "PoolError", "PoolUnreachable", "RejectedResult", "LedgerError"]
+           "Pool", "Job", "JobResult", "Shard", "Ledger", "PoolError", "PoolUnreachable", "RejectedResult", "LedgerError",
+           "TrustRefused", "ShardRefused"]

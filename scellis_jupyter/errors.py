@@ -30,7 +30,9 @@ by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree:
     │   └── CorruptObject           an object whose bytes no longer match its name (store-corrupt)
     ├── PoolError                   a pool that cannot start, join or finish a Job (pool)
     │   ├── PoolUnreachable         a cluster address that does not answer in time (pool-unreachable)
-    │   └── RejectedResult          a shard no trustworthy worker could deliver a verified result for (pool-rejected)
+    │   ├── RejectedResult          a shard no trustworthy worker could deliver a verified result for (pool-rejected)
+    │   ├── TrustRefused            a Job or pool its trust regime does not allow (trust-refused)
+    │   └── ShardRefused            a data-only shard a peer will not run: malformed, unknown op, an effect (shard-refused)
     ├── LedgerError                 a receipt ledger that fails its chain or signatures (ledger)
     ├── NotebookError               a notebook whose run pins cannot be read or checked (notebook)
     └── WidgetError                 a widget action that cannot be done in the run's state (widget)
@@ -199,6 +201,14 @@ class PoolUnreachable(PoolError, ConnectionError):
 
 class RejectedResult(PoolError):
     code = "pool-rejected"
+
+
+class TrustRefused(PoolError):
+    code = "trust-refused"
+
+
+class ShardRefused(PoolError):
+    code = "shard-refused"
 
 
 class LedgerError(ScellisError, ValueError):

@@ -44,6 +44,8 @@ def _feed(h, obj: Any) -> None:
         for v in obj:
             _feed(h, v)
         h.update(b"]")
+    elif hasattr(obj, "content_id"):              # a DataProgram: named by what it builds, not how it runs
+        h.update(b"prog:" + obj.content_id().encode())
     elif callable(obj):
         h.update(b"fn:" + program_id(obj).encode())
     elif isinstance(obj, (np.generic,)):
@@ -83,6 +85,10 @@ class Job:
     shards), "quorum" (`replicas` distinct workers must agree), "freivalds" (a shard computing A @ B is
     checked in O(n^2) with `rounds` random 0/1 vectors: false accept <= 2^-rounds). `work` is the cost
     model a receipt's work units come from (FLOPs by default where `flops` is given), never the clock.
+
+    Trust (pool/trust.py): `classification` is "public", "internal" or "confidential", for the whole job or as
+    {input name or "model": class}; `safety_critical` marks a job no open pool may run. `canaries` plants that
+    many shards with known answers per peer, at CSPRNG-chosen places (Pool.run).
     """
 
     fn: Callable
@@ -99,6 +105,9 @@ class Job:
     rounds: int = 20
     work: Callable[[Any], int] | None = None
     name: str = ""
+    classification: str | dict | None = None
+    safety_critical: bool = False
+    canaries: int = 0
 
     def __post_init__(self):
         if self.verify not in METHODS:
@@ -110,6 +119,8 @@ class Job:
         if self.replicas < 2 and self.verify == "quorum":
             raise PoolError(f"a quorum needs at least 2 replicas, got {self.replicas}", where="Job",
                             hint="give replicas=2 or more")
+        if self.canaries < 0:
+            raise PoolError(f"canaries={self.canaries} is negative", where="Job", hint="give canaries=0 or more")
         catalog_get("partitioner", self.partitioner)
         catalog_get("reducer", self.reduction)
 

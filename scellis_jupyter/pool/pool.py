@@ -8,20 +8,22 @@ spot-check, quorum, Freivalds) and only accepted futures enter the tree reductio
 """
 from __future__ import annotations
 
-import sys
-
 import itertools
 import logging
 import os
-import uuid
+import secrets
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..catalog import get as catalog_get
 from ..errors import PoolError, PoolUnreachable, RejectedResult, ScellisError
 from .checks import agree, freivalds, spot_pick
+from .datashard import DataProgram, open_result, run_data_shard, shard_header
+from .governor import Governor
 from .job import Job, Shard, content_hash
 from .ledger import Ledger, Receipt
+from .trust import admit, check_regime, check_security
 
 
 def _execute(fn: Callable, payload: Any, params: dict) -> Any:
@@ -29,10 +31,64 @@ def _execute(fn: Callable, payload: Any, params: dict) -> Any:
     return fn(payload, **params)
 
 
+def _execute_stamped(fn: Callable, payload: Any, params: dict, stamp: str) -> dict:
+    """What a worker of an own pool runs for one shard attempt: the value, stamped with the attempt it answers."""
+    return {"stamp": stamp, "value": fn(payload, **params)}
+
+
+def _opened(answer: Any, sent: dict | None) -> Any:
+    """The value inside an answer (an own pool's stamped dict, or a data shard's answer bytes)."""
+    if sent is not None:
+        return open_result(answer, sent)
+    return answer["value"]
+
+
 def _reduce(name: str, op: str, *args):
     """One step of a reduction on a worker: the reducer is looked up there by catalog name."""
     r = catalog_get("reducer", name).make()
     return getattr(r, op)(*args)
+
+
+def _leaf(name: str, index: int, answer: Any, sent: dict | None):
+    """A reduction's leaf on the worker holding the accepted answer: opened there, no trip to the client."""
+    return catalog_get("reducer", name).make().leaf(index, _opened(answer, sent))
+
+
+def _noop() -> None:
+    return None
+
+
+_REAL = object()          # an attempt's "known answer" when it is a real shard, not a canary
+
+
+def _answer(answer: Any, stamp: str, sent: dict | None) -> Any:
+    """The value of an answer to the attempt stamped `stamp`; RejectedResult if stale or malformed."""
+    if sent is not None:
+        return open_result(answer, sent)
+    if not isinstance(answer, dict) or set(answer) != {"stamp", "value"}:
+        raise RejectedResult("the answer is not a stamped result", where="Pool.run", hint="the peer is broken")
+    if answer["stamp"] != stamp:
+        raise RejectedResult(f"stale: the answer is for attempt {str(answer['stamp'])[:16]}, not the one asked "
+                             f"({stamp[:16]})", where="Pool.run", hint="an old answer replayed", stale=True)
+    return answer["value"]
+
+
+def _local_reduce(name: str, values: dict) -> Any:
+    """The reduction the workers make, made on the client in the same pairwise order (so bit-identical)."""
+    r = catalog_get("reducer", name).make()
+    level = [r.leaf(i, values[i]) for i in sorted(values)]
+    while len(level) > 1:
+        nxt = [r.combine(a, b) for a, b in zip(level[0::2], level[1::2])]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return r.finish(level[0])
+
+
+def _reduce_digest(name: str, acc: Any) -> str:
+    """The last step of a reduction on a worker of a pool that is not ours: only its content hash comes back
+    (a string: the client deserializes nothing a stranger made but bytes and plain messages)."""
+    return content_hash(catalog_get("reducer", name).make().finish(acc))
 
 
 @dataclass
@@ -42,8 +98,10 @@ class JobResult:
     job: str
     value: Any
     receipts: list = field(default_factory=list)
-    rejected: list = field(default_factory=list)      # (shard index, peer, reason)
+    rejected: list = field(default_factory=list)      # (shard index, peer, reason); index -1: a canary
     checked: int = 0                                    # shards whose result was independently checked
+    canaries: int = 0                                   # canary shards planted (never reduced, no receipt)
+    revoked: list = field(default_factory=list)         # shard indices re-run because their peer failed a canary
 
     def __repr__(self) -> str:
         return (f"JobResult(job={self.job[:12]}, shards={len(self.receipts)}, rejected={len(self.rejected)}, "
@@ -54,11 +112,20 @@ class Pool:
     """`Pool()`: one in-process worker, no network. `Pool(workers=N)`: N local worker processes
     (`processes=False` keeps them in-process). `Pool(address="tcp://host:8786")`: join a running cluster,
     refusing in `timeout` seconds if it does not answer. `ledger` (a path or Ledger) receives receipts.
+
+    `trust` is "own" (default), "consortium" (TLS with certificates: `security=distributed.Security(...)`) or
+    "open"; pool/trust.py says what each refuses. `governor` (pool/governor.py) caps each peer's share;
+    `stop(peer)` stops giving a peer work, mid-job included.
     """
 
     def __init__(self, workers: int | None = None, *, address: str | None = None, processes: bool | None = None,
-                 threads_per_worker: int = 1, timeout: float = 10.0, ledger: "str | os.PathLike | Ledger | None" = None):
+                 threads_per_worker: int = 1, timeout: float = 10.0, ledger: "str | os.PathLike | Ledger | None" = None,
+                 trust: str = "own", security: Any = None, governor: Governor | None = None):
         from distributed import Client, LocalCluster   # dask.distributed: ~0.5 s to import, only when a pool starts
+        self.trust = check_regime(trust)
+        check_security(trust, security, address)
+        self.security = security
+        self.governor = governor or Governor()
         self.cluster = None
         self.quarantined: set[str] = set()
         if address is not None:
@@ -66,11 +133,13 @@ class Pool:
                 raise PoolError("give workers= or address=, not both", where="Pool",
                                 hint="a joined cluster's workers are its own")
             try:
-                self.client = Client(address, timeout=timeout, set_as_default=False)
-            except (OSError, TimeoutError, ValueError) as e:
-                raise PoolUnreachable(f"no Dask scheduler answered at {address} within {timeout:g} s", where="Pool",
-                                      hint="start one (`dask scheduler`) or check the address and firewall; "
-                                           "sc.Pool() runs in-process with no network", cause=str(e)) from None
+                self.client = self._client_class(Client)(address, timeout=timeout, set_as_default=False,
+                                                         security=security, **self._deserializers())
+            except (OSError, TimeoutError, ValueError, TypeError) as e:
+                tls = " (TLS: check the certificates and the CA)" if address.startswith("tls://") else ""
+                raise PoolUnreachable(f"no Dask scheduler answered at {address} within {timeout:g} s{tls}",
+                                      where="Pool", hint="start one (`dask scheduler`) or check the address and "
+                                      "firewall; sc.Pool() runs in-process with no network", cause=str(e)) from None
         else:
             n = 1 if workers is None else int(workers)
             if n < 1:
@@ -81,19 +150,42 @@ class Pool:
             if procs and main is not None and not hasattr(main, "__spec__"):
                 main.__spec__ = None   # multiprocessing's spawn reads it; an exec'd or embedded __main__ may lack it
             import dask      # dask: no work stealing, so a shard runs where it was sent unless that worker leaves
+            tls = {"protocol": "tls://", "security": security} if security is not None else {}
             with dask.config.set({"distributed.scheduler.work-stealing": False}):
                 self.cluster = LocalCluster(n_workers=n, processes=procs, threads_per_worker=threads_per_worker,
                                             dashboard_address=None, silence_logs=logging.ERROR,
                                             # Dask's scheduler always serves HTTP (health, metrics): loopback
                                             # only, any free port, so a Pool never collides with another
-                                            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
-            self.client = Client(self.cluster, set_as_default=False)
+                                            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}, **tls)
+            self.client = self._client_class(Client)(self.cluster, set_as_default=False, security=security,
+                                                     **self._deserializers())
         self.ledger = ledger if isinstance(ledger, Ledger) or ledger is None else Ledger(ledger)
+
+    def _deserializers(self) -> dict:
+        """A pool that is not ours sends back only bytes and plain messages: the client unpickles none of
+        its results (Dask's msgpack only; a pickled object from a peer fails to load and counts as a lie)."""
+        return {} if self.trust == "own" else {"deserializers": ["msgpack"]}
+
+    def _client_class(self, client_cls: type) -> type:
+        """An own pool's Client, or for a pool that is not ours one that loads no error a peer sends: Dask
+        unpickles a task's exception as it arrives, and a hostile peer's pickle would run on this machine."""
+        if self.trust == "own":
+            return client_cls
+
+        class StrangerClient(client_cls):
+            def _handle_task_erred(self, key=None, exception=None, traceback=None):
+                super()._handle_task_erred(key=key, exception="a peer's error, not loaded (a pool that is not ours "
+                                           "gets no pickle onto the client)", traceback=None)
+        return StrangerClient
 
     # ---- the pool -----------------------------------------------------------------------------------
     def workers(self) -> list[str]:
         """Addresses of the workers not quarantined, in a stable order."""
         return sorted(a for a in self.client.scheduler_info()["workers"] if a not in self.quarantined)
+
+    def stop(self, peer: str) -> None:
+        """Stop giving `peer` work (on its owner's demand); a running job re-runs its queued shards elsewhere."""
+        self.governor.stop(peer)
 
     def __enter__(self) -> "Pool":
         return self
@@ -108,65 +200,151 @@ class Pool:
 
     def __repr__(self) -> str:
         kind = "joined" if self.cluster is None else "local"
-        return f"Pool({kind}, workers={len(self.workers())}, quarantined={len(self.quarantined)})"
+        return (f"Pool({kind}, trust={self.trust}, workers={len(self.workers())}, "
+                f"quarantined={len(self.quarantined)})")
 
     # ---- running a job --------------------------------------------------------------------------------
     def run(self, job: Job, *, on_shard: Callable[[int, Any], None] | None = None) -> JobResult:
-        """Execute every shard, accept only verified results, mint receipts, reduce on workers."""
+        """Execute every shard, accept only verified results, mint receipts, reduce on workers.
+
+        Each attempt carries a fresh CSPRNG stamp that its answer must echo (a replayed answer is stale and
+        rejected). `job.canaries` shards with known answers per peer are mixed in at CSPRNG-chosen places; a
+        peer that fails one is quarantined and every result it gave this job is re-run elsewhere, so receipts
+        are minted once the job's results are final, one per shard.
+        """
         from distributed import as_completed           # dask.distributed (see __init__)
+        admit(job, self.trust)                         # a refusal comes before anything is sent
         shards = job.shards()
+        data = isinstance(job.fn, DataProgram)
         res = JobResult(job.hash, None)
-        attempts: dict[str, tuple[Shard, list]] = {}   # attempt id -> (shard, [(worker, future)])
-        accepted: dict[int, Any] = {}
+        attempts: dict[str, tuple] = {}     # attempt id -> (shard, [(worker, future, stamp, sent)], known answer)
+        accepted: dict[int, tuple] = {}     # shard index -> (worker, future, value, method, sent)
+        units = {s.index: job.work_units(s) for s in shards}
+        gov = self.governor
+        gov.start_job(sum(units.values()))
+        stopped = set(gov.stopped)
         rr = itertools.count()
         ac = as_completed(loop=self.client.loop)
 
-        def submit(shard: Shard) -> None:
-            free = self.workers()            # a rejected peer is quarantined, so a re-run goes elsewhere
-            need = job.replicas if job.verify == "quorum" else 1
-            if len(free) < need:
-                raise RejectedResult(f"shard {shard.index} of job {job.hash[:12]} has no {need} trustworthy "
-                                     f"worker(s) left to run on ({len(self.quarantined)} quarantined)",
-                                     where="Pool.run", hint="add workers, or look at the quarantined peers' results",
-                                     shard=shard.index, quarantined=sorted(self.quarantined))
-            start = next(rr)
-            chosen = [free[(start + i) % len(free)] for i in range(need)]
-            aid = uuid.uuid4().hex
+        def place(shard: Shard, need: int, only: str | None) -> list[str]:
+            free = [w for w in self.workers() if only is None or w == only]   # quarantined peers are not in it
+            ok = gov.eligible(free, units[shard.index])
+            if len(ok) >= need:
+                start = next(rr)
+                return [ok[(start + i) % len(ok)] for i in range(need)]
+            if len(free) >= need:
+                raise PoolError(f"shard {shard.index} of job {job.hash[:12]} needs {units[shard.index]} work units "
+                                f"on {need} peer(s), and no peer's budget has them", where="Pool.run",
+                                code="pool-budget", hint="raise the governor's max_work or max_share, or add peers",
+                                shard=shard.index, budgets=gov.report())
+            raise RejectedResult(f"shard {shard.index} of job {job.hash[:12]} has no {need} trustworthy "
+                                 f"worker(s) left to run on ({len(self.quarantined)} quarantined)",
+                                 where="Pool.run", hint="add workers, or look at the quarantined peers' results",
+                                 shard=shard.index, quarantined=sorted(self.quarantined))
+
+        def submit(shard: Shard, known: Any = _REAL, only: str | None = None) -> None:
+            need = job.replicas if job.verify == "quorum" and known is _REAL else 1
+            chosen = place(shard, need, only)
+            aid = secrets.token_hex(12)                # opaque: a peer cannot tell a canary from a shard
             futs = []
-            for w in chosen:
+            for j, w in enumerate(chosen):
+                stamp = secrets.token_hex(16)
+                if data:
+                    blob = job.fn.encode(shard.payload, job.params, stamp)
+                    args, sent = (run_data_shard, blob), shard_header(blob)
+                else:
+                    args, sent = (_execute_stamped, job.fn, shard.payload, job.params, stamp), None
                 # a preference, not a pin: a worker that leaves mid-job has its shards run elsewhere (the
                 # receipt names the worker that held the result, not the one asked)
-                f = self.client.submit(_execute, job.fn, shard.payload, job.params, workers=[w],
-                                       allow_other_workers=True, pure=False, key=f"shard-{shard.index}-{aid}-{w}")
-                futs.append((w, f))
+                f = self.client.submit(*args, workers=[w], allow_other_workers=True, pure=False,
+                                       key=f"shard-{aid}-{j}")
+                gov.charge(w, units[shard.index])
+                futs.append((w, f, stamp, sent))
                 ac.add(f)
-            attempts[aid] = (shard, futs)
+            attempts[aid] = (shard, futs, known)
 
+        def revoke(peer: str) -> None:
+            for idx in [i for i, a in accepted.items() if a[0] == peer]:
+                accepted.pop(idx)
+                res.revoked.append(idx)
+                submit(shards[idx])
+
+        def restop() -> None:                          # peers stopped on demand since the last look
+            for peer in set(gov.stopped) - stopped:
+                stopped.add(peer)
+                for aid, (shard, futs, known) in list(attempts.items()):
+                    if any(w == peer and not x.done() for w, x, _, _ in futs):
+                        attempts.pop(aid)
+                        unrun = [w for w, x, _, _ in futs if not x.done()]
+                        self.client.cancel([x for _, x, _, _ in futs])
+                        for w in unrun:
+                            gov.refund(w, units[shard.index])
+                        if known is _REAL:
+                            submit(shard)
+
+        order: list[tuple] = [(s, _REAL, None) for s in shards]
+        if job.canaries:
+            ref = job.reference or job.fn
+            for w in gov.eligible(self.workers(), 0):
+                for _ in range(job.canaries):
+                    src = shards[secrets.randbelow(len(shards))]
+                    order.insert(secrets.randbelow(len(order) + 1), (src, ref(src.payload, **job.params), w))
+                    res.canaries += 1
+
+        def wake() -> None:
+            ac.add(self.client.submit(_noop, pure=False, key=f"wake-{secrets.token_hex(8)}"))
+
+        gov._wake = wake
         try:
-            for s in shards:
-                submit(s)
+            for s, known, only in order:
+                submit(s, known, only)
             for f in ac:
-                aid = f.key.split("-")[2]
+                restop()
+                aid = f.key.split("-")[1] if isinstance(f.key, str) and f.key.startswith("shard-") else None
                 if aid not in attempts:
                     continue
-                shard, futs = attempts[aid]
-                if not all(x.done() for _, x in futs):
+                shard, futs, known = attempts[aid]
+                if not all(x.done() for _, x, _, _ in futs):
                     continue
                 attempts.pop(aid)
                 results, raised = [], []
-                for w, x in futs:
+                for w, x, stamp, sent in futs:
                     try:
-                        value = x.result()
+                        answer = x.result()
                         w = (self.client.who_has([x]).get(x.key) or [w])[0]     # where it actually ran
-                        results.append((w, x, value))
                     except ScellisError:
-                        raise
+                        if self.trust == "own":
+                            raise
+                        raised.append((w, f"raised {str(sys.exc_info()[1])[:300]}"))  # a peer's error: a lie
+                        continue
                     except Exception as e:
                         if job.verify == "none":
                             raise PoolError(f"shard {shard.index} failed on {w}: {type(e).__name__}: {e}",
                                             where="Pool.run", hint="fix the job's function") from e
                         # under verification a peer that raises is treated as one that lied: re-run elsewhere
                         raised.append((w, f"raised {type(e).__name__}: {e}"))
+                        continue
+                    if w in self.quarantined:                 # caught lying since: its answer is not judged
+                        raised.append((w, None))
+                        continue
+                    try:
+                        results.append((w, x, _answer(answer, stamp, sent)))
+                    except RejectedResult as e:                              # stale, malformed, wrong shape
+                        raised.append((w, e.diagnostic.message))
+                if any(reason is None for _, reason in raised):          # from a peer quarantined meanwhile
+                    if known is _REAL:
+                        submit(shard)
+                    continue
+                if known is not _REAL:                                       # a canary: judged, never reduced
+                    for w, value in [(r[0], r[2]) for r in results]:
+                        if not agree(value, known, job.tolerance):
+                            raised.append((w, "differs from the canary's known answer"))
+                    for w, reason in raised:
+                        res.rejected.append((-1, w, f"canary: {reason}"))
+                        if w not in self.quarantined:
+                            self.quarantined.add(w)
+                            revoke(w)
+                    continue
                 if raised:
                     good, bad, method, checked = None, raised, job.verify, 0
                 elif len({r[0] for r in results}) < len(results):     # replicas landed on one peer: not a quorum
@@ -176,23 +354,40 @@ class Pool:
                     good, bad, method, checked = self._judge(job, shard, results)
                 res.checked += checked
                 for w, reason in bad:
-                    self.quarantined.add(w)
+                    if w not in self.quarantined:
+                        self.quarantined.add(w)
+                        revoke(w)
                     res.rejected.append((shard.index, w, reason))
                 if good is None:
                     submit(shard)
                     continue
                 w, fut, value = good
-                accepted[shard.index] = fut
-                if self.ledger is not None:
-                    res.receipts.append(self.ledger.mint(job=job.hash, shard=shard.hash, peer=w,
-                                                         result=content_hash(value), method=method,
-                                                         work_units=job.work_units(shard)))
+                sent = next(s for _, x, _, s in futs if x is fut)
+                accepted[shard.index] = (w, fut, value, method, sent)
                 if on_shard is not None:
                     on_shard(shard.index, value)
         finally:                                       # a failed job leaves nothing running
-            for _, futs in attempts.values():
-                self.client.cancel([x for _, x in futs])
-        res.value = self._tree_reduce(job.reduction, accepted)
+            gov._wake = None
+            for _, futs, _ in attempts.values():
+                self.client.cancel([x for _, x, _, _ in futs])
+        if self.ledger is not None:                    # final results only: one receipt per shard
+            for idx in sorted(accepted):
+                w, _, value, method, _ = accepted[idx]
+                res.receipts.append(self.ledger.mint(job=job.hash, shard=shards[idx].hash, peer=w,
+                                                     result=content_hash(value), method=method,
+                                                     work_units=units[idx]))
+        if self.trust == "own":
+            res.value = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()})
+            return res
+        # a stranger's reduction is one more result to check: the workers' tree against the client's own
+        digest = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()}, digest=True)
+        try:
+            res.value = _local_reduce(job.reduction, {i: a[2] for i, a in accepted.items()})
+        except Exception as e:
+            raise PoolError(f"reduction {job.reduction!r} cannot combine these shard results: {type(e).__name__}: "
+                            f"{e}", where="Pool.run", hint="declare a reduction that matches what the shards return")
+        if digest != content_hash(res.value):
+            res.rejected.append((-1, "reduction", "the workers' reduction differs from the client's"))
         return res
 
     def _judge(self, job: Job, shard: Shard, results: list) -> tuple:
@@ -227,9 +422,9 @@ class Pool:
         bad = [(w, "disagrees with its quorum and the reference") for w, _, v in results if not agree(v, ref, tol)]
         return (honest[0] if honest else None), bad, f"quorum:{len(results)}", 1
 
-    def _tree_reduce(self, name: str, accepted: dict) -> Any:
+    def _tree_reduce(self, name: str, accepted: dict, digest: bool = False) -> Any:
         """Pairwise combination of the accepted results on workers (depth log2(n)); only the result comes back."""
-        level = [self.client.submit(_reduce, name, "leaf", i, accepted[i], pure=False) for i in sorted(accepted)]
+        level = [self.client.submit(_leaf, name, i, *accepted[i], pure=False) for i in sorted(accepted)]
         while len(level) > 1:
             nxt = [self.client.submit(_reduce, name, "combine", a, b, pure=False)
                    for a, b in zip(level[0::2], level[1::2])]
@@ -237,6 +432,8 @@ class Pool:
                 nxt.append(level[-1])
             level = nxt
         try:
+            if digest:
+                return self.client.submit(_reduce_digest, name, level[0], pure=False).result()
             return self.client.submit(_reduce, name, "finish", level[0], pure=False).result()
         except ScellisError:
             raise

@@ -135,3 +135,16 @@ def test_cli_ledger_verify(ledger, tmp_path):
     assert "Traceback" not in r.stderr
     r = cli("ledger", "verify", str(tmp_path / "nothing.sqlite"))
     assert r.returncode == 2 and "no ledger file" in r.stderr and not (tmp_path / "nothing.sqlite").exists()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_a_ledger_file_overwritten_by_hand_is_a_diagnostic(ledger, damage):
+    raw = ledger.read_bytes()
+    ledger.write_bytes({"garbage": b"not a database at all\n" * 50, "truncated": raw[: len(raw) // 3],
+                        "empty": b""}[damage])
+    with pytest.raises(sc.LedgerError) as e:
+        verify(ledger)
+    assert e.value.diagnostic.code == "ledger" and str(ledger) in e.value.diagnostic.where
+    if damage == "garbage":                     # and the command line says so in the one format
+        r = cli("ledger", "verify", str(ledger))
+        assert r.returncode == 2 and r.stderr.startswith("error[ledger] at ") and "Traceback" not in r.stderr

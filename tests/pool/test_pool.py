@@ -79,7 +79,7 @@ def test_reductions_run_on_workers(pool3):
     assert r.value == pytest.approx(np.mean([i * i for i in range(9)]), rel=1e-15)
     assert sorted(got) == list(range(9))
     # the reducer's leaf/combine/finish tasks ran on the workers: 9 leaves, 8 combines, 1 finish
-    reduce_tasks = [t for t in ts.data if str(t["key"]).startswith("_reduce")]
+    reduce_tasks = [t for t in ts.data if str(t["key"]).startswith(("_leaf", "_reduce"))]
     assert len(reduce_tasks) == 9 + 8 + 1
     assert {t["worker"] for t in reduce_tasks} <= set(pool3.workers())
 
