@@ -52,9 +52,21 @@ def cached(key: tuple, build: Callable[[], Any]) -> Any:
     return got
 
 
+def unclipped(spec: Spec) -> Spec:
+    """The spec without gradient clipping: a slice's gradients are clipped only once reduced (the update does)."""
+    r = spec.recipe
+    if r.get("clip_grad_norm") is None and r.get("clip_grad_value") is None:
+        return spec
+    import tomlkit
+    doc = tomlkit.parse(spec.text)
+    for k in ("clip_grad_norm", "clip_grad_value"):
+        doc["recipe"].pop(k, None)
+    return Spec.from_text(tomlkit.dumps(doc), source=spec.source, base_dir=spec.base_dir, data=spec.memory)
+
+
 def _grad_step(spec: Spec, b: int, tier: str):
     return cached(("grad", spec.hash, b, tier),
-                  lambda: build_train_step(spec, b, "reference", tier, options=gradient_options(spec)))
+                  lambda: build_train_step(unclipped(spec), b, "reference", tier, options=gradient_options(spec)))
 
 
 def slice_gradient(spec: Spec, tier: str, replica: tuple, x: np.ndarray, y) -> dict:
