@@ -283,6 +283,39 @@ class ScellisMagics(Magics):
         m.lr_find_result = res
         return None
 
+    def _do_pool(self, cmd):
+        from ..pool import Pool
+        from .pool_view import pool_output
+        ns = self.shell.user_ns
+        if not cmd.name.isidentifier():
+            raise MagicError(f"--name {cmd.name!r} is not a Python identifier", where="%scellis pool",
+                             code="magic-usage")
+        current = ns.get(cmd.name)
+        if cmd.close:
+            if not isinstance(current, Pool):
+                raise MagicError(f"no pool named {cmd.name!r} to close", where="%scellis pool", code="magic-usage")
+            current.close()
+            ns.pop(cmd.name, None)
+            display(show.text_output(f"pool {cmd.name} closed"))
+            return None
+        if cmd.workers is not None or cmd.address is not None:
+            if cmd.threads and cmd.workers is None:
+                raise MagicError("--threads goes with --workers", where="%scellis pool", code="magic-usage")
+            if isinstance(current, Pool):
+                current.close()
+            kw = {"trust": cmd.trust} if cmd.trust is not None else {}
+            if cmd.address is not None:
+                current = Pool(address=cmd.address, timeout=cmd.timeout, **kw)
+            else:
+                current = Pool(workers=cmd.workers, processes=not cmd.threads, **kw)
+            ns[cmd.name] = current
+        elif not isinstance(current, Pool):
+            raise MagicError(f"no pool named {cmd.name!r} in this notebook", where="%scellis pool",
+                             code="magic-no-pool", hint="%scellis pool --workers 2 starts a local one")
+        out = pool_output(current)
+        display(show.json_output(out.extra["application/vnd.scellis.pool+json"]) if cmd.json else out)
+        return None
+
 
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`."""

@@ -72,6 +72,7 @@ SUBCOMMANDS: dict[str, str] = {
     "verify": "re-execute a finished run on the reference path and compare with its record",
     "profile": "what one training step of a model runs: dispatches and where the memory goes",
     "lr-find": "the learning-rate range test: loss against learning rate, with a suggested value",
+    "pool": "the Dask pool: workers, devices, memory, trust regime, dashboard link (--workers N starts one)",
 }
 
 
@@ -149,6 +150,17 @@ def _build() -> dict[str, _Parser]:
     p.add_argument("--min-lr", type=float, default=1e-7)
     p.add_argument("--max-lr", type=float, default=10.0)
     p.add_argument("--device")
+
+    p = new("pool")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--workers", type=_pos_int, metavar="N", help="start a local pool of N worker processes")
+    how.add_argument("--address", help="join a running Dask cluster (tcp://host:8786)")
+    how.add_argument("--close", action="store_true", help="close the pool this notebook started")
+    p.add_argument("--threads", action="store_true", help="with --workers: in-process workers (threads)")
+    p.add_argument("--trust", choices=("own", "consortium", "open"), help="the pool's trust regime")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for --address to answer")
+    p.add_argument("--name", default="pool", help="the notebook variable the pool is bound to (default: pool)")
+    p.add_argument("--json", action="store_true")
     return ps
 
 

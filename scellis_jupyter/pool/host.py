@@ -28,6 +28,14 @@ UNSUPPORTED = (("grad_accum_steps", "gradient accumulation"), ("regularizers", "
                ("ema", "an EMA of the weights"), ("swa_start", "SWA"), ("peft", "adapters"))
 
 
+def own_only(pool, what: str) -> None:
+    """Refuse a run that ships Python callables and weights to workers on a pool that is not the user's own."""
+    trust = getattr(pool, "trust", "own")
+    if trust != "own":
+        raise PoolError(f"{what} ships Python code and the model's weights to the workers; this pool's trust "
+                        f"regime is {trust!r}", where=what, hint="run it on your own devices: sc.Pool(workers=N)")
+
+
 class Host:
     """The client side of a pooled run of `spec`: loader, initial weights and optimizer state, schedule."""
 

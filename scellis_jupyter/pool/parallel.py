@@ -28,7 +28,7 @@ from ..program.schedule import compile_program
 from ..program.training import build_train_step
 from ..program.update import all_finite, clip_grads, donated, optimizer_update
 from ..spec import Spec
-from .host import Host
+from .host import Host, own_only
 from .job import content_hash
 
 
@@ -163,6 +163,7 @@ class DataParallel(Host):
 
     def __init__(self, pool, spec, *, slices: int | None = None, steps: int | None = None, memory: int | None = None,
                  data: dict | None = None):
+        own_only(pool, "data-parallel training")
         super().__init__(spec, what="data-parallel training", steps=steps, data=data)
         self.pool, self.client = pool, pool.client
         self.workers = pool.workers()

@@ -30,7 +30,7 @@ from ..program import partition
 from ..program.options import StepOptions
 from ..program.training import build_train_step
 from ..spec import Spec
-from .host import Host
+from .host import Host, own_only
 from .parallel import cached
 
 FIXES = {"shard_optimizer_state": "shard", "layer_relay": "relay"}
@@ -167,6 +167,7 @@ class _PoolRun(Host):
     def __init__(self, pool, spec, *, count: int = 2, memory: int | None = None, steps: int | None = None,
                  data: dict | None = None):
         what = "a sharded run" if self.kind == "shard" else "a layer relay"
+        own_only(pool, what)
         super().__init__(spec, what=what, steps=steps, data=data)
         self.pool, self.client = pool, pool.client
         workers = pool.workers()
