@@ -7,7 +7,8 @@ whole run, is bit-identical on 1 or N workers, and equals the single-process ful
 rounding of the per-slice means. Each worker keeps its own replica of the weights and optimizer state
 (Dask data on that worker); only the reduced gradient moves between workers, and only the loss comes back.
 The gradient Program is the step builder's own (a rank that owns no parameter sends every gradient); the
-update Program is the same guard, clipping and optimizer update the single-device step ends with.
+update Program is the same guard, clipping and optimizer update the single-device step ends with. Workers
+run the Programs on the reference backend (numpy), each task on its own allocator.
 """
 from __future__ import annotations
 

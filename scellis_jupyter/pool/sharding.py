@@ -12,7 +12,8 @@ pool of N workers with a declared per-device memory runs exactly what was planne
   before the last runs its Program twice per step (once for the activation it sends on, once with the
   gradient that came back): one micro-batch in flight, no pipelining.
 
-Each step's Programs run on a fresh allocator per task, so a worker reports the peak it really allocated.
+Each step's Programs run on the reference backend (numpy) on a fresh allocator per task, so a worker reports
+the peak it really allocated; the per-device plans are made for that backend.
 """
 from __future__ import annotations
 

@@ -125,6 +125,8 @@ def test_a_loss_curve_follows_the_shared_run(pool):
 def test_bad_data_parallel_requests_are_refused(pool):
     with pytest.raises(sc.PoolError, match="slices=0"):
         DataParallel(pool, SPEC, slices=0)
+    with pytest.raises(sc.PoolError, match="over the 1000 declared per device"):
+        DataParallel(pool, SPEC, slices=2, memory=1000)
     with pytest.raises(sc.PoolError, match="gradient accumulation"):
         DataParallel(pool, SPEC.replace("seed = 0", "seed = 0\ngrad_accum_steps = 2"))
     drop = SPEC.replace('{ op = "relu" },', '{ op = "relu" }, { op = "dropout", p = 0.2 },')

@@ -97,3 +97,14 @@ def test_too_little_memory_even_over_two_is_refused(pool):
     with pytest.raises(sc.PoolError, match="not one a pool runs"):
         p1 = sc.plan(WIDE, device="reference", memory=sc.plan(WIDE, device="reference", fixes=False).peak_bytes - 1)
         pool_plan(WIDE, next(f for f in p1.fixes if f.requires is None))
+
+
+@pytest.mark.slow
+def test_shard_and_relay_across_two_worker_processes(memory, single):
+    with Pool(workers=2) as p:
+        pids = set(p.client.run(lambda: __import__("os").getpid()).values())
+        shard = ShardedRun(p, WIDE, count=2, memory=memory, steps=STEPS).train()
+        relay = RelayRun(p, WIDE, count=2, memory=memory, steps=STEPS).train()
+    assert len(pids) == 2 and __import__("os").getpid() not in pids
+    assert shard == single.loss_history
+    np.testing.assert_allclose(relay, single.loss_history, rtol=1e-5)
