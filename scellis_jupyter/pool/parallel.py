@@ -183,7 +183,7 @@ class DataParallel(Host):
         self.names = list(st.param_names)
         self.shapes = tuple((n, tuple(np.shape(self.init[n]))) for n in self.names)
         replica = ({n: self.init[n] for n in self.names}, self.state0(self.names))
-        self.replicas = {w: self.client.scatter(replica, workers=[w], broadcast=False, hash=False)
+        self.replicas = {w: self.client.scatter([replica], workers=[w], broadcast=False, hash=False)[0]   # one future
                          for w in self.workers}
 
     def _worker(self, i: int) -> str:

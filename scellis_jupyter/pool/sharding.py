@@ -186,6 +186,7 @@ class _PoolRun(Host):
         self.tier = self.pool_plan.tier
         self.memory = self.pool_plan.capacity_bytes
         self.measured_peaks = [0] * count
+        self.skipped = 0
 
     def _peaks(self, results: list) -> None:
         for i, f in results:
@@ -193,7 +194,7 @@ class _PoolRun(Host):
                                          self.client.submit(_pick, f, "peak", workers=[self.workers[i]]).result())
 
     def _put(self, i: int, value):
-        return self.client.scatter(value, workers=[self.workers[i]], broadcast=False, hash=False)
+        return self.client.scatter([value], workers=[self.workers[i]], broadcast=False, hash=False)[0]   # one future
 
     def _local(self, i: int, fut, key: str):
         return self.client.submit(_pick, fut, key, workers=[self.workers[i]], pure=False)
@@ -275,9 +276,13 @@ class RelayRun(_PoolRun):
                 done.append((k, f))
                 if k:
                     g = self._local(k, f, "grad_in")
-            for k, f in done:
-                self.params[k] = self._local(k, f, "params")
-                self.state[k] = self._local(k, f, "state")
+            finite = [self.client.submit(_pick, f, "finite", workers=[self.workers[k]]).result() for k, f in done]
+            if all(finite):            # one stage's non-finite gradients skip every stage's update, as on one device
+                for k, f in done:
+                    self.params[k] = self._local(k, f, "params")
+                    self.state[k] = self._local(k, f, "state")
+            else:
+                self.skipped += 1
             loss = float(self.client.submit(_pick, last, "out", workers=[self.workers[-1]]).result())
             self._peaks(fwd + done)
             yield self._record(loss, s["lr"])

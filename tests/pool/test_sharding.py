@@ -108,3 +108,20 @@ def test_shard_and_relay_across_two_worker_processes(memory, single):
     assert len(pids) == 2 and __import__("os").getpid() not in pids
     assert shard == single.loss_history
     np.testing.assert_allclose(relay, single.loss_history, rtol=1e-5)
+
+
+def test_a_relay_step_with_non_finite_gradients_updates_no_stage(pool):
+    run = RelayRun(pool, WIDE, count=2, steps=2)
+    before = run.weights()
+    good = next(iter(run.batches()))
+    bad_x = good[0].copy()
+    bad_x[0, 0] = np.inf                                       # a poisoned example: every gradient is NaN
+    run.batches = lambda: iter([(bad_x, good[1]), good])
+    it = iter(run)
+    next(it)
+    assert run.skipped == 1
+    after = run.weights()
+    for k in before:
+        np.testing.assert_array_equal(after[k], before[k], err_msg=k)
+    next(it)
+    assert run.skipped == 1 and any(not np.array_equal(run.weights()[k], before[k]) for k in before)
