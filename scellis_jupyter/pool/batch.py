@@ -70,3 +70,21 @@ def batch_predict(pool: Pool, run, x: np.ndarray, *, rows: int = 256, **kw) -> J
     if getattr(run, "standardizer", None) is not None:      # the training rows' statistics, as Run.predict does
         x = run.dataset.transform(x)
     return pool.run(predict_job(run.spec, run.weights(), x, rows=rows, tier=run.tier, **kw))
+
+
+def batch_evaluate(pool: Pool, run, x: np.ndarray, y: np.ndarray, *, metrics=None, rows: int = 256,
+                   **kw) -> dict:
+    """Metrics of a trained `sc.Run` over (x, y): outputs from `batch_predict` (blocks on workers, in order),
+    then each catalog metric (default: the recipe's) over every row. Returns {metric: value, "rows": n}."""
+    from ..catalog import make
+    y = np.asarray(y)
+    if len(y) != len(x):
+        raise PoolError(f"{len(x)} rows but {len(y)} labels", where="batch_evaluate", hint="pass matching x and y")
+    pred = batch_predict(pool, run, x, rows=rows, **kw).value
+    out: dict = {"rows": int(len(y))}
+    for name in metrics if metrics is not None else (run.spec.recipe.get("metrics") or []):
+        m = make("metric", name)
+        m.update(pred, y)
+        v = m.compute()
+        out[name] = float(v) if np.ndim(v) == 0 else np.asarray(v).tolist()
+    return out

@@ -53,3 +53,18 @@ def test_blocks_come_back_in_order_and_match_the_run(trained):
 def test_rows_of_the_wrong_shape_are_refused(trained):
     with pytest.raises(sc.PoolError, match="input"):
         predict_job(trained.spec, trained.weights(), np.zeros((4, 7)))
+
+
+def test_batch_evaluate_matches_scikit_learn(trained):
+    from sklearn.datasets import load_digits
+    from sklearn.metrics import accuracy_score
+    from scellis_jupyter.pool.batch import batch_evaluate
+    x, y = load_digits(return_X_y=True)
+    with Pool(workers=2, processes=False) as p:
+        got = batch_evaluate(p, trained, x, y, metrics=["accuracy"], rows=400)
+        with pytest.raises(sc.PoolError, match="labels"):
+            batch_evaluate(p, trained, x, y[:5])
+    pred = trained.predict(x).argmax(1)
+    assert got["rows"] == len(y)
+    assert got["accuracy"] == pytest.approx(accuracy_score(y, pred), abs=1e-12)
+    assert 0.3 < got["accuracy"] < 1.0                      # 10 steps of training: better than chance
