@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 

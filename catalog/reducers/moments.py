@@ -1,8 +1,6 @@
 """Count, mean and variance of per-sample values from per-shard moments (Chan et al.'s pairwise update)."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from scellis_jupyter.catalog import reducer

@@ -258,7 +258,7 @@ class RelayRun(_PoolRun):
         for x, y in self.batches():
             s = self.step_feeds()
 
-            def stage(k, inp, grad_out):
+            def stage(k, inp, grad_out, y=y, s=s):
                 return self.client.submit(relay_stage, self.spec, self.tier, k, S, self.params[k], self.state[k], inp,
                                           y if k == S - 1 else None, grad_out, s, workers=[self.workers[k]], pure=False)
 

@@ -54,7 +54,7 @@ def test_red_on_one_device_green_over_two(memory):
     assert p1.verdict == "red"
     pool_fixes = {f.kind: f for f in p1.fixes if f.requires == "pool"}
     assert {"shard_optimizer_state", "layer_relay"} <= set(pool_fixes)
-    for kind, fix in pool_fixes.items():
+    for fix in pool_fixes.values():
         pp = pool_plan(WIDE, fix, memory=memory)
         assert pp.count == 2 and pp.single_verdict == "red" and pp.verdict == "green", pp.table()
         assert max(d["peak_bytes"] for d in pp.devices) == fix.peak_bytes        # what the planner offered
