@@ -97,3 +97,32 @@ def test_a_sweep_fills_the_heatmap_cell_by_cell():
     assert "val_accuracy by batch_size" in view._static_text() and "…" not in view._static_text()
     with pytest.raises(sc.PoolError, match="two keys"):
         heatmap_sweep(None, SPEC, {"optimizer.lr": [1e-3]})
+
+
+def test_parsing_the_sweep_line():
+    c = parse_line("sweep tiny --grid optimizer.lr=1e-3,3e-2 --grid batch_size=32,64 --steps 2")
+    assert c.grid == [("optimizer.lr", [1e-3, 3e-2]), ("batch_size", [32, 64])] and c.steps == 2
+    assert c.pool == "pool" and c.verify == "none" and c.metric is None
+    assert parse_line("sweep m --grid optimizer=adam,sgd --grid seed=1,2").grid[0] == ("optimizer", ["adam", "sgd"])
+    with pytest.raises(sc.MagicError, match="KEY=V1,V2"):
+        parse_line("sweep tiny --grid lr")
+    with pytest.raises(sc.MagicError, match="required: --grid"):
+        parse_line("sweep tiny")
+
+
+def test_the_sweep_magic_fills_a_heatmap_on_the_notebook_pool(ip):
+    err, _ = run(ip, "%%scellis tiny --quiet\n" + SPEC)
+    assert err is None, err
+    err, _ = run(ip, "%scellis sweep tiny --grid optimizer.lr=1e-3,3e-2 --grid batch_size=32,64 --steps 2")
+    assert isinstance(err, UsageError) and "no pool named 'pool'" in str(err)
+    assert run(ip, "%scellis pool --workers 2 --threads")[0] is None
+    err, _ = run(ip, "%scellis sweep tiny --grid optimizer.lr=1e-3,3e-2 --steps 2")
+    assert isinstance(err, UsageError) and "two different --grid axes" in str(err)
+    err, outs = run(ip, "%scellis sweep tiny --grid optimizer.lr=1e-3,3e-2 --grid batch_size=32,64 --steps 2")
+    assert err is None, err
+    assert "4 cells of tiny on the pool (val_accuracy)" in outs[-1]["text/plain"]
+    res = ip.user_ns["tiny"].sweep_result
+    local = train_cell({"optimizer.lr": 1e-3, "batch_size": 64}, spec=SPEC, steps=2)
+    assert res.value[1]["weights_hash"] == local["weights_hash"]
+    views = [o for o in outs if "HeatmapView" in o.get("text/plain", "")]
+    assert views and "val_accuracy by batch_size x optimizer.lr" in views[0]["text/plain"]
