@@ -42,7 +42,7 @@ def test_pool_sweep_notebook(tmp_path):
     assert "2 workers" in pool and "trust regime own" in pool and "dashboard" in pool
     heat = _text(cells[4])
     assert "val_accuracy by batch_size x optimizer.lr" in heat and "…" not in heat      # refreshed once full
-    assert "6 cells, 0 re-checked, 0 rejected" in heat
+    assert "6 cells of digits on the pool (val_accuracy); 0 re-checked, 0 rejected" in heat
     assert re.search(r"best cell: \{.*\} val_accuracy 0\.\d{3}", _text(cells[5]))
     dp = _text(cells[6])
     assert f"2 workers: loss: {STEPS} points" in dp and f"{STEPS} steps, loss" in dp
