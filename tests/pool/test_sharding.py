@@ -1,6 +1,6 @@
 """Models bigger than one device: a plan red on one device of a declared memory is green over two (sharded
 optimizer state, layer relay), the planner's requires="pool" fixes run on a pool of two workers, each
-worker's measured peak stays within the declared memory, and the losses match the single-device run
+worker's measured peak stays within its planned peak and the declared memory, and the losses match the one-device run
 (bit for bit when sharded: the same Programs' arithmetic; rtol 1e-5 for the relay, as its composition test)."""
 from __future__ import annotations
 
@@ -73,6 +73,8 @@ def test_sharded_state_runs_green_and_matches_the_single_device_run(pool, memory
     for k in sw:
         np.testing.assert_array_equal(w[k], sw[k], err_msg=k)
     assert all(0 < pk <= memory for pk in run.measured_peaks), (run.measured_peaks, memory)
+    planned = [d["peak_bytes"] for d in run.pool_plan.devices]
+    assert all(m <= p for m, p in zip(run.measured_peaks, planned)), (run.measured_peaks, planned)
     state = [d["params"] for d in run.pool_plan.devices]
     assert not set(state[0]) & set(state[1]) and len(state[0]) + len(state[1]) == 8
 
@@ -86,6 +88,8 @@ def test_layer_relay_runs_green_and_matches_the_single_device_run(pool, memory, 
     for k in sw:
         np.testing.assert_allclose(w[k], sw[k], rtol=1e-5, atol=1e-7, err_msg=k)
     assert all(0 < pk <= memory for pk in run.measured_peaks), (run.measured_peaks, memory)
+    planned = [d["peak_bytes"] for d in run.pool_plan.devices]
+    assert all(m <= p for m, p in zip(run.measured_peaks, planned)), (run.measured_peaks, planned)
 
 
 def test_too_little_memory_even_over_two_is_refused(pool):
