@@ -58,7 +58,8 @@ def describe_text(d: dict) -> str:
     dash = d["dashboard"] or "none"
     if d["dashboard"] and not d["dashboard_served"]:
         dash += "  (Dask serves it with bokeh installed: pip install bokeh)"
-    lines = [f"pool ({d['kind']}): {len(d['workers'])} workers, trust regime {d['trust']}, scheduler {d['scheduler']}",
+    n = len(d["workers"])
+    lines = [f"pool ({d['kind']}): {n} worker{'' if n == 1 else 's'}, trust regime {d['trust']}, scheduler {d['scheduler']}",
              f"dashboard  {dash}"]
     for w in d["workers"]:
         lines.append(f"  {w['address']}  threads {w['threads']}  memory {mib(w['memory_limit'])}  "
