@@ -121,6 +121,32 @@ NOTEBOOKS = {
         "optimizer = { name = \"adam\", lr = 2e-3, betas = [0.5, 0.999] }\nbatch_size = 128",
         "%scellis train ring --steps $STEPS --wait",
     ],
+    "pool_sweep": [
+        "# A sweep on a pool of two workers\n\nA local Dask pool of two worker processes: a learning-rate by "
+        "batch-size sweep fills the heatmap cell by cell as each run lands, then one model trains data-parallel "
+        "(each worker takes half of every batch; gradients are reduced on the workers) with one shared loss curve, "
+        "checked against the same spec trained on one device.",
+        "%load_ext scellis_jupyter\nimport numpy as np\nimport scellis_jupyter as sc\n" + STEPS.format(n=40),
+        "%scellis pool --workers 2",
+        "%%scellis digits --quiet\nname = \"digits-sweep\"\n[data]\ndataset = \"digits\"\n"
+        "split = { train = 0.8, val = 0.1, test = 0.1 }\n[model]\nnodes = [\n"
+        "  { name = \"hidden\", op = \"linear\", out = 32 },\n  { op = \"relu\" },\n"
+        "  { name = \"logits\", op = \"linear\", out = 10 },\n]\n[recipe]\n"
+        "optimizer = { name = \"adam\", lr = 1e-2 }\nbatch_size = 32\nmetrics = [\"accuracy\"]\n"
+        "determinism = \"debug\"",
+        "%scellis sweep digits --grid optimizer.lr=1e-3,1e-2,5e-2 --grid batch_size=16,32 --steps $STEPS",
+        "best = max(digits.sweep_result.value, key=lambda c: c[\"metrics\"][\"val_accuracy\"])\n"
+        "print(\"best cell:\", best[\"params\"], f\"val_accuracy {best['metrics']['val_accuracy']:.3f}\")",
+        "from scellis_jupyter.pool.parallel import DataParallel\nfrom scellis_jupyter.jupyter.widgets import LossCurve\n\n"
+        "dp = DataParallel(pool, digits.spec, slices=2, steps=STEPS)   # each worker: half of every batch\n"
+        "curve = LossCurve(title=\"data-parallel over 2 workers\")\ncurve.follow(dp, key=\"2 workers\")\n"
+        "display(curve)\nlosses = dp.train()\nprint(f\"{len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}\")",
+        "single = sc.Run(digits.spec, device=\"reference\", steps=STEPS)\nsingle.run_to_end()\n"
+        "gap = np.max(np.abs(np.array(losses) - single.loss_history) / np.array(single.loss_history))\n"
+        "print(f\"largest relative gap to the one-device run: {gap:.1e}\")\n"
+        "print(\"replicas identical:\", len(set(dp.replica_hashes().values())) == 1)",
+        "%scellis pool --close",
+    ],
 }
 
 

@@ -283,6 +283,68 @@ class ScellisMagics(Magics):
         m.lr_find_result = res
         return None
 
+    def _do_pool(self, cmd):
+        from ..pool import Pool
+        from .pool_view import pool_output
+        ns = self.shell.user_ns
+        if not cmd.name.isidentifier():
+            raise MagicError(f"--name {cmd.name!r} is not a Python identifier", where="%scellis pool",
+                             code="magic-usage")
+        current = ns.get(cmd.name)
+        if cmd.close:
+            if not isinstance(current, Pool):
+                raise MagicError(f"no pool named {cmd.name!r} to close", where="%scellis pool", code="magic-usage")
+            current.close()
+            ns.pop(cmd.name, None)
+            display(show.text_output(f"pool {cmd.name} closed"))
+            return None
+        if cmd.workers is not None or cmd.address is not None:
+            if cmd.threads and cmd.workers is None:
+                raise MagicError("--threads goes with --workers", where="%scellis pool", code="magic-usage")
+            if isinstance(current, Pool):
+                current.close()
+            kw = {"trust": cmd.trust} if cmd.trust is not None else {}
+            if cmd.address is not None:
+                current = Pool(address=cmd.address, timeout=cmd.timeout, **kw)
+            else:
+                current = Pool(workers=cmd.workers, processes=not cmd.threads, **kw)
+            ns[cmd.name] = current
+        elif not isinstance(current, Pool):
+            raise MagicError(f"no pool named {cmd.name!r} in this notebook", where="%scellis pool",
+                             code="magic-no-pool", hint="%scellis pool --workers 2 starts a local one")
+        out = pool_output(current)
+        display(show.json_output(out.extra["application/vnd.scellis.pool+json"]) if cmd.json else out)
+        return None
+
+    def _do_sweep(self, cmd):
+        from ..pool import Pool
+        from .pool_view import heatmap_sweep
+        from .widgets import HeatmapView
+        m = self.model(cmd.name)
+        pool = self.shell.user_ns.get(cmd.pool)
+        if not isinstance(pool, Pool):
+            raise MagicError(f"no pool named {cmd.pool!r} in this notebook", where="%scellis sweep",
+                             code="magic-no-pool", hint="%scellis pool --workers 2 starts a local one")
+        if len(cmd.grid) != 2 or cmd.grid[0][0] == cmd.grid[1][0]:
+            raise MagicError(f"a heatmap sweep takes two different --grid axes, got {len(cmd.grid)}",
+                             where="%scellis sweep", code="magic-usage",
+                             hint="--grid optimizer.lr=1e-3,1e-2 --grid batch_size=32,64")
+        if m.spec.memory is not None:
+            raise MagicError(f"{m.name} trains on this notebook's arrays, which a sweep does not ship to workers yet",
+                             where="%scellis sweep", hint="name a dataset in [data] (dataset = \"digits\")")
+        metrics = m.spec.recipe.get("metrics") or []
+        metric = cmd.metric or (f"val_{metrics[0]}" if metrics else "val_loss")
+        grid = dict(cmd.grid)
+        (xk, xs), (yk, ys) = cmd.grid
+        view = HeatmapView(xk, xs, yk, ys, metric)
+        display(view)
+        _, res = heatmap_sweep(pool, m.spec, grid, metric=metric, steps=cmd.steps, view=view, verify=cmd.verify)
+        m.sweep_result = res
+        display(show.text_output(f"{len(res.value)} cells of {m.name} on the pool ({metric}); "
+                                 f"{res.checked} re-checked, {len(res.rejected)} rejected; {m.name}.sweep_result "
+                                 "holds every cell"))
+        return None
+
 
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`."""

@@ -51,6 +51,22 @@ def _pos_int(text: str) -> int:
     return v
 
 
+def _grid_axis(text: str) -> tuple:
+    """KEY=V1,V2,... -> (key, [values]): numbers where they parse, else strings."""
+    key, eq, vals = text.partition("=")
+    if not eq or not key or not vals:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=V1,V2,... (e.g. optimizer.lr=1e-3,1e-2)")
+
+    def value(v: str):
+        for kind in (int, float):
+            try:
+                return kind(v)
+            except ValueError:
+                pass
+        return v
+    return key.strip(), [value(v.strip()) for v in vals.split(",") if v.strip()]
+
+
 def _name(p, help_="the model handle (the NAME of a %%scellis NAME cell) or a run id"):
     p.add_argument("name", help=help_)
 
@@ -72,6 +88,8 @@ SUBCOMMANDS: dict[str, str] = {
     "verify": "re-execute a finished run on the reference path and compare with its record",
     "profile": "what one training step of a model runs: dispatches and where the memory goes",
     "lr-find": "the learning-rate range test: loss against learning rate, with a suggested value",
+    "pool": "the Dask pool: workers, devices, memory, trust regime, dashboard link (--workers N starts one)",
+    "sweep": "a two-key grid sweep of a model on the pool, drawn into a heatmap cell by cell as runs land",
 }
 
 
@@ -149,6 +167,26 @@ def _build() -> dict[str, _Parser]:
     p.add_argument("--min-lr", type=float, default=1e-7)
     p.add_argument("--max-lr", type=float, default=10.0)
     p.add_argument("--device")
+
+    p = new("pool")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--workers", type=_pos_int, metavar="N", help="start a local pool of N worker processes")
+    how.add_argument("--address", help="join a running Dask cluster (tcp://host:8786)")
+    how.add_argument("--close", action="store_true", help="close the pool this notebook started")
+    p.add_argument("--threads", action="store_true", help="with --workers: in-process workers (threads)")
+    p.add_argument("--trust", choices=("own", "consortium", "open"), help="the pool's trust regime")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for --address to answer")
+    p.add_argument("--name", default="pool", help="the notebook variable the pool is bound to (default: pool)")
+    p.add_argument("--json", action="store_true")
+
+    p = new("sweep")
+    _name(p, "the model handle")
+    p.add_argument("--grid", action="append", type=_grid_axis, required=True, metavar="KEY=V1,V2",
+                   help="one axis of the grid (give two): a recipe key and its values")
+    p.add_argument("--metric", help="the cell value drawn (default: val_ plus the recipe's first metric)")
+    p.add_argument("--steps", type=_pos_int, default=20, help="steps each cell trains")
+    p.add_argument("--verify", choices=("none", "reference", "spot", "quorum"), default="none")
+    p.add_argument("--pool", default="pool", help="the notebook variable holding the pool (default: pool)")
     return ps
 
 

@@ -288,7 +288,8 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
         fixes.append(Fix("shard_optimizer_state", f"shard optimizer state over a pool of {world} devices (each "
                                                   f"keeps and updates 1/{world} of it; gradients reduce-scattered, "
                                                   "weights all-gathered): the peak of the device holding the "
-                                                  "largest share. Needs a device pool, which does not exist yet",
+                                                  f"largest share. Needs a device pool: run_fix(Pool(workers={world}), "
+                                                  "spec, fix) in scellis_jupyter.pool.sharding",
                          pk, verdict_of(pk), {"shard": world}, {}, "pool"))
         if _verdict(pk, capacity) == "green":
             break
@@ -305,8 +306,8 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
             break
         prev = pk
         fixes.append(Fix("layer_relay", f"layer relay over a pool of {stages} devices (each holds a contiguous run "
-                                        "of layers and passes activations on). Needs a device pool, which does "
-                                        "not exist yet", pk, verdict_of(pk), {"relay": stages}, {}, "pool"))
+                                        "of layers and passes activations on). Needs a device pool: "
+                                        f"run_fix(Pool(workers={stages}), spec, fix) in scellis_jupyter.pool.sharding", pk, verdict_of(pk), {"relay": stages}, {}, "pool"))
         if _verdict(pk, capacity) == "green":
             break
     if not any(f.verdict != "red" and f.requires is None for f in fixes):

@@ -1,0 +1,25 @@
+"""The batch-mean loss and gradients from per-slice means: sum of n_i * value_i in float64, over the total n."""
+from __future__ import annotations
+
+import numpy as np
+
+from scellis_jupyter.catalog import reducer
+
+
+@reducer("grad_mean", summary="data-parallel gradients: per-slice means weighted by slice size, float64 sums")
+class GradMean:
+    def leaf(self, index, result):
+        n = int(result["n"])
+        return {"n": n, "loss": n * float(result["loss"]),
+                "grads": {k: n * np.asarray(v, np.float64) for k, v in result["grads"].items()}}
+
+    def combine(self, a, b):
+        if set(a["grads"]) != set(b["grads"]):
+            raise ValueError(f"slices disagree on the parameters: {sorted(set(a['grads']) ^ set(b['grads']))}")
+        return {"n": a["n"] + b["n"], "loss": a["loss"] + b["loss"],
+                "grads": {k: a["grads"][k] + b["grads"][k] for k in sorted(a["grads"])}}
+
+    def finish(self, acc):
+        n = acc["n"]
+        return {"n": n, "loss": acc["loss"] / n,
+                "grads": {k: (v / n).astype(np.float32) for k, v in acc["grads"].items()}}
