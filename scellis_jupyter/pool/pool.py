@@ -180,8 +180,9 @@ class Pool:
 
     # ---- the pool -----------------------------------------------------------------------------------
     def workers(self) -> list[str]:
-        """Addresses of the workers not quarantined, in a stable order."""
-        return sorted(a for a in self.client.scheduler_info()["workers"] if a not in self.quarantined)
+        """Addresses of the workers not quarantined, in a stable order (asked of the scheduler each time:
+        `scheduler_info()` is a cached copy that can lag, even read empty, while workers start or leave)."""
+        return sorted(a for a in self.client.nthreads() if a not in self.quarantined)
 
     def stop(self, peer: str) -> None:
         """Stop giving `peer` work (on its owner's demand); a running job re-runs its queued shards elsewhere."""
