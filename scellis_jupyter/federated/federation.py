@@ -1,0 +1,436 @@
+"""A Federation: a Pool whose workers are sites that keep their data, and rounds of a catalog strategy.
+
+Why on the Pool: a site is a Dask worker of the same Pool (in-process for a Pool of one, local processes,
+or a cluster by address); its rows are loaded there by its own loader and pinned there (`site.py`), and
+only the strategy's vectors travel. A round: the server model goes to every site; each trains locally
+with the engine's own step (a `Run` on the reference path); the sites' contributions are protected on the
+site (clipped under DP, masked under secure aggregation) and summed on a worker; the coordinator unmasks
+the sum, adds DP noise, charges the privacy ledger and lets the strategy fold the sum into the next model.
+
+Trust: `own` (your devices) may run in the clear; beyond it (`consortium`, `open`) differential privacy is
+always engaged and a round without it is refused; `consortium` (cross-silo) also requires secure
+aggregation. Byte-exclusion is not privacy: an update is a function of the data, so neither mode is
+called private without DP.
+"""
+from __future__ import annotations
+
+import itertools
+import secrets
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..catalog import get as catalog_get
+from ..catalog.aggregations import Strategy
+from ..errors import FederatedError, ModelVersionMismatch, ScellisError, SiteUnavailable
+from ..pool.job import content_hash
+from . import site as site_mod
+from .privacy import Privacy, PrivacyLedger, clip, gaussian_noise
+from .vectors import flatten, layout, tree_map, tree_sum, unflatten
+
+TRUST = ("own", "consortium", "open")
+
+
+@dataclass
+class RoundResult:
+    """One round (or, for an asynchronous strategy, one server update): who answered, what it cost."""
+
+    round: int
+    version: int
+    sites: list                       # sites whose contribution entered the aggregate
+    dropped: list                     # sites that did not answer in time
+    losses: dict                      # site -> its last local training loss
+    epsilon: float | None = None      # total eps spent after this round (None without DP)
+    seconds: float = 0.0
+    staleness: list = field(default_factory=list)   # asynchronous: (site, version trained on, tau) per arrival
+    metrics: dict = field(default_factory=dict)
+
+
+class Protect:
+    """What a site applies to its vectors before they leave: weighting, DP clipping, secure-aggregation masks."""
+
+    def __init__(self, weighting: str, clip_norm: float | None, secure: Any = None):
+        self.weighting, self.clip_norm, self.secure = weighting, clip_norm, secure
+
+    def __call__(self, out: dict, data: "site_mod.SiteData") -> dict:
+        vectors = out.pop("vectors")
+        lay = layout(vectors)
+        vec = flatten(vectors)
+        w = 1.0 if self.clip_norm is not None or self.weighting == "uniform" else float(out["n"])
+        if self.clip_norm is not None:
+            vec, out["norm"] = clip(vec, self.clip_norm)
+        vec = np.concatenate([vec * w, [w]])
+        out["layout"] = lay
+        if self.secure is not None:
+            out["masked"] = self.secure.mask(vec, data)
+        else:
+            out["summand"] = vec
+        return out
+
+
+def _sum(*outs: dict) -> np.ndarray:
+    """Sum the sites' vectors on a worker (uint64 wraps: masked sums are mod 2^64)."""
+    key = "masked" if "masked" in outs[0] else "summand"
+    acc = np.array(outs[0][key], copy=True)
+    for o in outs[1:]:
+        acc += o[key]
+    return acc
+
+
+def _meta(out: dict) -> dict:
+    return {k: v for k, v in out.items() if k not in ("masked", "summand")}
+
+
+class Federation:
+    """`Federation(pool, spec, sites={"a": loader, ...}, strategy="fedavg")`, then `fit(rounds)`.
+
+    `sites` maps a site name to its loader: a path of a `.npz` (arrays x, y) on that site's machine, a
+    callable run there, or (x, y) arrays (scattered once, to that site's worker only). `strategy` is a
+    catalog aggregation name, a `Strategy` instance, or a registered user entry; `params` its
+    hyperparameters. `local_steps` optimizer steps per site per round
+    (`batch_size`: the spec's, another, or "full" for a site's whole partition). `privacy` (a `Privacy`) engages DP;
+    `secure=True` secure aggregation. `quorum` sites must answer within `timeout` seconds, else the round
+    fails with SiteUnavailable; by default every site must.
+    """
+
+    def __init__(self, pool, spec, sites: dict, *, strategy: "str | Strategy" = "fedavg", params: dict | None = None,
+                 local_steps: int = 10, trust: str | None = None, privacy: Privacy | None = None,
+                 privacy_ledger: "PrivacyLedger | str | None" = None, secure: bool | None = None,
+                 quorum: int | None = None, timeout: float = 120.0, threshold: int | None = None, seed: int = 0,
+                 batch_size: "int | str | None" = None):
+        from ..spec import Spec
+        self.pool, self.client = pool, pool.client
+        self.text = spec.text if isinstance(spec, Spec) else Spec.of(spec).text if not isinstance(spec, str) \
+            or "\n" not in spec else spec
+        self.trust = trust or getattr(pool, "trust", "own")
+        if self.trust not in TRUST:
+            raise FederatedError(f"unknown trust regime {self.trust!r}", where="Federation",
+                                 hint=f"use one of {', '.join(TRUST)}")
+        if self.trust != "own" and privacy is None:
+            raise FederatedError(f"a {self.trust} federation without differential privacy is refused: model "
+                                 f"updates are functions of the sites' data", where="Federation(privacy=None)",
+                                 hint="give privacy=Privacy(epsilon=..., delta=..., clip=..., noise_multiplier=...)")
+        self.secure = (self.trust != "own") if secure is None else bool(secure)
+        if self.trust == "consortium" and not self.secure:
+            raise FederatedError("a consortium (cross-silo) federation without secure aggregation is refused",
+                                 where="Federation(secure=False)", hint="leave secure on (the default beyond own)")
+        if isinstance(strategy, str):
+            self.strategy_name = strategy
+            self.strategy = catalog_get("aggregation", strategy).make(**(params or {}))
+        else:
+            if params:
+                raise FederatedError("params= goes with a strategy name, not an instance", where="Federation",
+                                     hint="configure the instance itself")
+            self.strategy_name, self.strategy = type(strategy).__name__, strategy
+        for m in ("init", "local", "contribution", "aggregate"):
+            if not callable(getattr(self.strategy, m, None)):
+                raise FederatedError(f"strategy {self.strategy_name!r} has no {m}() method", where="Federation",
+                                     hint="subclass scellis_jupyter.catalog.aggregations.Strategy")
+        _picklable(self.strategy)
+        if self.secure and getattr(self.strategy, "asynchronous", False):
+            raise FederatedError(f"{self.strategy_name!r} is asynchronous; secure aggregation needs a round of "
+                                 f"sites that mask together", where="Federation(secure=True)",
+                                 hint="use a synchronous strategy, or secure=False on an own pool")
+        if not sites:
+            raise FederatedError("a federation needs at least one site", where="Federation(sites=...)",
+                                 hint='give sites={"a": "a.npz", ...}')
+        self.privacy = privacy
+        if privacy is not None:
+            self.ledger = privacy_ledger if isinstance(privacy_ledger, PrivacyLedger) else \
+                PrivacyLedger(privacy.epsilon, privacy.delta, privacy_ledger)
+        else:
+            self.ledger = None
+        self.local_steps = int(local_steps)
+        self.batch_size = batch_size
+        self.timeout = float(timeout)
+        self.seed = int(seed)
+        self.id = uuid.uuid4().hex[:12]
+        workers = pool.workers()
+        if not workers:
+            raise FederatedError("the pool has no workers to hold sites", where="Federation", hint="start workers")
+        self.names = list(sites)
+        self.where = {s: workers[i % len(workers)] for i, s in enumerate(self.names)}
+        self.quorum = len(self.names) if quorum is None else int(quorum)
+        if not 1 <= self.quorum <= len(self.names):
+            raise FederatedError(f"quorum={quorum} is not between 1 and the {len(self.names)} sites",
+                                 where="Federation(quorum=...)", hint="give the sites that must answer each round")
+        self.threshold = threshold
+        self.info = self._load(sites)
+        self.weights = self._initial_weights()
+        self.state = self.strategy.init(self.weights, len(self.names))
+        self.version = 0
+        self.rounds: list[RoundResult] = []
+        self._round_no = itertools.count(1)
+        self.listeners: list[Callable[[RoundResult], None]] = []
+
+    # ---- sites -----------------------------------------------------------------------------------------
+    def _key(self, s: str) -> str:
+        return f"{self.id}/{s}"
+
+    def _pinned(self, s: str, fn, *args, **kw):
+        return self.client.submit(fn, *args, workers=[self.where[s]], allow_other_workers=False, pure=False,
+                                  key=f"fed-{fn.__name__}-{s}-{uuid.uuid4().hex[:8]}", **kw)
+
+    def _load(self, sites: dict) -> dict:
+        futs = {}
+        for s, source in sites.items():
+            if isinstance(source, tuple) and len(source) == 2 and not callable(source):
+                # given arrays: scattered once, to this site's worker only, and pinned there
+                [source] = self.client.scatter([source], workers=[self.where[s]], broadcast=False, hash=False)
+            futs[s] = self._pinned(s, site_mod.load, self._key(s), s, source)
+        info = {}
+        for s, f in futs.items():
+            try:
+                info[s] = f.result(timeout=self.timeout)
+            except ScellisError:
+                raise
+            except TimeoutError:
+                raise SiteUnavailable(f"site {s!r} did not load its data within {self.timeout:g} s",
+                                      where=f"site {s!r}", hint="check that its worker is up") from None
+        empty = [s for s, i in info.items() if i["n"] == 0]
+        if empty:
+            raise FederatedError(f"site {empty[0]!r} holds no examples", where=f"site {empty[0]!r}",
+                                 code="federated-empty-site", sites=empty,
+                                 hint="give it data, or leave it out of sites=")
+        shapes = {tuple(i["shape"]) for i in info.values()}
+        if len(shapes) > 1:
+            raise FederatedError(f"the sites' examples have different shapes: {sorted(shapes)}", where="Federation",
+                                 hint="every site must hold examples of the model's input shape")
+        return info
+
+    def _initial_weights(self) -> dict:
+        s = self.names[0]
+
+        def init(key, spec):
+            d = site_mod.held(key)
+            from ..run.run import Run
+            run = Run(site_mod.local_spec(spec, None, 0), device="reference", steps=1, data={"train": (d.x, d.y)})
+            return {k: np.asarray(v, np.float64) for k, v in run.weights().items()}
+        init.__name__ = "init"
+        return self._pinned(s, init, self._key(s), self.text).result()
+
+    # ---- rounds ----------------------------------------------------------------------------------------
+    def _protect(self) -> Protect:
+        sec = self._secure_setup() if self.secure else None
+        return Protect(self.strategy.weighting, self.privacy.clip if self.privacy else None, sec)
+
+    def _secure_setup(self):
+        from .secagg import SecureRound, site_advertise, site_share
+        t = self.threshold or (len(self.names) // 2 + 1)
+        rid = uuid.uuid4().hex
+        pubs = {s: self._pinned(s, site_advertise, self._key(s), rid) for s in self.names}
+        pubs = {s: f.result(timeout=self.timeout) for s, f in pubs.items()}
+        shares = {s: self._pinned(s, site_share, self._key(s), rid, pubs, t) for s in self.names}
+        inbox: dict = {s: {} for s in self.names}
+        for s, f in shares.items():
+            for to, ct in f.result(timeout=self.timeout).items():
+                inbox[to][s] = ct
+        self._inbox = inbox
+        return SecureRound(rid, self.names, pubs, t)
+
+    def fit(self, rounds: int, *, on_round: Callable[[RoundResult], None] | None = None,
+            evaluate: Callable[[dict], dict] | None = None) -> list[RoundResult]:
+        """Run `rounds` rounds (server updates, for an asynchronous strategy); `on_round` sees each result."""
+        out = []
+        if getattr(self.strategy, "asynchronous", False):
+            gen = self._async(rounds)
+        else:
+            gen = (self.round() for _ in range(int(rounds)))
+        for r in gen:
+            if evaluate is not None:
+                r.metrics = dict(evaluate(self.weights))
+            for fn in self.listeners + ([on_round] if on_round else []):
+                fn(r)
+            out.append(r)
+        return out
+
+    def _preflight(self) -> None:
+        if self.ledger is not None:
+            self.ledger.check(self.privacy.noise_multiplier, f"round {len(self.rounds) + 1}")
+
+    def round(self) -> RoundResult:
+        """One synchronous round; SiteUnavailable if fewer than `quorum` sites answer within `timeout`."""
+        self._preflight()
+        t0 = time.perf_counter()
+        n = next(self._round_no)
+        protect = self._protect()
+        futs = {s: self._pinned(s, site_mod.round_update, self._key(s), s, self.text, self.weights, self.version,
+                                self.local_steps, self.strategy, self.state, self._seed(n, s), protect,
+                                self.batch_size)
+                for s in self.names}
+        _wait(list(futs.values()), self.timeout)
+        done, dropped = {}, []
+        for s, f in futs.items():
+            if f.status == "finished":
+                done[s] = f
+            elif f.status == "error":
+                e = f.exception()
+                if isinstance(e, ScellisError):
+                    raise e
+                if type(e).__name__ in ("KilledWorker", "CancelledError", "CommClosedError"):
+                    dropped.append(s)             # its worker went away mid-round: silent, like a timeout
+                    continue
+                raise FederatedError(f"site {s!r} failed in round {n}: {type(e).__name__}: {e}", where=f"site {s!r}",
+                                     hint="fix the strategy or the spec; the site's traceback is in its worker log")
+            else:
+                dropped.append(s)
+                f.cancel()
+        if len(done) < self.quorum:
+            raise SiteUnavailable(f"round {n}: {len(done)} of {len(self.names)} sites answered within "
+                                  f"{self.timeout:g} s, fewer than the quorum of {self.quorum} "
+                                  f"(silent: {', '.join(dropped)})", where=f"round {n}", dropped=dropped,
+                                  hint="raise timeout, lower quorum=, or bring the silent sites' workers back")
+        metas = dict(zip(done, self.client.gather([self.client.submit(_meta, f, pure=False) for f in done.values()])))
+        for s, m in metas.items():
+            if m["version"] != self.version:
+                raise ModelVersionMismatch(f"site {s!r} sent an update for model version {m['version']}, "
+                                           f"but round {n} sent version {self.version}", where=f"site {s!r}",
+                                           hint="a site answered from another round; restart it and retry the round")
+        total = self.client.submit(_sum, *done.values(), pure=False).result()
+        lay = metas[next(iter(metas))]["layout"]
+        if protect.secure is not None:
+            total = self._unmask(protect.secure, total, list(done), dropped)
+        agg = self._release(total, lay, len(done), f"round {n}")
+        self.weights, self.state = self.strategy.aggregate(self.weights, agg, len(done), self.state)
+        self.version += 1
+        r = RoundResult(n, self.version, sorted(done), sorted(dropped), {s: m["loss"] for s, m in metas.items()},
+                        self.ledger.spent if self.ledger else None, time.perf_counter() - t0)
+        self.rounds.append(r)
+        return r
+
+    def _unmask(self, sec, total, survivors, dropped):
+        from .secagg import site_reveal
+        reveal = {s: self._pinned(s, site_reveal, self._key(s), sec.rid, self._inbox[s], survivors, dropped)
+                  for s in survivors}
+        got = {}
+        for s, f in reveal.items():
+            try:
+                got[s] = f.result(timeout=self.timeout)
+            except TimeoutError:
+                continue
+        return sec.unmask(total, got, survivors, dropped)
+
+    def _release(self, total: np.ndarray, lay, count: int, what: str) -> dict:
+        """The sum made public: DP noise added and charged first (refused if over budget), then unflattened."""
+        total = np.asarray(total, np.float64)
+        vec, weight = total[:-1], float(total[-1])
+        if self.privacy is not None:
+            self.ledger.charge(self.privacy.noise_multiplier, what)
+            vec = vec + gaussian_noise(vec.size, self.privacy.noise_multiplier * self.privacy.clip)
+        agg = unflatten(vec, lay)
+        agg["weight"] = np.float64(weight)
+        return agg
+
+    def _seed(self, n: int, s: str) -> int:
+        return int(content_hash({"seed": self.seed, "round": n, "site": s})[:8], 16)
+
+    # ---- asynchronous (FedBuff) ---------------------------------------------------------------------------
+    def _async(self, updates: int):
+        """Sites train continuously; every `buffer` arrivals make one server update. Arrivals are taken
+        in the order they finish; a site is sent the current model as soon as it reports."""
+        k = int(getattr(self.strategy, "buffer", 0) or 1)
+        protect = Protect(self.strategy.weighting, self.privacy.clip if self.privacy else None, None)
+        n = itertools.count()
+
+        def send(s):
+            return self._pinned(s, site_mod.round_update, self._key(s), s, self.text, self.weights, self.version,
+                                self.local_steps, self.strategy, self.state, self._seed(next(n), s), protect,
+                                self.batch_size)
+        flying = [send(s) for s in self.names]
+        buf, metas, t0, made = None, [], time.perf_counter(), 0
+        self._preflight()
+        try:
+            while made < updates:
+                deadline = time.monotonic() + self.timeout
+                while not any(f.done() for f in flying):
+                    if time.monotonic() > deadline:
+                        raise SiteUnavailable(f"no site answered within {self.timeout:g} s in asynchronous "
+                                              f"training", where="Federation",
+                                              hint="raise timeout or bring the sites' workers back")
+                    time.sleep(0.002)
+                f = next(f for f in flying if f.done())
+                flying.remove(f)
+                out = f.result()
+                s = out["site"]
+                tau = self.version - out["version"]
+                if tau < 0:
+                    raise ModelVersionMismatch(f"site {s!r} sent an update for model version {out['version']}, "
+                                               f"newer than the server's {self.version}", where=f"site {s!r}",
+                                               hint="two servers are driving these sites; use one")
+                v = out["summand"] * self.strategy.staleness_weight(tau)
+                buf = v if buf is None else buf + v
+                metas.append((s, tau, out["loss"], out["layout"], out["version"]))
+                if len(metas) == k:
+                    rno = next(self._round_no)
+                    agg = self._release(buf, metas[0][3], k, f"server update {rno}")
+                    self.weights, self.state = self.strategy.aggregate(self.weights, agg, k, self.state)
+                    self.version += 1
+                    made += 1
+                    r = RoundResult(rno, self.version, [m[0] for m in metas], [], {m[0]: m[2] for m in metas},
+                                    self.ledger.spent if self.ledger else None, time.perf_counter() - t0,
+                                    staleness=[(m[0], m[4], m[1]) for m in metas])
+                    self.rounds.append(r)
+                    buf, metas, t0 = None, [], time.perf_counter()
+                    yield r
+                    if made < updates:
+                        self._preflight()
+                if made < updates:
+                    flying.append(send(s))
+        finally:
+            for f in flying:
+                f.cancel()
+
+    # ---- the model -------------------------------------------------------------------------------------
+    def predict(self, x: np.ndarray, weights: dict | None = None) -> np.ndarray:
+        """The server model's outputs on `x` (the coordinator's own held-out data), on the reference path."""
+        from ..run.run import Run
+        x = np.asarray(x)
+        labels = sorted({v for i in self.info.values() for v in (i["labels"] or [0])})
+        y0 = np.asarray(labels, np.int64)[np.arange(len(x)) % len(labels)]   # labels are not read: shape only
+        run = Run(site_mod.local_spec(self.text, None, 0), device="reference", steps=1, data={"train": (x, y0)},
+                  weights={k: np.asarray(v, np.float32) for k, v in (weights or self.weights).items()})
+        return np.asarray(run.predict(x))
+
+    def accuracy(self, x: np.ndarray, y: np.ndarray, weights: dict | None = None) -> float:
+        return float(np.mean(self.predict(x, weights).argmax(axis=1) == np.asarray(y)))
+
+    def close(self) -> None:
+        """Forget the sites' rows on their workers."""
+        for s in self.names:
+            try:
+                self._pinned(s, site_mod.forget, self._key(s)).result(timeout=5)
+            except Exception:       # a worker already gone holds nothing
+                pass
+
+    def __enter__(self) -> "Federation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Federation({self.strategy_name}, sites={len(self.names)}, trust={self.trust}, "
+                f"dp={'on' if self.privacy else 'off'}, secure={'on' if self.secure else 'off'}, "
+                f"version={self.version})")
+
+
+def _wait(futures: list, timeout: float) -> None:
+    """Until every future is done or `timeout` seconds have passed (what did not finish is then silent)."""
+    deadline = time.monotonic() + timeout
+    while not all(f.done() for f in futures) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _picklable(strategy: Any) -> None:
+    """Catalog entry modules (scellis_catalog.*) exist only where the catalog was loaded: ship them by value."""
+    mod = sys.modules.get(type(strategy).__module__)
+    if mod is not None and mod.__name__.startswith("scellis_catalog"):
+        import cloudpickle          # dask's own pickler
+        try:
+            cloudpickle.register_pickle_by_value(mod)
+        except (ValueError, TypeError):
+            pass
