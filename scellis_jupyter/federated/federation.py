@@ -33,6 +33,7 @@ from .privacy import Privacy, PrivacyLedger, clip, gaussian_noise
 from .vectors import flatten, layout, tree_map, tree_sum, unflatten
 
 TRUST = ("own", "consortium", "open")
+LOAD_TIMEOUT = 60.0          # seconds a site may take to load its partition (a round has its own timeout)
 
 
 @dataclass
@@ -185,11 +186,11 @@ class Federation:
         info = {}
         for s, f in futs.items():
             try:
-                info[s] = f.result(timeout=self.timeout)
+                info[s] = f.result(timeout=max(self.timeout, LOAD_TIMEOUT))
             except ScellisError:
                 raise
             except TimeoutError:
-                raise SiteUnavailable(f"site {s!r} did not load its data within {self.timeout:g} s",
+                raise SiteUnavailable(f"site {s!r} did not load its data within {max(self.timeout, LOAD_TIMEOUT):g} s",
                                       where=f"site {s!r}", hint="check that its worker is up") from None
         empty = [s for s, i in info.items() if i["n"] == 0]
         if empty:
