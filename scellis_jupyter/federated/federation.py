@@ -131,7 +131,7 @@ class Federation:
             if not callable(getattr(self.strategy, m, None)):
                 raise FederatedError(f"strategy {self.strategy_name!r} has no {m}() method", where="Federation",
                                      hint="subclass scellis_jupyter.catalog.aggregations.Strategy")
-        _picklable(self.strategy)
+        self._shipped = _shipped(self.strategy)
         if self.secure and getattr(self.strategy, "asynchronous", False):
             raise FederatedError(f"{self.strategy_name!r} is asynchronous; secure aggregation needs a round of "
                                  f"sites that mask together", where="Federation(secure=True)",
@@ -260,7 +260,7 @@ class Federation:
         n = next(self._round_no)
         protect = self._protect()
         futs = {s: self._pinned(s, site_mod.round_update, self._key(s), s, self.text, self.weights, self.version,
-                                self.local_steps, self.strategy, self.state, self._seed(n, s), protect,
+                                self.local_steps, self._shipped, self.state, self._seed(n, s), protect,
                                 self.batch_size)
                 for s in self.names}
         _wait(list(futs.values()), self.timeout)
@@ -339,7 +339,7 @@ class Federation:
 
         def send(s):
             return self._pinned(s, site_mod.round_update, self._key(s), s, self.text, self.weights, self.version,
-                                self.local_steps, self.strategy, self.state, self._seed(next(n), s), protect,
+                                self.local_steps, self._shipped, self.state, self._seed(next(n), s), protect,
                                 self.batch_size)
         flying = [send(s) for s in self.names]
         buf, metas, t0, made = None, [], time.perf_counter(), 0
@@ -426,12 +426,14 @@ def _wait(futures: list, timeout: float) -> None:
         time.sleep(0.005)
 
 
-def _picklable(strategy: Any) -> None:
-    """Catalog entry modules (scellis_catalog.*) exist only where the catalog was loaded: ship them by value."""
+def _shipped(strategy: Any) -> bytes:
+    """The strategy as cloudpickle bytes, its catalog module by value: entry modules (scellis_catalog.*, a
+    user's cell) exist only where the catalog was loaded, and Dask tries plain pickle (by reference) first."""
+    import cloudpickle          # dask's own pickler
     mod = sys.modules.get(type(strategy).__module__)
     if mod is not None and mod.__name__.startswith("scellis_catalog"):
-        import cloudpickle          # dask's own pickler
         try:
             cloudpickle.register_pickle_by_value(mod)
         except (ValueError, TypeError):
             pass
+    return cloudpickle.dumps(strategy)

@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import blake3
 import numpy as np
 import tomlkit
 
@@ -119,6 +120,20 @@ def train_local(spec: str, x: np.ndarray, y: np.ndarray, weights: dict, steps: i
     return out, state, float(run.base_lr), float(run.loss_history[-1])
 
 
+_STRATEGIES: dict[str, Any] = {}
+
+
+def _strategy(obj: Any) -> Any:
+    """A strategy shipped as cloudpickle bytes, unpickled once per worker process."""
+    if not isinstance(obj, bytes):
+        return obj
+    key = blake3.blake3(obj).hexdigest()
+    if key not in _STRATEGIES:
+        import cloudpickle
+        _STRATEGIES[key] = cloudpickle.loads(obj)
+    return _STRATEGIES[key]
+
+
 def round_update(key: str, site: str, spec: str, weights: dict, version: int, steps: int, strategy: Any,
                  state: dict, seed: int, mask: Callable | None = None, batch: "int | str | None" = None) -> dict:
     """One round on the site: local training, the strategy's contribution (and its memory kept here).
@@ -127,6 +142,7 @@ def round_update(key: str, site: str, spec: str, weights: dict, version: int, st
     aggregation, privacy clipping) transforms the vectors before they leave.
     """
     d = held(key)
+    strategy = _strategy(strategy)
     local = strategy.local(state, d.memory, weights)
     end, opt_state, lr, loss = train_local(spec, d.x, d.y, weights, steps, local, seed, batch)
     up = Update(site, {k: np.asarray(v, np.float64) for k, v in weights.items()}, end, len(d.x), int(steps), lr,
