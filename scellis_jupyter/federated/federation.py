@@ -161,6 +161,9 @@ class Federation:
                                  where="Federation(quorum=...)", hint="give the sites that must answer each round")
         self.threshold = threshold
         self.info = self._load(sites)
+        labels = [v for i in self.info.values() for v in (i["labels"] or [])]
+        self.classes = (max(labels) + 1) if labels and all(i["labels"] is not None for i in self.info.values()) \
+            else None
         self.weights = self._initial_weights()
         self.state = self.strategy.init(self.weights, len(self.names))
         self.version = 0
@@ -206,13 +209,14 @@ class Federation:
     def _initial_weights(self) -> dict:
         s = self.names[0]
 
-        def init(key, spec):
+        def init(key, spec, classes):
             d = site_mod.held(key)
             from ..run.run import Run
-            run = Run(site_mod.local_spec(spec, None, 0), device="reference", steps=1, data={"train": (d.x, d.y)})
+            run = Run(site_mod.local_spec(spec, None, 0), device="reference", steps=1,
+                      data=site_mod.memory(d.x, d.y, classes))
             return {k: np.asarray(v, np.float64) for k, v in run.weights().items()}
         init.__name__ = "init"
-        return self._pinned(s, init, self._key(s), self.text).result()
+        return self._pinned(s, init, self._key(s), self.text, self.classes).result()
 
     # ---- rounds ----------------------------------------------------------------------------------------
     def _protect(self) -> Protect:
@@ -261,7 +265,7 @@ class Federation:
         protect = self._protect()
         futs = {s: self._pinned(s, site_mod.round_update, self._key(s), s, self.text, self.weights, self.version,
                                 self.local_steps, self._shipped, self.state, self._seed(n, s), protect,
-                                self.batch_size)
+                                self.batch_size, self.classes)
                 for s in self.names}
         _wait(list(futs.values()), self.timeout)
         done, dropped = {}, []
@@ -340,7 +344,7 @@ class Federation:
         def send(s):
             return self._pinned(s, site_mod.round_update, self._key(s), s, self.text, self.weights, self.version,
                                 self.local_steps, self._shipped, self.state, self._seed(next(n), s), protect,
-                                self.batch_size)
+                                self.batch_size, self.classes)
         flying = [send(s) for s in self.names]
         buf, metas, t0, made = None, [], time.perf_counter(), 0
         self._preflight()
@@ -390,9 +394,9 @@ class Federation:
         """The server model's outputs on `x` (the coordinator's own held-out data), on the reference path."""
         from ..run.run import Run
         x = np.asarray(x)
-        labels = sorted({v for i in self.info.values() for v in (i["labels"] or [0])})
-        y0 = np.asarray(labels, np.int64)[np.arange(len(x)) % len(labels)]   # labels are not read: shape only
-        run = Run(site_mod.local_spec(self.text, None, 0), device="reference", steps=1, data={"train": (x, y0)},
+        y0 = np.zeros(len(x), np.int64)                       # labels are not read: predict only
+        run = Run(site_mod.local_spec(self.text, None, 0), device="reference", steps=1,
+                  data=site_mod.memory(x, y0, self.classes),
                   weights={k: np.asarray(v, np.float32) for k, v in (weights or self.weights).items()})
         return np.asarray(run.predict(x))
 

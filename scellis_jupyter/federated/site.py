@@ -96,14 +96,24 @@ def local_spec(text: str, optimizer: dict | None, seed: int, batch_size: int | N
     return tomlkit.dumps(doc)
 
 
+def memory(x: np.ndarray, y: np.ndarray, classes: int | None = None):
+    """The rows as the engine's in-memory data; `classes` is the federation's class count, which a site
+    holding only some classes (label skew) cannot infer from its own labels."""
+    from ..data.memory import MemoryData
+    if classes is None:
+        return {"train": (x, y)}
+    return MemoryData({"train": (x, y)}, {}, [str(c) for c in range(int(classes))])
+
+
 def train_local(spec: str, x: np.ndarray, y: np.ndarray, weights: dict, steps: int, local: Local, seed: int,
-                batch: "int | str | None" = None, device: str = "reference") -> tuple[dict, dict, float, float]:
+                batch: "int | str | None" = None, device: str = "reference",
+                classes: int | None = None) -> tuple[dict, dict, float, float]:
     """`steps` optimizer steps of the engine's Run from `weights`: (weights, optimizer state, lr, last loss).
     `batch`: the spec's batch size (None), another, or "full" (the site's whole partition each step)."""
     from ..run.run import Run
     bs = len(x) if batch == "full" else batch
     run = Run(local_spec(spec, local.optimizer, seed, bs), device=device, steps=int(local.step_offset) + int(steps),
-              data={"train": (x, y)}, weights={k: np.asarray(v, np.float32) for k, v in weights.items()})
+              data=memory(x, y, classes), weights={k: np.asarray(v, np.float32) for k, v in weights.items()})
     for leaf in run.step_prog.leaves:             # strategy-given optimizer state (anchor, correction, moments)
         if leaf.role != "optimizer_state":
             continue
@@ -135,7 +145,8 @@ def _strategy(obj: Any) -> Any:
 
 
 def round_update(key: str, site: str, spec: str, weights: dict, version: int, steps: int, strategy: Any,
-                 state: dict, seed: int, mask: Callable | None = None, batch: "int | str | None" = None) -> dict:
+                 state: dict, seed: int, mask: Callable | None = None, batch: "int | str | None" = None,
+                 classes: int | None = None) -> dict:
     """One round on the site: local training, the strategy's contribution (and its memory kept here).
 
     Returns {"site", "n", "version", "loss", "vectors"}: what leaves the site. `mask` (secure
@@ -144,7 +155,7 @@ def round_update(key: str, site: str, spec: str, weights: dict, version: int, st
     d = held(key)
     strategy = _strategy(strategy)
     local = strategy.local(state, d.memory, weights)
-    end, opt_state, lr, loss = train_local(spec, d.x, d.y, weights, steps, local, seed, batch)
+    end, opt_state, lr, loss = train_local(spec, d.x, d.y, weights, steps, local, seed, batch, classes=classes)
     up = Update(site, {k: np.asarray(v, np.float64) for k, v in weights.items()}, end, len(d.x), int(steps), lr,
                 int(version), loss, opt_state)
     vectors, d.memory = strategy.contribution(up, state, d.memory)
