@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from ..catalog.aggregations import Local, Strategy, Update
 from .federation import Federation, Protect, RoundResult
+from .monitor import RoundMonitor
 from .privacy import Privacy, PrivacyLedger
 
-__all__ = ["Federation", "RoundResult", "Protect", "Strategy", "Update", "Local", "Privacy", "PrivacyLedger"]
+__all__ = ["Federation", "RoundResult", "Protect", "Strategy", "Update", "Local", "Privacy", "PrivacyLedger",
+           "RoundMonitor"]
