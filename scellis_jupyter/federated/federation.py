@@ -63,13 +63,18 @@ class Protect:
         vec = flatten(vectors)
         w = 1.0 if self.clip_norm is not None or self.weighting == "uniform" else float(out["n"])
         if self.clip_norm is not None:
-            vec, out["norm"] = clip(vec, self.clip_norm)
+            # under DP nothing data-dependent leaves but the clipped, noised-later vector: not the example
+            # count, not the local loss, not the norm before clipping (none of them is accounted)
+            vec, _ = clip(vec, self.clip_norm)
+            out.pop("n", None)
+            out["loss"] = float("nan")
         vec = np.concatenate([vec * w, [w]])
         out["layout"] = lay
         if self.secure is not None:
             out["masked"] = self.secure.mask(vec, data)
         else:
             out["summand"] = vec
+        out["digest"] = content_hash(out.get("masked", out.get("summand")))
         return out
 
 
@@ -105,8 +110,13 @@ class Federation:
                  batch_size: "int | str | None" = None):
         from ..spec import Spec
         self.pool, self.client = pool, pool.client
-        self.text = spec.text if isinstance(spec, Spec) else Spec.of(spec).text if not isinstance(spec, str) \
-            or "\n" not in spec else spec
+        if isinstance(spec, Spec):
+            self.text = spec.text
+        elif isinstance(spec, str) and ("\n" in spec or "=" in spec):
+            self.text = spec
+        else:
+            from pathlib import Path
+            self.text = Path(spec).read_text()
         self.trust = trust or getattr(pool, "trust", "own")
         if self.trust not in TRUST:
             raise FederatedError(f"unknown trust regime {self.trust!r}", where="Federation",
@@ -300,8 +310,10 @@ class Federation:
         if protect.secure is not None:
             total = self._unmask(protect.secure, total, list(done), dropped)
         agg = self._release(total, lay, len(done), f"round {n}")
+        model = content_hash(self.weights)
         self.weights, self.state = self.strategy.aggregate(self.weights, agg, len(done), self.state)
         self.version += 1
+        self._receipts(n, model, metas, "secure" if protect.secure is not None else "clear")
         r = RoundResult(n, self.version, sorted(done), sorted(dropped), {s: m["loss"] for s, m in metas.items()},
                         self.ledger.spent if self.ledger else None, time.perf_counter() - t0)
         self.rounds.append(r)
@@ -329,6 +341,37 @@ class Federation:
         agg = unflatten(vec, lay)
         agg["weight"] = np.float64(weight)
         return agg
+
+    def _receipts(self, n: int, model: str, metas: dict, how: str) -> None:
+        """One receipt per accepted site contribution in the pool's ledger (if it keeps one). Method
+        `federated:<clear|secure>:unverified`: the coordinator cannot re-execute a site's steps without its
+        rows, so, unlike a Job's shards, these results are accepted unchecked, and the receipt says so.
+        Work units are the planner's FLOPs of the site's local step program times its steps."""
+        if getattr(self.pool, "ledger", None) is None:
+            return
+        job = content_hash({"federation": self.id, "round": n, "model": model, "strategy": self.strategy_name})
+        for s, m in sorted(metas.items()):
+            self.pool.ledger.mint(job=job, shard=content_hash({"site": s, "data": self.info[s]["hash"]}),
+                                  peer=self.where[s], result=m["digest"], method=f"federated:{how}:unverified",
+                                  work_units=self._flops(s) * self.local_steps)
+
+    def _flops(self, s: str) -> int:
+        """FLOPs of one local step of site `s` (its batch), from the plan of the local spec on rows of its shape."""
+        from ..plan import plan as make_plan
+        from ..program.cost import program_flops
+        from ..spec import Spec
+        n = self.info[s]["n"]
+        bs = n if self.batch_size == "full" else self.batch_size
+        key = (bs, tuple(self.info[s]["shape"]))
+        cache = self.__dict__.setdefault("_flop_cache", {})
+        if key not in cache:
+            import tomlkit
+            rows = int(bs or tomlkit.parse(self.text).get("recipe", {}).get("batch_size", 32))
+            x = np.zeros((rows,) + key[1], np.float32)
+            y = np.zeros(rows, np.int64) if self.classes is not None else np.zeros((rows, 1), np.float32)
+            spec = Spec.of(site_mod.local_spec(self.text, None, 0, bs), site_mod.memory(x, y, self.classes))
+            cache[key] = int(program_flops(make_plan(spec, device="reference").step.program))
+        return cache[key]
 
     def _seed(self, n: int, s: str) -> int:
         return int(content_hash({"seed": self.seed, "round": n, "site": s})[:8], 16)

@@ -47,7 +47,8 @@ class RoundMonitor:
         for r in s["rounds"]:
             m = "" if r["metric"] is None else f"{r['metric']:.4f}"
             e = "" if r["epsilon"] is None else f"{r['epsilon']:.3f}"
-            cells = ["  silent" if n in r["dropped"] else (f"{r['losses'][n]:8.4f}" if n in r["losses"] else " " * 8)
+            cells = ["  silent" if n in r["dropped"] else (f"{r['losses'][n]:8.4f}" if n in r["losses"] and
+                                                           r["losses"][n] == r["losses"][n] else " " * 8)
                      for n in s["sites"]]
             lines.append(f"{r['round']:>5}  {len(r['sites']):>8}  {m:>9}  {e:>7}  " + "  ".join(cells))
         return "\n".join(lines)

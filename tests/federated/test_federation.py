@@ -153,3 +153,20 @@ def test_a_strategy_that_is_not_one_and_an_unknown_trust(pool, digits):
         Federation(pool, SPEC, {"a": (x[:50], y[:50])}, trust="friends")
     with pytest.raises(sc.CatalogError, match="no aggregation named 'fedavgg'"):
         Federation(pool, SPEC, {"a": (x[:50], y[:50])}, strategy="fedavgg")
+
+
+def test_accepted_site_updates_mint_receipts_in_the_pools_ledger(tmp_path, digits):
+    from scellis_jupyter.plan import plan
+    from scellis_jupyter.program.cost import program_flops
+    x, y, _, _ = digits
+    with Pool(ledger=tmp_path / "receipts.sqlite") as pool:
+        f = Federation(pool, SPEC, {"a": (x[:100], y[:100]), "b": (x[100:250], y[100:250])}, local_steps=3)
+        f.fit(2)
+        rep = pool.ledger.verify()
+        rec = pool.ledger.receipts()
+    assert rep["receipts"] == 4 and len({r.job for r in rec}) == 2
+    assert {r.method for r in rec} == {"federated:clear:unverified"}
+    # work units: the planner's FLOPs of one local step (batch 32, digits rows) times 3 steps
+    spec = sc.Spec.of(SPEC.replace('name = "fed-digits"', 'name = "x"\n[data]\nsplit = { train = 1.0 }'),
+                      {"train": (x[:32], y[:32])})
+    assert all(r.work_units == 3 * program_flops(plan(spec, device="reference").step.program) for r in rec)
