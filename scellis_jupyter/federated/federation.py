@@ -87,6 +87,14 @@ def _sum(*outs: dict) -> np.ndarray:
     return acc
 
 
+def _scaled_sum(scales: list, *outs: dict) -> np.ndarray:
+    """sum_i scales[i] * summand_i on a worker (FedBuff's staleness-weighted buffer)."""
+    acc = np.zeros_like(np.asarray(outs[0]["summand"], np.float64))
+    for w, o in zip(scales, outs):
+        acc += w * np.asarray(o["summand"], np.float64)
+    return acc
+
+
 def _meta(out: dict) -> dict:
     return {k: v for k, v in out.items() if k not in ("masked", "summand")}
 
@@ -389,7 +397,7 @@ class Federation:
                                 self.local_steps, self._shipped, self.state, self._seed(next(n), s), protect,
                                 self.batch_size, self.classes)
         flying = [send(s) for s in self.names]
-        buf, metas, t0, made = None, [], time.perf_counter(), 0
+        buf, metas, t0, made = [], [], time.perf_counter(), 0
         self._preflight()
         try:
             while made < updates:
@@ -402,19 +410,20 @@ class Federation:
                     time.sleep(0.002)
                 f = next(f for f in flying if f.done())
                 flying.remove(f)
-                out = f.result()
+                out = self.client.submit(_meta, f, pure=False).result()      # metadata only: the vector stays
                 s = out["site"]
                 tau = self.version - out["version"]
                 if tau < 0:
                     raise ModelVersionMismatch(f"site {s!r} sent an update for model version {out['version']}, "
                                                f"newer than the server's {self.version}", where=f"site {s!r}",
                                                hint="two servers are driving these sites; use one")
-                v = out["summand"] * self.strategy.staleness_weight(tau)
-                buf = v if buf is None else buf + v
+                buf.append((f, self.strategy.staleness_weight(tau)))
                 metas.append((s, tau, out["loss"], out["layout"], out["version"]))
                 if len(metas) == k:
                     rno = next(self._round_no)
-                    agg = self._release(buf, metas[0][3], k, f"server update {rno}")
+                    total = self.client.submit(_scaled_sum, [w for _, w in buf], *[x for x, _ in buf],
+                                               pure=False).result()             # summed on a worker
+                    agg = self._release(total, metas[0][3], k, f"server update {rno}")
                     self.weights, self.state = self.strategy.aggregate(self.weights, agg, k, self.state)
                     self.version += 1
                     made += 1
@@ -422,7 +431,7 @@ class Federation:
                                     self.ledger.spent if self.ledger else None, time.perf_counter() - t0,
                                     staleness=[(m[0], m[4], m[1]) for m in metas])
                     self.rounds.append(r)
-                    buf, metas, t0 = None, [], time.perf_counter()
+                    buf, metas, t0 = [], [], time.perf_counter()
                     yield r
                     if made < updates:
                         self._preflight()
