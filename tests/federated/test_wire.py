@@ -94,6 +94,9 @@ def test_no_raw_rows_cross_the_wire(tmp_path, monkeypatch):
         pool.client.run_on_scheduler(install, patterns, controls)
         fed.fit(2)
         assert len(set(fed.where.values())) == 3           # three sites on three worker processes
+        secure = Federation(pool, SPEC, sites, local_steps=5, secure=True)     # masks, keys and shares over TCP
+        secure.weights = dict(fed.weights)
+        assert secure.fit(1)[0].sites == ["site0", "site1", "site2"]
         reports = [report()] + list(pool.client.run(report).values()) + [pool.client.run_on_scheduler(report)]
         frames = sum(r["frames"] for r in reports)
         assert frames > 50 and sum(r["bytes"] for r in reports) > 100_000
