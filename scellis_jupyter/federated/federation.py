@@ -54,8 +54,8 @@ class RoundResult:
 class Protect:
     """What a site applies to its vectors before they leave: weighting, DP clipping, secure-aggregation masks."""
 
-    def __init__(self, weighting: str, clip_norm: float | None, secure: Any = None):
-        self.weighting, self.clip_norm, self.secure = weighting, clip_norm, secure
+    def __init__(self, weighting: str, clip_norm: float | None, secure: Any = None, site_noise: float = 0.0):
+        self.weighting, self.clip_norm, self.secure, self.site_noise = weighting, clip_norm, secure, site_noise
 
     def __call__(self, out: dict, data: "site_mod.SiteData") -> dict:
         vectors = out.pop("vectors")
@@ -66,6 +66,8 @@ class Protect:
             # under DP nothing data-dependent leaves but the clipped, noised-later vector: not the example
             # count, not the local loss, not the norm before clipping (none of them is accounted)
             vec, _ = clip(vec, self.clip_norm)
+            if self.site_noise:           # distributed DP: this site's share of the round's Gaussian noise
+                vec = vec + gaussian_noise(vec.size, self.site_noise)
             out.pop("n", None)
             out["loss"] = float("nan")
         vec = np.concatenate([vec * w, [w]])
@@ -239,7 +241,11 @@ class Federation:
     # ---- rounds ----------------------------------------------------------------------------------------
     def _protect(self) -> Protect:
         sec = self._secure_setup() if self.secure else None
-        return Protect(self.strategy.weighting, self.privacy.clip if self.privacy else None, sec)
+        p = self.privacy
+        # DP under secure aggregation: each site adds N(0, (z C)^2 / quorum), so any quorum of survivors
+        # sums to at least the accounted noise and the coordinator never sees an un-noised sum
+        noise = p.noise_multiplier * p.clip / np.sqrt(self.quorum) if (p is not None and sec is not None) else 0.0
+        return Protect(self.strategy.weighting, p.clip if p else None, sec, noise)
 
     def _secure_setup(self):
         from .secagg import SecureRound, site_advertise, site_share
@@ -317,7 +323,7 @@ class Federation:
         lay = metas[next(iter(metas))]["layout"]
         if protect.secure is not None:
             total = self._unmask(protect.secure, total, list(done), dropped)
-        agg = self._release(total, lay, len(done), f"round {n}")
+        agg = self._release(total, lay, len(done), f"round {n}", noised=protect.site_noise > 0)
         model = content_hash(self.weights)
         self.weights, self.state = self.strategy.aggregate(self.weights, agg, len(done), self.state)
         self.version += 1
@@ -339,13 +345,15 @@ class Federation:
                 continue
         return sec.unmask(total, got, survivors, dropped)
 
-    def _release(self, total: np.ndarray, lay, count: int, what: str) -> dict:
-        """The sum made public: DP noise added and charged first (refused if over budget), then unflattened."""
+    def _release(self, total: np.ndarray, lay, count: int, what: str, noised: bool = False) -> dict:
+        """The sum made public: charged first (refused if over budget), DP noise added unless the sites
+        already added it (`noised`), then unflattened."""
         total = np.asarray(total, np.float64)
         vec, weight = total[:-1], float(total[-1])
         if self.privacy is not None:
             self.ledger.charge(self.privacy.noise_multiplier, what)
-            vec = vec + gaussian_noise(vec.size, self.privacy.noise_multiplier * self.privacy.clip)
+            if not noised:
+                vec = vec + gaussian_noise(vec.size, self.privacy.noise_multiplier * self.privacy.clip)
         agg = unflatten(vec, lay)
         agg["weight"] = np.float64(weight)
         return agg

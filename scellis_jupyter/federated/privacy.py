@@ -6,8 +6,10 @@ vector is clipped to L2 norm `clip` and counted with weight 1, so adding or remo
 by at most `clip`; the server adds N(0, (noise_multiplier * clip)^2) to every coordinate of the sum before
 anyone sees it: a Gaussian mechanism per round, all sites taking part (no subsampling amplification is
 claimed). The count of reporting sites is treated as public. The accounting is Google's `dp-accounting`
-(its RDP accountant, composing one Gaussian event per round); the guarantee is central DP: it trusts the
-coordinator to add the noise. Noise is drawn from a generator seeded from the OS CSPRNG (`secrets`), never
+(its RDP accountant, composing one Gaussian event per round). In the clear the guarantee is central DP:
+it trusts the coordinator to add the noise. Under secure aggregation the noise is distributed: each site
+adds N(0, (noise_multiplier * clip)^2 / quorum) before masking, so the sum of any quorum of survivors
+carries at least the accounted noise and the coordinator never sees an un-noised sum. Noise is drawn from a generator seeded from the OS CSPRNG (`secrets`), never
 from a fixed seed.
 """
 from __future__ import annotations

@@ -155,3 +155,20 @@ def test_dp_aggregate_is_the_clipped_mean_plus_calibrated_noise(pool, monkeypatc
     want = (np.sum(deltas, axis=0) + drawn["z"]) / 3
     got = np.concatenate([(f.weights[k] - w0[k]).ravel() for k in sorted(w0)])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_under_secure_aggregation_the_sites_add_the_noise(pool, monkeypatch):
+    from scellis_jupyter.federated import federation as fmod
+    stds = []
+    real = fmod.gaussian_noise
+
+    def spy(size, std):
+        stds.append(std)
+        return real(size, std)
+    monkeypatch.setattr(fmod, "gaussian_noise", spy)     # in-process workers: the sites' draws are seen too
+    p = Privacy(epsilon=10.0, delta=1e-5, clip=0.5, noise_multiplier=1.2)
+    f = Federation(pool, SPEC, data3(), trust="consortium", privacy=p, batch_size="full", local_steps=1, quorum=2)
+    f.fit(1)
+    # three site shares of std z C / sqrt(quorum): any 2 survivors sum to variance >= (z C)^2; none central
+    assert stds == pytest.approx([1.2 * 0.5 / math.sqrt(2)] * 3)
+    assert f.ledger.spent == pytest.approx(epsilon_of([1.2], 1e-5))
