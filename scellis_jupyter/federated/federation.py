@@ -180,6 +180,11 @@ class Federation:
             raise FederatedError(f"quorum={quorum} is not between 1 and the {len(self.names)} sites",
                                  where="Federation(quorum=...)", hint="give the sites that must answer each round")
         self.threshold = threshold
+        if self.secure and not self.quorum >= self._threshold() >= 1:
+            raise FederatedError(f"secure aggregation needs {self._threshold()} sites to unmask a round, but the "
+                                 f"quorum is {self.quorum} (of {len(self.names)} sites)", where="Federation",
+                                 hint="raise quorum= to at least threshold=, or lower threshold= (more than "
+                                      "half the sites keeps a lying server from unmasking one site)")
         self.info = self._load(sites)
         labels = [v for i in self.info.values() for v in (i["labels"] or [])]
         self.classes = (max(labels) + 1) if labels and all(i["labels"] is not None for i in self.info.values()) \
@@ -239,27 +244,53 @@ class Federation:
         return self._pinned(s, init, self._key(s), self.text, self.classes).result()
 
     # ---- rounds ----------------------------------------------------------------------------------------
-    def _protect(self) -> Protect:
-        sec = self._secure_setup() if self.secure else None
+    def _protect(self, n: int) -> Protect:
+        sec = self._secure_setup(n) if self.secure else None
         p = self.privacy
         # DP under secure aggregation: each site adds N(0, (z C)^2 / quorum), so any quorum of survivors
         # sums to at least the accounted noise and the coordinator never sees an un-noised sum
         noise = p.noise_multiplier * p.clip / np.sqrt(self.quorum) if (p is not None and sec is not None) else 0.0
         return Protect(self.strategy.weighting, p.clip if p else None, sec, noise)
 
-    def _secure_setup(self):
+    def _secure_setup(self, n: int):
+        """Keys and encrypted shares for one round. A site silent here takes no part in the round (no one
+        masks against it); the round still needs the threshold of sites to take part."""
         from .secagg import SecureRound, site_advertise, site_share
-        t = self.threshold or (len(self.names) // 2 + 1)
+        t = self._threshold()
         rid = uuid.uuid4().hex
-        pubs = {s: self._pinned(s, site_advertise, self._key(s), rid) for s in self.names}
-        pubs = {s: f.result(timeout=self.timeout) for s, f in pubs.items()}
-        shares = {s: self._pinned(s, site_share, self._key(s), rid, pubs, t) for s in self.names}
-        inbox: dict = {s: {} for s in self.names}
-        for s, f in shares.items():
-            for to, ct in f.result(timeout=self.timeout).items():
+        pubs = self._answers({s: self._pinned(s, site_advertise, self._key(s), rid) for s in self.names})
+        names = sorted(pubs)
+        if len(names) < max(t, self.quorum):
+            raise SiteUnavailable(f"round {n}: {len(names)} of {len(self.names)} sites answered the secure-"
+                                  f"aggregation key exchange within {self.timeout:g} s, fewer than "
+                                  f"{max(t, self.quorum)}", where=f"round {n}",
+                                  hint="raise timeout, lower quorum=, or bring the silent sites' workers back")
+        shares = self._answers({s: self._pinned(s, site_share, self._key(s), rid, pubs, t) for s in names})
+        if len(shares) < len(names):
+            raise SiteUnavailable(f"round {n}: site(s) {sorted(set(names) - set(shares))} did not send their "
+                                  f"secret shares", where=f"round {n}", hint="retry the round")
+        inbox: dict = {s: {} for s in names}
+        for s, out in shares.items():
+            for to, ct in out.items():
                 inbox[to][s] = ct
         self._inbox = inbox
-        return SecureRound(rid, self.names, pubs, t)
+        return SecureRound(rid, names, pubs, t)
+
+    def _threshold(self) -> int:
+        return self.threshold or (len(self.names) // 2 + 1)
+
+    def _answers(self, futs: dict) -> dict:
+        """The results of the futures that finish within `timeout`; the rest are cancelled (silent)."""
+        _wait(list(futs.values()), self.timeout)
+        out = {}
+        for s, f in futs.items():
+            if f.status == "finished":
+                out[s] = f.result()
+            elif f.status == "error" and isinstance(f.exception(), ScellisError):
+                raise f.exception()
+            else:
+                f.cancel()
+        return out
 
     def fit(self, rounds: int, *, on_round: Callable[[RoundResult], None] | None = None,
             evaluate: Callable[[dict], dict] | None = None) -> list[RoundResult]:
@@ -286,13 +317,14 @@ class Federation:
         self._preflight()
         t0 = time.perf_counter()
         n = next(self._round_no)
-        protect = self._protect()
+        protect = self._protect(n)
+        taking_part = protect.secure.names if protect.secure is not None else self.names
         futs = {s: self._pinned(s, site_mod.round_update, self._key(s), s, self.text, self.weights, self.version,
                                 self.local_steps, self._shipped, self.state, self._seed(n, s), protect,
                                 self.batch_size, self.classes)
-                for s in self.names}
+                for s in taking_part}
         _wait(list(futs.values()), self.timeout)
-        done, dropped = {}, []
+        done, dropped = {}, [s for s in self.names if s not in taking_part]
         for s, f in futs.items():
             if f.status == "finished":
                 done[s] = f
@@ -322,7 +354,8 @@ class Federation:
         total = self.client.submit(_sum, *done.values(), pure=False).result()
         lay = metas[next(iter(metas))]["layout"]
         if protect.secure is not None:
-            total = self._unmask(protect.secure, total, list(done), dropped)
+            masked_but_silent = [s for s in dropped if s in protect.secure.names]
+            total = self._unmask(protect.secure, total, list(done), masked_but_silent)
         agg = self._release(total, lay, len(done), f"round {n}", noised=protect.site_noise > 0)
         model = content_hash(self.weights)
         self.weights, self.state = self.strategy.aggregate(self.weights, agg, len(done), self.state)

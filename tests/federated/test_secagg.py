@@ -153,3 +153,25 @@ def test_secure_round_on_the_pool_matches_the_clear_round_and_survives_a_silent_
         assert r.dropped == ["s2"] and r.sites == ["s0", "s1"]
         for k in w0:
             np.testing.assert_allclose(tolerant.weights[k], only2.weights[k], rtol=0, atol=2 * Q / 2 / 16 + 1e-12)
+
+
+def test_a_site_silent_at_the_key_exchange_sits_the_round_out(monkeypatch):
+    data = sites3()
+    real = secagg.site_advertise
+
+    def slow(key, rid):
+        if key.endswith("/s2"):
+            time.sleep(3.0)
+        return real(key, rid)
+    monkeypatch.setattr(secagg, "site_advertise", slow)
+    with Pool(workers=3, processes=False) as pool:
+        f = Federation(pool, SPEC, data, batch_size="full", local_steps=2, secure=True, quorum=2, timeout=1.5)
+        two = Federation(pool, SPEC, {k: data[k] for k in ("s0", "s1")}, batch_size="full", local_steps=2)
+        two.weights = dict(f.weights)
+        r = f.fit(1)[0]
+        two.fit(1)
+        assert r.sites == ["s0", "s1"] and r.dropped == ["s2"]
+        for k in f.weights:
+            np.testing.assert_allclose(f.weights[k], two.weights[k], rtol=0, atol=2 * Q / 2 / 16 + 1e-12)
+        with pytest.raises(sc.FederatedError, match="needs 2 sites to unmask a round, but the quorum is 1"):
+            Federation(pool, SPEC, data, secure=True, quorum=1)
