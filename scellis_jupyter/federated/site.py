@@ -17,7 +17,7 @@ import numpy as np
 import tomlkit
 
 from ..catalog.aggregations import Local, Update
-from ..errors import FederatedError
+from ..errors import FederatedError, ScellisError
 from ..pool.job import content_hash
 
 _HELD: dict[str, "SiteData"] = {}
@@ -155,7 +155,12 @@ def round_update(key: str, site: str, spec: str, weights: dict, version: int, st
     d = held(key)
     strategy = _strategy(strategy)
     local = strategy.local(state, d.memory, weights)
-    end, opt_state, lr, loss = train_local(spec, d.x, d.y, weights, steps, local, seed, batch, classes=classes)
+    try:
+        end, opt_state, lr, loss = train_local(spec, d.x, d.y, weights, steps, local, seed, batch, classes=classes)
+    except ScellisError as e:                    # the engine's diagnostic, naming the site it happened on
+        g = e.diagnostic
+        raise FederatedError(f"site {site!r}: {g.message}", where=f"site {site!r}" + (f", {g.where}" if g.where else ""),
+                             hint=g.hint, code=g.code) from None
     up = Update(site, {k: np.asarray(v, np.float64) for k, v in weights.items()}, end, len(d.x), int(steps), lr,
                 int(version), loss, opt_state)
     vectors, d.memory = strategy.contribution(up, state, d.memory)

@@ -170,3 +170,13 @@ def test_accepted_site_updates_mint_receipts_in_the_pools_ledger(tmp_path, digit
     spec = sc.Spec.of(SPEC.replace('name = "fed-digits"', 'name = "x"\n[data]\nsplit = { train = 1.0 }'),
                       {"train": (x[:32], y[:32])})
     assert all(r.work_units == 3 * program_flops(plan(spec, device="reference").step.program) for r in rec)
+
+
+def test_a_site_smaller_than_one_batch_is_named(pool, digits):
+    x, y, _, _ = digits
+    f = Federation(pool, SPEC, {"big": (x[:100], y[:100]), "tiny": (x[100:105], y[100:105])}, local_steps=1)
+    with pytest.raises(sc.FederatedError) as e:
+        f.fit(1)
+    d = e.value.diagnostic
+    assert d.message.startswith("site 'tiny': the train split has 5 examples, fewer than one batch of 32")
+    assert d.where.startswith("site 'tiny'") and d.hint == "lower batch_size" and d.code == "run"
