@@ -27,6 +27,7 @@ from .run.verify import verify
 from .errors import LedgerError, PoolError, PoolUnreachable, RejectedResult
 from .errors import ShardRefused, TrustRefused
 from .pool import Job, JobResult, Ledger, Pool, Shard
+from .errors import FederatedError, ModelVersionMismatch, PrivacyBudgetExceeded, SecureAggregationError, SiteUnavailable
 
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
@@ -47,4 +48,6 @@ __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set
            "CorruptObject", "MagicError", "EditError", "NotebookError", "WidgetError", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
            "verify", "Detached", "__version__",
            "Pool", "Job", "JobResult", "Shard", "Ledger", "PoolError", "PoolUnreachable", "RejectedResult", "LedgerError",
-           "TrustRefused", "ShardRefused"]
+           "TrustRefused", "ShardRefused",
+           "FederatedError", "SiteUnavailable", "ModelVersionMismatch", "PrivacyBudgetExceeded",
+           "SecureAggregationError"]

@@ -33,6 +33,11 @@ by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree:
     │   ├── RejectedResult          a shard no trustworthy worker could deliver a verified result for (pool-rejected)
     │   ├── TrustRefused            a Job or pool its trust regime does not allow (trust-refused)
     │   └── ShardRefused            a data-only shard a peer will not run: malformed, unknown op, an effect (shard-refused)
+    ├── FederatedError              a federation that cannot start or finish a round (federated)
+    │   ├── SiteUnavailable         sites that did not answer, fewer than the declared quorum (federated-quorum)
+    │   ├── ModelVersionMismatch    a site update computed on another model version than asked (federated-version)
+    │   ├── PrivacyBudgetExceeded   a round that would spend more (eps, delta) than declared (privacy-budget)
+    │   └── SecureAggregationError  masks, shares or keys that do not check out (secagg)
     ├── LedgerError                 a receipt ledger that fails its chain or signatures (ledger)
     ├── NotebookError               a notebook whose run pins cannot be read or checked (notebook)
     └── WidgetError                 a widget action that cannot be done in the run's state (widget)
@@ -227,6 +232,26 @@ class CorruptObject(StoreError):
     """An object whose bytes no longer hash to its name, or that does not parse as what it claims to be."""
 
     code = "store-corrupt"
+
+
+class FederatedError(ScellisError, RuntimeError):
+    code = "federated"
+
+
+class SiteUnavailable(FederatedError, TimeoutError):
+    code = "federated-quorum"
+
+
+class ModelVersionMismatch(FederatedError, ValueError):
+    code = "federated-version"
+
+
+class PrivacyBudgetExceeded(FederatedError):
+    code = "privacy-budget"
+
+
+class SecureAggregationError(FederatedError):
+    code = "secagg"
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

@@ -28,6 +28,7 @@ __all__ = ["KINDS", "FOLDERS", "CHECKS", "CatalogError", "Entry", "Param", "Stat
 
 # the kinds' contract modules (their conformance checks live in scellis_jupyter.conformance)
 from . import initializers, losses, metrics, peft, regularizers, schedulers  # noqa: E402,F401
+from . import aggregations  # noqa: E402,F401
 # importing the submodule `peft` (the Adaptation contract) bound its name here: the decorator keeps it;
 # `from scellis_jupyter.catalog.peft import Adaptation` still finds the module
 from .registry import peft  # noqa: E402,F811

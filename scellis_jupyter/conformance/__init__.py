@@ -8,6 +8,7 @@ from __future__ import annotations
 # each suite registers its checks with `catalog.checker` on import; the package root imports this package,
 # so any entry loaded with check=True meets every suite
 from . import initializers, losses, metrics, optimizers, peft, regularizers, schedulers  # noqa: F401
+from . import aggregations  # noqa: F401
 from .optimizers import apply_update
 
 __all__ = ["apply_update"]
