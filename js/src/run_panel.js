@@ -1,6 +1,7 @@
 import "./lib/common.css";
 import "./run_panel.css";
 import { button, h } from "./lib/cell.js";
+import { withFallback } from "./lib/fallback.js";
 import { rate, eta, formatDuration, pushSample } from "./lib/eta.js";
 import { allowed } from "./lib/run_actions.js";
 
@@ -47,10 +48,14 @@ function render({ model, el }) {
     const step = model.get("step");
     const total = model.get("total_steps");
     samples = pushSample(samples, model.get("last_time") || Date.now() / 1000, step);
-    const r = s === "running" ? rate(samples) : null;
-    const left = eta(step, total, r);
+    // this view's own window while it watches a run; else the kernel's last measurement (a reloaded page,
+    // a saved notebook, a finished run), so the panel never forgets the speed it saw
+    const local = s === "running" ? rate(samples) : null;
+    const r = local ?? model.get("steps_per_s");
+    const left = local != null ? eta(step, total, local) : model.get("eta_s");
     el.dataset.state = s;
     el.dataset.step = String(step);
+    el.dataset.rate = r != null ? String(r) : "";
     badge.textContent = s;
     badge.className = `sc-badge sc-state sc-st-${s}`;
     name.textContent = model.get("name") || model.get("run_id") || "run";
@@ -61,7 +66,7 @@ function render({ model, el }) {
     stats.replaceChildren(
       h("span", "sc-steps", `step ${step}${total ? ` / ${total}` : ""}${total ? ` (${(100 * frac).toFixed(0)}%)` : ""}`),
       h("span", "sc-rate", r != null ? `${r.toFixed(r < 10 ? 2 : 0)} steps/s` : "– steps/s"),
-      h("span", "sc-eta", s === "running" ? `ETA ${formatDuration(left)}` : ""),
+      h("span", "sc-eta", s === "finished" ? "done" : (s === "running" || s === "paused") && left != null ? `ETA ${formatDuration(left)}` : ""),
       h("span", "sc-loss sc-muted", model.get("last_loss") != null ? `loss ${Number(model.get("last_loss")).toPrecision(4)}` : ""));
     reason.textContent = model.get("reason") ? `${s}: ${model.get("reason")}` : "";
     for (const [a, b] of Object.entries(btn)) {
@@ -89,10 +94,11 @@ function render({ model, el }) {
     model.save_changes();
   }
 
-  const keys = ["_notified", "state", "step", "total_steps", "reason", "notice", "device_label", "tier", "can_resume", "last_loss", "name"];
+  const keys = ["_notified", "state", "step", "total_steps", "reason", "notice", "device_label", "tier", "can_resume", "last_loss", "name",
+    "steps_per_s", "eta_s"];
   for (const k of keys) model.on(`change:${k}`, draw);
   draw();
   return () => { for (const k of keys) model.off(`change:${k}`, draw); };
 }
 
-export default { render };
+export default { render: withFallback(render) };

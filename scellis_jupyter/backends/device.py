@@ -301,6 +301,26 @@ def _reference() -> Device:
 _CACHE: dict = {}
 
 
+def stderr_note(text: str) -> None:
+    """The CLI's and a script's banner: stderr. Inside a Jupyter kernel (the API used without the extension)
+    stderr would render as a red error box, so the banner is a plain stdout line there."""
+    in_kernel = type(sys.stderr).__module__.split(".")[0] == "ipykernel"
+    print(text, file=sys.stdout if in_kernel else sys.stderr)
+
+
+# Where the "NOT a GPU" banner goes: stderr for the CLI and scripts; the Jupyter extension puts a neutral
+# displayed note here instead (a kernel shows stderr as a red error-looking box). One callable, text in.
+NOTICE: list = [stderr_note]
+
+
+def notice(text: str) -> None:
+    """Say `text` (the not-a-GPU banner) through the current sink; a sink that fails falls back to stderr."""
+    try:
+        NOTICE[0](text)
+    except Exception:                                   # noqa: BLE001 - the banner must never stop a run
+        stderr_note(text)
+
+
 def devices() -> list[Device]:
     """Every usable device, best first; the reference device is always last."""
     if "all" not in _CACHE:
@@ -323,7 +343,7 @@ def device(name: str | None = None) -> Device:
     if name == "reference":
         d = _CACHE.setdefault("ref", _reference())
         d.choice = "asked for reference; not a GPU (as asked)"
-        print(f"scellis: running on {d} - NOT a GPU (as asked); results are correct but slow.", file=sys.stderr)
+        notice(f"scellis: running on {d} - NOT a GPU (as asked); results are correct but slow.")
         _CACHE[key] = d
         return d
     all_ = devices()
@@ -346,7 +366,7 @@ def device(name: str | None = None) -> Device:
             why = "no GPU adapter found"
         else:
             why = "no GPU adapter found; " + d.choice.removeprefix("auto: the ")
-        print(f"scellis: running on {d} - NOT a GPU ({why}); results are correct but slow.", file=sys.stderr)
+        notice(f"scellis: running on {d} - NOT a GPU ({why}); results are correct but slow.")
         d.choice += f"; not a GPU ({'as asked' if name is not None else 'no GPU adapter found'})"
     _CACHE[key] = d
     return d

@@ -14,6 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
+from ..backends.device import NOTICE, stderr_note
 from ..errors import ScellisError
 from . import display as show
 from .handle import Model, lr_find, profile, profile_text
@@ -284,9 +285,14 @@ class ScellisMagics(Magics):
         return None
 
 
+def _note(text: str) -> None:
+    display(show.note_output(text))
+
+
 def load_ipython_extension(ip) -> None:
-    """`%load_ext scellis_jupyter`."""
+    """`%load_ext scellis_jupyter`; the not-a-GPU banner becomes a displayed note (not red stderr)."""
     ip.register_magics(ScellisMagics)
+    NOTICE[0] = _note
 
 
 def unload_ipython_extension(ip) -> None:
@@ -295,6 +301,8 @@ def unload_ipython_extension(ip) -> None:
     for kind in ("line", "cell"):
         mm.magics[kind].pop("scellis", None)
     mm.registry.pop("ScellisMagics", None)
+    if NOTICE[0] is _note:
+        NOTICE[0] = stderr_note
 
 
 __all__ = ["ScellisMagics", "load_ipython_extension", "unload_ipython_extension"]
