@@ -16,14 +16,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._version import __version__
-from ..errors import DeviceError, did_you_mean
+from ..errors import DeviceError, did_you_mean, notice
 from .wgpu.runtime import WgpuBackend
 from .reference import ReferenceBackend
 
@@ -299,26 +298,6 @@ def _reference() -> Device:
 
 
 _CACHE: dict = {}
-
-
-def stderr_note(text: str) -> None:
-    """The CLI's and a script's banner: stderr. Inside a Jupyter kernel (the API used without the extension)
-    stderr would render as a red error box, so the banner is a plain stdout line there."""
-    in_kernel = type(sys.stderr).__module__.split(".")[0] == "ipykernel"
-    print(text, file=sys.stdout if in_kernel else sys.stderr)
-
-
-# Where the "NOT a GPU" banner goes: stderr for the CLI and scripts; the Jupyter extension puts a neutral
-# displayed note here instead (a kernel shows stderr as a red error-looking box). One callable, text in.
-NOTICE: list = [stderr_note]
-
-
-def notice(text: str) -> None:
-    """Say `text` (the not-a-GPU banner) through the current sink; a sink that fails falls back to stderr."""
-    try:
-        NOTICE[0](text)
-    except Exception:                                   # noqa: BLE001 - the banner must never stop a run
-        stderr_note(text)
 
 
 def devices() -> list[Device]:

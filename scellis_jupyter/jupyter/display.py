@@ -377,7 +377,7 @@ def note_output(text: str) -> Static:
     this is information, not an error; the CLI keeps printing it to stderr."""
     return Static(text, '<div class="scellis-note" style="font-family:var(--jp-ui-font-family,sans-serif);'
                   'font-size:12px;color:var(--jp-ui-font-color2,#57606a);border-left:3px solid '
-                  'var(--jp-brand-color1,#0969da);padding:2px 8px;margin:2px 0">&#9432; '
+                  'var(--jp-brand-color1,#0969da);padding:2px 8px;margin:2px 0"><b>note</b> '
                   f'{html.escape(text)}</div>')
 
 

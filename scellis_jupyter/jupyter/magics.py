@@ -14,8 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
-from ..backends.device import NOTICE, stderr_note
-from ..errors import ScellisError
+from ..errors import NOTICE, ScellisError, stderr_note
 from . import display as show
 from .handle import Model, lr_find, profile, profile_text
 from .parse import MagicError, parse_cell_header, parse_line
@@ -290,7 +289,8 @@ def _note(text: str) -> None:
 
 
 def load_ipython_extension(ip) -> None:
-    """`%load_ext scellis_jupyter`; the not-a-GPU banner becomes a displayed note (not red stderr)."""
+    """`%load_ext scellis_jupyter`; notes (the not-a-GPU banner, the default tier) are displayed, neutral,
+    not red stderr."""
     ip.register_magics(ScellisMagics)
     NOTICE[0] = _note
 

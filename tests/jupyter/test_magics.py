@@ -383,17 +383,21 @@ def test_the_not_a_gpu_banner_is_a_note_in_a_notebook_and_stderr_after_unload(ip
     loaded it is a displayed note (text/plain + neutral text/html), and back on stderr once unloaded."""
     import importlib
     dev = importlib.import_module("scellis_jupyter.backends.device")
+    det = importlib.import_module("scellis_jupyter.determinism")
     monkeypatch.setattr(dev, "_CACHE", {})                   # the banner is said once per pick: pick afresh
-    c = cell("%scellis device")
+    monkeypatch.setitem(det._state, "told", False)           # and the default-tier note once per process
+    cell(DATA)
+    c = cell(MLP)
     assert c.error is None, c.error
-    assert "NOT a GPU" not in c.stderr
+    assert "NOT a GPU" not in c.stderr and "no determinism tier named" not in c.stderr
     notes = [o for o in c.outputs if "scellis-note" in o.get("text/html", "")]
-    assert len(notes) == 1 and "NOT a GPU (as asked)" in notes[0]["text/plain"]
-    assert "NOT a GPU (as asked)" in notes[0]["text/html"] and "#cf222e" not in notes[0]["text/html"]
+    texts = [o["text/plain"] for o in notes]
+    assert any("NOT a GPU (as asked)" in t for t in texts) and any("no determinism tier named" in t for t in texts)
+    assert all("#cf222e" not in o["text/html"] for o in notes)          # neutral, not the error red
     ip.run_line_magic("unload_ext", "scellis_jupyter")
     monkeypatch.setattr(dev, "_CACHE", {})
     dev.device()
-    assert "NOT a GPU (as asked)" in capsys.readouterr().err
+    assert "NOT a GPU (as asked)" in capsys.readouterr().err           # a script or the CLI: stderr
     ip.run_line_magic("load_ext", "scellis_jupyter")
 
 
