@@ -8,6 +8,12 @@ import { allowed } from "./lib/run_actions.js";
 const LABELS = { stop: "Stop", pause: "Pause", resume: "Resume", checkpoint: "Checkpoint now",
   resume_run: "Resume run" };
 const DONE = new Set(["finished", "failed", "interrupted", "refused"]);
+// The kernel answers every button with an "ack" message. None within this time: the panel is a saved state
+// whose kernel is gone (a reload after a restart), so the run it shows cannot be reached from here.
+export const ACK_MS = 4000;
+const BUSY = new Set(["busy", "starting", "restarting", "autorestarting"]);
+export const UNREACHABLE = "No kernel answered: this panel is a saved state and its run is not reachable from "
+  + "this page (its kernel is gone). In a new kernel, %scellis runs lists it and %scellis resume NAME continues it.";
 
 function render({ model, el }) {
   const root = h("div", "sc-w sc-run");
@@ -27,8 +33,30 @@ function render({ model, el }) {
   const reason = h("div", "sc-note sc-reason");
   const buttons = h("div", "sc-row sc-buttons");
   const btn = {};
+  let unreachable = false;
+  let queued = false;
+  let waiting = null;
+  function check() {
+    // a busy kernel handles widget messages when its cell ends: the action is queued, not lost
+    waiting = null;
+    const st = model.widget_manager?.kernel?.status;
+    if (BUSY.has(st)) { queued = true; waiting = setTimeout(check, ACK_MS); } else { queued = false; unreachable = true; }
+    draw();
+  }
+  function act(a) {
+    model.send({ type: "action", action: a });
+    clearTimeout(waiting);
+    waiting = setTimeout(check, ACK_MS);
+  }
+  function onMsg(msg) {
+    if (msg?.type !== "ack") return;
+    clearTimeout(waiting);
+    waiting = null;
+    if (unreachable || queued) { unreachable = false; queued = false; draw(); }
+  }
+  model.on("msg:custom", onMsg);
   for (const a of ["stop", "pause", "resume", "checkpoint", "resume_run"]) {
-    btn[a] = button(LABELS[a], () => model.send({ type: "action", action: a }));
+    btn[a] = button(LABELS[a], () => act(a));
     btn[a].dataset.action = a;
     buttons.append(btn[a]);
   }
@@ -69,13 +97,16 @@ function render({ model, el }) {
       h("span", "sc-eta", s === "finished" ? "done" : (s === "running" || s === "paused") && left != null ? `ETA ${formatDuration(left)}` : ""),
       h("span", "sc-loss sc-muted", model.get("last_loss") != null ? `loss ${Number(model.get("last_loss")).toPrecision(4)}` : ""));
     reason.textContent = model.get("reason") ? `${s}: ${model.get("reason")}` : "";
+    el.dataset.unreachable = String(unreachable);
     for (const [a, b] of Object.entries(btn)) {
-      const why = allowed(s, a, model.get("can_resume"));
+      const why = unreachable ? UNREACHABLE : allowed(s, a, model.get("can_resume"));
       b.disabled = !!why;
       b.title = why || "";
       b.hidden = a === "resume_run" ? s !== "interrupted" : false;
     }
-    notice.textContent = model.get("notice") || "";
+    notice.textContent = unreachable ? UNREACHABLE
+      : queued ? "The kernel is busy (a cell is running): the action runs when that cell ends."
+        : model.get("notice") || "";
     if (model.get("_notified")) el.dataset.notified = model.get("_notified");
     if (typeof Notification !== "undefined" && Notification.permission === "granted") {
       el.dataset.notifyPermission = "granted";
@@ -98,7 +129,7 @@ function render({ model, el }) {
     "steps_per_s", "eta_s"];
   for (const k of keys) model.on(`change:${k}`, draw);
   draw();
-  return () => { for (const k of keys) model.off(`change:${k}`, draw); };
+  return () => { clearTimeout(waiting); model.off("msg:custom", onMsg); for (const k of keys) model.off(`change:${k}`, draw); };
 }
 
 export default { render: withFallback(render) };

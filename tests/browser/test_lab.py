@@ -254,3 +254,56 @@ def test_static_fallback_from_file_without_network(tmp_path, chromium_browser, a
     assert page.locator(".scellis-fallback").count() == 7
     page.screenshot(path=str(artifacts / "static-offline.png"), full_page=True)
     ctx.close()
+
+
+def test_a_saved_running_panel_whose_kernel_is_gone_says_so(lab, chromium_browser, artifacts, run_cell):
+    """Saved while its run trained, then the kernel shut down and the page reloaded: the panel still reads
+    `running` (the saved state), and a click on Stop reaches no kernel. The view waits for the kernel's answer
+    and, none coming from an idle kernel, says the run is not reachable from here and disables its buttons."""
+    url, nb_dir = lab
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("import scellis_jupyter as sc\n" + notebook.SETUP),
+                nbformat.v4.new_code_cell(f'SPEC = """{notebook.SPEC}"""\n'
+                                          'run = ThreadRun(SPEC, steps=100_000, name="orphan", device="reference", '
+                                          'delay=0.01)\ndisplay(RunPanel(run))\nrun.start()\nprint("training")')]
+    path = nb_dir / "orphan.ipynb"
+    nbformat.write(nb, path)
+    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 1400})
+    page = ctx.new_page()
+    try:
+        _open(page, url, path.name)
+        _wait(lambda: page.locator(".jp-Notebook .jp-Cell").count() >= 2, 60, what="the cells")
+        run_cell(page, 0, timeout=120)
+        run_cell(page, 1, timeout=120)
+        _wait(lambda: _attr(page, "[data-state]", "state") == "running", 60, what="the run to train")
+        page.keyboard.press("Escape")
+        page.keyboard.press("Control+s")
+
+        def saved_running():
+            st = json.loads(path.read_text()).get("metadata", {}).get("widgets", {})
+            st = st.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+            return any(v["state"].get("state") == "running" and v["state"].get("name") == "orphan" for v in st.values())
+        _wait(saved_running, 20, what="the notebook saved with the panel running")
+        page.click("text=Kernel >> nth=0")
+        page.click("text=Shut Down Kernel")
+        time.sleep(1.5)
+        page.reload()
+        page.wait_for_selector(".sc-run", timeout=60_000)
+        assert _attr(page, "[data-state]", "state") == "running"           # what was saved
+        stop = page.locator(".sc-run [data-action=stop]").first
+        assert stop.is_enabled()
+        stop.click()
+        _wait(lambda: _attr(page, "[data-state]", "state") != "running" or
+              _attr(page, ".sc-run", "unreachable") == "true" or
+              _attr(page, "[data-unreachable]", "unreachable") == "true", 60, what="the panel to notice no kernel")
+        assert _attr(page, "[data-unreachable]", "unreachable") == "true"
+        assert "No kernel answered" in page.locator(".sc-run .sc-notice").first.inner_text()
+        assert stop.is_disabled() and "not reachable" in stop.get_attribute("title")
+        page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea").screenshot(
+            path=str(artifacts / "lab-orphan-panel.png"))
+    except BaseException:
+        page.screenshot(path=str(artifacts / "orphan-failure.png"))
+        raise
+    finally:
+        ctx.close()

@@ -280,3 +280,13 @@ def test_run_panel_keeps_the_last_steps_per_second_and_eta_in_its_state():
     time.sleep(0.1)
     assert panel.state == "finished" and panel.steps_per_s is not None and panel.eta_s == 0.0
     assert re.search(r"\d+(\.\d+)? steps/s, done", panel._static_text()), panel._static_text()
+
+
+def test_run_panel_answers_every_button_so_a_view_without_an_answer_knows_its_kernel_is_gone():
+    run = ThreadRun(SPEC, steps=3, name="acked", device="reference")
+    panel = RunPanel(run)
+    sent = _capture(panel)
+    run.start().wait(60)
+    time.sleep(0.05)
+    panel._dispatch(panel, {"type": "action", "action": "stop"}, [])
+    assert sent[-1][0] == {"type": "ack", "action": "stop", "refusal": "the run is finished: nothing to stop"}

@@ -185,7 +185,10 @@ class RunPanel(ScellisWidget):
         return why
 
     def _on_action(self, content, buffers) -> None:
-        self.act(str(content.get("action")))
+        """A button: done or refused, the view is answered (no answer tells it the kernel is gone)."""
+        action = str(content.get("action"))
+        why = self.act(action)
+        self.send({"type": "ack", "action": action, "refusal": why})
 
     # ---- static form --------------------------------------------------------------------------------
     def _progress(self) -> str:
