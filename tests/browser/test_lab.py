@@ -130,11 +130,12 @@ def _drive(lab, ctx, page, artifacts, run_cell):
     # the stop button stops that run: the state turns interrupted and the curve stops growing
     page.click("[data-action=stop]")
     _wait(lambda: _attr(page, panel, "state") == "interrupted", 30, what="the run to be interrupted")
+    # every step the engine ran is on the curve, once (the last chunk is flushed when the run ends, and may
+    # land just after the state), and then it stops growing
+    _wait(lambda: pts() == int(_attr(page, panel, "step")), 10, what="the curve to hold every step once")
     stopped = pts()
     time.sleep(1.0)
     assert pts() == stopped
-    # every step the engine ran is on the curve, once (the last chunk is flushed when the run ends)
-    _wait(lambda: pts() == int(_attr(page, panel, "step")), 10, what="the curve to hold every step once")
     assert page.locator("[data-action=stop]").first.is_disabled()
     assert "nothing to stop" in page.locator("[data-action=stop]").first.get_attribute("title")
 
@@ -272,8 +273,8 @@ def test_a_saved_running_panel_whose_kernel_is_gone_says_so(lab, chromium_browse
     ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 1400})
     page = ctx.new_page()
     try:
-        _open(page, url, path.name)
-        _wait(lambda: page.locator(".jp-Notebook .jp-Cell").count() >= 2, 60, what="the cells")
+        _open(page, url, path.name + "?reset")         # a clean workspace: only this notebook's cells on the page
+        _wait(lambda: page.locator(".jp-Notebook .jp-Cell").count() == 2, 60, what="the cells")
         run_cell(page, 0, timeout=120)
         run_cell(page, 1, timeout=120)
         _wait(lambda: _attr(page, "[data-state]", "state") == "running", 60, what="the run to train")
