@@ -7,9 +7,8 @@ anything within tolerance (e.g. atomics, reduced-precision accumulation where a 
 from __future__ import annotations
 
 import contextlib
-import sys
 
-from .errors import TierError, did_you_mean
+from .errors import TierError, did_you_mean, notice
 
 TIERS = ("debug", "prod", "fast")
 # declared cross-device relative tolerance per tier (f32), what `verify` style checks compare against
@@ -62,6 +61,6 @@ def resolve(tier: str | None) -> tuple[str, str]:
         return _state["tier"], "set_tier"
     if not _state["told"]:
         _state["told"] = True
-        print(f"scellis: no determinism tier named; using '{DEFAULT}' (bit-identical reruns on one device). "
-              f"Name one with sc.set_tier('debug'|'prod'|'fast') or tier=...", file=sys.stderr)
+        notice(f"scellis: no determinism tier named; using '{DEFAULT}' (bit-identical reruns on one device). "
+               f"Name one with sc.set_tier('debug'|'prod'|'fast') or tier=...")
     return DEFAULT, "default"

@@ -45,6 +45,7 @@ by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree:
 from __future__ import annotations
 
 import difflib
+import sys
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -258,3 +259,23 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A 'did you mean' hint for a misspelled name, or '' when nothing is close."""
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=0.6)
     return f"did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
+# ---- notes: what the user is told that is not an error (the not-a-GPU banner, the default tier) ----------
+def stderr_note(text: str) -> None:
+    """The CLI's and a script's notes: stderr. Inside a Jupyter kernel (the API used without the extension)
+    stderr renders as a red error box, so a note is a plain stdout line there."""
+    in_kernel = type(sys.stderr).__module__.split(".")[0] == "ipykernel"
+    print(text, file=sys.stdout if in_kernel else sys.stderr)
+
+
+# Where notes go: stderr_note by default; `%load_ext scellis_jupyter` puts a displayed, neutral note here.
+NOTICE: list = [stderr_note]
+
+
+def notice(text: str) -> None:
+    """Tell the user `text` through the current sink; a sink that fails falls back to stderr_note."""
+    try:
+        NOTICE[0](text)
+    except Exception:                                   # noqa: BLE001 - a note must never stop a run
+        stderr_note(text)

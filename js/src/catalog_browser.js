@@ -1,6 +1,7 @@
 import "./lib/common.css";
 import "./catalog_browser.css";
 import { h } from "./lib/cell.js";
+import { withFallback } from "./lib/fallback.js";
 
 function render({ model, el }) {
   const root = h("div", "sc-w sc-catalog");
@@ -73,4 +74,4 @@ function render({ model, el }) {
   return () => model.off("change:entries", draw);
 }
 
-export default { render };
+export default { render: withFallback(render) };

@@ -2,6 +2,7 @@ import ELK from "elkjs/lib/elk-api.js";
 import "./lib/common.css";
 import "./graph_view.css";
 import { button, h, writeAndRecord, showWrite } from "./lib/cell.js";
+import { withFallback } from "./lib/fallback.js";
 import { elkGraph, layered, fmtCount, parseValue, NODE_W, NODE_H } from "./lib/layout.js";
 
 // The ELK engine (1.6 MB) is not part of this module, so saved widget state stays small: the kernel sends
@@ -153,4 +154,4 @@ function render({ model, el }) {
   return () => { model.off("change:info", onInfo); model.off("change:_layout", draw); model.off("change:_last_write", draw); model.off("change:_edit_error", draw); model.off("msg:custom", onMsg); };
 }
 
-export default { render };
+export default { render: withFallback(render) };

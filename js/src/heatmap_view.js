@@ -1,6 +1,7 @@
 import "./lib/common.css";
 import "./heatmap_view.css";
 import { h } from "./lib/cell.js";
+import { withFallback } from "./lib/fallback.js";
 import { ramp, extent } from "./lib/colors.js";
 
 function render({ model, el }) {
@@ -44,4 +45,4 @@ function render({ model, el }) {
   return () => { for (const k of keys) model.off(`change:${k}`, draw); };
 }
 
-export default { render };
+export default { render: withFallback(render) };

@@ -6,6 +6,7 @@ import { align, groupOf } from "./lib/pack.js";
 import { attachStore } from "./lib/store.js";
 import { throttle } from "./lib/throttle.js";
 import { h } from "./lib/cell.js";
+import { withFallback } from "./lib/fallback.js";
 import { tickValues } from "./lib/ticks.js";
 
 const RUN_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
@@ -140,4 +141,4 @@ function render({ model, el }) {
     for (const p of plots) p.u.destroy(); };
 }
 
-export default { initialize, render };
+export default { initialize, render: withFallback(render) };

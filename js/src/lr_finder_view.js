@@ -2,6 +2,7 @@ import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import "./lib/common.css";
 import { button, h, writeAndRecord, showWrite } from "./lib/cell.js";
+import { withFallback } from "./lib/fallback.js";
 import { tickValues } from "./lib/ticks.js";
 
 function css(name, fallback) {
@@ -72,4 +73,4 @@ function render({ model, el }) {
   return () => { model.off("msg:custom", onMsg); model.off("change:_last_write", onWrite); mo.disconnect(); ro.disconnect(); if (u) u.destroy(); };
 }
 
-export default { render };
+export default { render: withFallback(render) };

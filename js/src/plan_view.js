@@ -1,6 +1,7 @@
 import "./lib/common.css";
 import "./plan_view.css";
 import { button, h, fmtBytes, writeAndRecord, showWrite } from "./lib/cell.js";
+import { withFallback } from "./lib/fallback.js";
 import { verdictWords, barSegments } from "./lib/plan_words.js";
 
 const COLORS = { parameters: "#4e79a7", gradients: "#f28e2b", optimizer_state: "#e15759", activations: "#76b7b2",
@@ -97,4 +98,4 @@ function render({ model, el }) {
   return () => { model.off("change:plan", draw); model.off("change:error", draw); model.off("change:_last_write", draw); model.off("msg:custom", onMsg); };
 }
 
-export default { render };
+export default { render: withFallback(render) };

@@ -1,12 +1,19 @@
 import "./lib/common.css";
 import "./run_panel.css";
 import { button, h } from "./lib/cell.js";
+import { withFallback } from "./lib/fallback.js";
 import { rate, eta, formatDuration, pushSample } from "./lib/eta.js";
 import { allowed } from "./lib/run_actions.js";
 
 const LABELS = { stop: "Stop", pause: "Pause", resume: "Resume", checkpoint: "Checkpoint now",
   resume_run: "Resume run" };
 const DONE = new Set(["finished", "failed", "interrupted", "refused"]);
+// The kernel answers every button with an "ack" message. None within this time: the panel is a saved state
+// whose kernel is gone (a reload after a restart), so the run it shows cannot be reached from here.
+export const ACK_MS = 4000;
+const BUSY = new Set(["busy", "starting", "restarting", "autorestarting"]);
+export const UNREACHABLE = "No kernel answered: this panel is a saved state and its run is not reachable from "
+  + "this page (its kernel is gone). In a new kernel, %scellis runs lists it and %scellis resume NAME continues it.";
 
 function render({ model, el }) {
   const root = h("div", "sc-w sc-run");
@@ -26,8 +33,30 @@ function render({ model, el }) {
   const reason = h("div", "sc-note sc-reason");
   const buttons = h("div", "sc-row sc-buttons");
   const btn = {};
+  let unreachable = false;
+  let queued = false;
+  let waiting = null;
+  function check() {
+    // a busy kernel handles widget messages when its cell ends: the action is queued, not lost
+    waiting = null;
+    const st = model.widget_manager?.kernel?.status;
+    if (BUSY.has(st)) { queued = true; waiting = setTimeout(check, ACK_MS); } else { queued = false; unreachable = true; }
+    draw();
+  }
+  function act(a) {
+    model.send({ type: "action", action: a });
+    clearTimeout(waiting);
+    waiting = setTimeout(check, ACK_MS);
+  }
+  function onMsg(msg) {
+    if (msg?.type !== "ack") return;
+    clearTimeout(waiting);
+    waiting = null;
+    if (unreachable || queued) { unreachable = false; queued = false; draw(); }
+  }
+  model.on("msg:custom", onMsg);
   for (const a of ["stop", "pause", "resume", "checkpoint", "resume_run"]) {
-    btn[a] = button(LABELS[a], () => model.send({ type: "action", action: a }));
+    btn[a] = button(LABELS[a], () => act(a));
     btn[a].dataset.action = a;
     buttons.append(btn[a]);
   }
@@ -47,10 +76,14 @@ function render({ model, el }) {
     const step = model.get("step");
     const total = model.get("total_steps");
     samples = pushSample(samples, model.get("last_time") || Date.now() / 1000, step);
-    const r = s === "running" ? rate(samples) : null;
-    const left = eta(step, total, r);
+    // this view's own window while it watches a run; else the kernel's last measurement (a reloaded page,
+    // a saved notebook, a finished run), so the panel never forgets the speed it saw
+    const local = s === "running" ? rate(samples) : null;
+    const r = local ?? model.get("steps_per_s");
+    const left = local != null ? eta(step, total, local) : model.get("eta_s");
     el.dataset.state = s;
     el.dataset.step = String(step);
+    el.dataset.rate = r != null ? String(r) : "";
     badge.textContent = s;
     badge.className = `sc-badge sc-state sc-st-${s}`;
     name.textContent = model.get("name") || model.get("run_id") || "run";
@@ -61,16 +94,19 @@ function render({ model, el }) {
     stats.replaceChildren(
       h("span", "sc-steps", `step ${step}${total ? ` / ${total}` : ""}${total ? ` (${(100 * frac).toFixed(0)}%)` : ""}`),
       h("span", "sc-rate", r != null ? `${r.toFixed(r < 10 ? 2 : 0)} steps/s` : "– steps/s"),
-      h("span", "sc-eta", s === "running" ? `ETA ${formatDuration(left)}` : ""),
+      h("span", "sc-eta", s === "finished" ? "done" : (s === "running" || s === "paused") && left != null ? `ETA ${formatDuration(left)}` : ""),
       h("span", "sc-loss sc-muted", model.get("last_loss") != null ? `loss ${Number(model.get("last_loss")).toPrecision(4)}` : ""));
     reason.textContent = model.get("reason") ? `${s}: ${model.get("reason")}` : "";
+    el.dataset.unreachable = String(unreachable);
     for (const [a, b] of Object.entries(btn)) {
-      const why = allowed(s, a, model.get("can_resume"));
+      const why = unreachable ? UNREACHABLE : allowed(s, a, model.get("can_resume"));
       b.disabled = !!why;
       b.title = why || "";
       b.hidden = a === "resume_run" ? s !== "interrupted" : false;
     }
-    notice.textContent = model.get("notice") || "";
+    notice.textContent = unreachable ? UNREACHABLE
+      : queued ? "The kernel is busy (a cell is running): the action runs when that cell ends."
+        : model.get("notice") || "";
     if (model.get("_notified")) el.dataset.notified = model.get("_notified");
     if (typeof Notification !== "undefined" && Notification.permission === "granted") {
       el.dataset.notifyPermission = "granted";
@@ -89,10 +125,11 @@ function render({ model, el }) {
     model.save_changes();
   }
 
-  const keys = ["_notified", "state", "step", "total_steps", "reason", "notice", "device_label", "tier", "can_resume", "last_loss", "name"];
+  const keys = ["_notified", "state", "step", "total_steps", "reason", "notice", "device_label", "tier", "can_resume", "last_loss", "name",
+    "steps_per_s", "eta_s"];
   for (const k of keys) model.on(`change:${k}`, draw);
   draw();
-  return () => { for (const k of keys) model.off(`change:${k}`, draw); };
+  return () => { clearTimeout(waiting); model.off("msg:custom", onMsg); for (const k of keys) model.off(`change:${k}`, draw); };
 }
 
-export default { render };
+export default { render: withFallback(render) };

@@ -16,14 +16,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .._version import __version__
-from ..errors import DeviceError, did_you_mean
+from ..errors import DeviceError, did_you_mean, notice
 from .wgpu.runtime import WgpuBackend
 from .reference import ReferenceBackend
 
@@ -323,7 +322,7 @@ def device(name: str | None = None) -> Device:
     if name == "reference":
         d = _CACHE.setdefault("ref", _reference())
         d.choice = "asked for reference; not a GPU (as asked)"
-        print(f"scellis: running on {d} - NOT a GPU (as asked); results are correct but slow.", file=sys.stderr)
+        notice(f"scellis: running on {d} - NOT a GPU (as asked); results are correct but slow.")
         _CACHE[key] = d
         return d
     all_ = devices()
@@ -346,7 +345,7 @@ def device(name: str | None = None) -> Device:
             why = "no GPU adapter found"
         else:
             why = "no GPU adapter found; " + d.choice.removeprefix("auto: the ")
-        print(f"scellis: running on {d} - NOT a GPU ({why}); results are correct but slow.", file=sys.stderr)
+        notice(f"scellis: running on {d} - NOT a GPU ({why}); results are correct but slow.")
         d.choice += f"; not a GPU ({'as asked' if name is not None else 'no GPU adapter found'})"
     _CACHE[key] = d
     return d

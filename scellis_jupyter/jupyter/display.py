@@ -372,6 +372,15 @@ def record_output(rec, store, result: dict | None = None) -> Static:
     return Static(text, _box(inner, f"run record {rec.id}"), {RUN_MIME: pin})
 
 
+def note_output(text: str) -> Static:
+    """A neutral note (the not-a-GPU banner in a notebook): the kernel shows stderr as a red error box, but
+    this is information, not an error; the CLI keeps printing it to stderr."""
+    return Static(text, '<div class="scellis-note" style="font-family:var(--jp-ui-font-family,sans-serif);'
+                  'font-size:12px;color:var(--jp-ui-font-color2,#57606a);border-left:3px solid '
+                  'var(--jp-brand-color1,#0969da);padding:2px 8px;margin:2px 0"><b>note</b> '
+                  f'{html.escape(text)}</div>')
+
+
 def json_output(obj: Any) -> Static:
     text = json.dumps(obj, indent=2, default=str)
     return Static(text, f"<pre>{html.escape(text)}</pre>", {"application/json": json.loads(text)})
@@ -405,4 +414,4 @@ def catalog_output(entries: list[dict]):
 
 __all__ = ["RUN_MIME", "PIN_FORMAT", "Static", "plan_html", "plan_output", "graph_output", "graph_html", "curve_svg",
            "show_training", "record_output", "run_pin", "widgets", "json_output", "text_output", "lr_find_output",
-           "catalog_output", "training_static"]
+           "catalog_output", "training_static", "note_output"]

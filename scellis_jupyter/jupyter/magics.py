@@ -14,7 +14,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.display import display
 
-from ..errors import ScellisError
+from ..errors import NOTICE, ScellisError, stderr_note
 from . import display as show
 from .handle import Model, lr_find, profile, profile_text
 from .parse import MagicError, parse_cell_header, parse_line
@@ -346,9 +346,15 @@ class ScellisMagics(Magics):
         return None
 
 
+def _note(text: str) -> None:
+    display(show.note_output(text))
+
+
 def load_ipython_extension(ip) -> None:
-    """`%load_ext scellis_jupyter`."""
+    """`%load_ext scellis_jupyter`; notes (the not-a-GPU banner, the default tier) are displayed, neutral,
+    not red stderr."""
     ip.register_magics(ScellisMagics)
+    NOTICE[0] = _note
 
 
 def unload_ipython_extension(ip) -> None:
@@ -357,6 +363,8 @@ def unload_ipython_extension(ip) -> None:
     for kind in ("line", "cell"):
         mm.magics[kind].pop("scellis", None)
     mm.registry.pop("ScellisMagics", None)
+    if NOTICE[0] is _note:
+        NOTICE[0] = stderr_note
 
 
 __all__ = ["ScellisMagics", "load_ipython_extension", "unload_ipython_extension"]

@@ -2,6 +2,7 @@
 driven by Playwright for Python. Screenshots go to tests/browser/artifacts/ (gitignored)."""
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -92,3 +93,47 @@ def chromium_browser():
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         yield b
         b.close()
+
+
+def run_cell(page, i: int, wait: bool = True, timeout: float = 180):
+    """Run cell `i` (Shift+Enter on it) and, with `wait`, until its prompt says `[n]:`; returns its locator.
+
+    A Shift+Enter sent while the kernel is still starting can be lost: each try waits 20 s for the prompt to
+    turn `[*]:` or `[n]:`, and the keypress is sent again (three tries) if it did not. JupyterLab sometimes asks
+    "Select Kernel" for a notebook whose session is not up yet: the notebook's own kernel is accepted."""
+    cell = page.locator(".jp-Notebook .jp-Cell").nth(i)
+    prompt = cell.locator(".jp-InputArea-prompt")
+    dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+
+    def accept_kernel_dialog() -> None:
+        if dialog.count():
+            dialog.locator("button", has_text="Select").first.click()
+            dialog.wait_for(state="detached", timeout=10_000)
+
+    def until(pattern: str, seconds: float, what: str) -> None:
+        t0 = time.time()
+        while time.time() - t0 < seconds:
+            if re.match(pattern, prompt.inner_text().strip()):
+                return
+            accept_kernel_dialog()
+            time.sleep(0.2)
+        raise AssertionError(f"timed out after {seconds}s waiting for {what}")
+    for attempt in range(3):
+        accept_kernel_dialog()
+        prompt.click()
+        page.keyboard.press("Shift+Enter")
+        try:
+            until(r"\[[\d*]+\]", 20, f"cell {i} to start")
+            break
+        except AssertionError:
+            if attempt == 2:
+                raise
+    if wait:
+        until(r"\[\d+\]", timeout, f"cell {i} to run")
+    return cell
+
+
+@pytest.fixture(name="run_cell")
+def run_cell_fixture():
+    """The one "run a cell, retrying a lost Shift+Enter" helper both browser tests use."""
+    return run_cell

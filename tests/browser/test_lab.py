@@ -33,21 +33,11 @@ def _open(page, url, name):
                            "?.textContent || '') || document.querySelector('[data-status=\"idle\"]')", timeout=60_000)
 
 
-def _run_all(page, n):
+def _run_all(page, n, run_cell):
     cells = page.locator(".jp-Notebook .jp-Cell")
     _wait(lambda: cells.count() >= n, 60, what=f"{n} cells to render")      # they attach progressively
     for i in range(n):
-        prompt = cells.nth(i).locator(".jp-InputArea-prompt")
-        for attempt in range(3):          # a Shift+Enter sent while the kernel is still starting can be lost
-            prompt.click()
-            page.keyboard.press("Shift+Enter")
-            try:
-                _wait(lambda: re.match(r"\[[\d*]+\]", prompt.inner_text().strip()), 20, what=f"cell {i} to start")
-                break
-            except AssertionError:
-                if attempt == 2:
-                    raise
-        _wait(lambda: re.match(r"\[\d+\]", prompt.inner_text().strip()), 120, what=f"cell {i} to run")
+        run_cell(page, i, timeout=120)
 
 
 def _attr(page, sel, name):
@@ -78,11 +68,11 @@ def _cell_text(page, i):
     return page.locator(".jp-Notebook .jp-Cell").nth(i).locator(".cm-content").inner_text()
 
 
-def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts):
+def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts, run_cell):
     ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 2400})
     page = ctx.new_page()
     try:
-        _drive(lab, ctx, page, artifacts)
+        _drive(lab, ctx, page, artifacts, run_cell)
     except BaseException:
         page.screenshot(path=str(artifacts / "failure.png"))
         raise
@@ -90,20 +80,26 @@ def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts):
         ctx.close()
 
 
-def _drive(lab, ctx, page, artifacts):
+def _drive(lab, ctx, page, artifacts, run_cell):
     url, nb_dir = lab
     notebook.write(nb_dir / "widgets.ipynb")
     ctx.grant_permissions(["notifications"], origin=url)
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     _open(page, url, "widgets.ipynb")
-    _run_all(page, len(nbformat.read(nb_dir / "widgets.ipynb", 4).cells))
+    _run_all(page, len(nbformat.read(nb_dir / "widgets.ipynb", 4).cells), run_cell)
     plan, curve, panel = "[data-verdict]", ".sc-curve", "[data-state]"
 
     # the plan widget's verdict (a device of 260 kB refuses batch 64)
     page.wait_for_selector(plan, timeout=90_000)
     assert _attr(page, plan, "verdict") == "red"
     assert "Does not fit" in page.locator(".sc-plan .sc-words").inner_text()
+    # every widget's static twin (the output after it, kept for kernel-free viewers) is hidden by its live view
+    _wait(lambda: page.locator(".sc-w").count() >= 7, 30, what="the seven live views")
+    twins = page.locator("[data-scellis-static]")
+    _wait(lambda: twins.count() == 7, 30, what="seven static twins")
+    assert not any(twins.nth(k).is_visible() for k in range(7))
+    assert page.locator(".jp-OutputArea-child:has([data-scellis-static])").first.is_hidden()
 
     # the curve grows while the run trains
     page.wait_for_function("() => Number(document.querySelector('.sc-curve')?.parentElement?.dataset.points || "
@@ -134,11 +130,12 @@ def _drive(lab, ctx, page, artifacts):
     # the stop button stops that run: the state turns interrupted and the curve stops growing
     page.click("[data-action=stop]")
     _wait(lambda: _attr(page, panel, "state") == "interrupted", 30, what="the run to be interrupted")
+    # every step the engine ran is on the curve, once (the last chunk is flushed when the run ends, and may
+    # land just after the state), and then it stops growing
+    _wait(lambda: pts() == int(_attr(page, panel, "step")), 10, what="the curve to hold every step once")
     stopped = pts()
     time.sleep(1.0)
     assert pts() == stopped
-    # every step the engine ran is on the curve, once (the last chunk is flushed when the run ends)
-    _wait(lambda: pts() == int(_attr(page, panel, "step")), 10, what="the curve to hold every step once")
     assert page.locator("[data-action=stop]").first.is_disabled()
     assert "nothing to stop" in page.locator("[data-action=stop]").first.get_attribute("title")
 
@@ -164,11 +161,11 @@ def _drive(lab, ctx, page, artifacts):
     # the ELK layout arrived from the kernel
     _wait(lambda: page.locator("[data-layout]").first.get_attribute("data-layout") == "elk", 30, what="the ELK layout")
     # a node's attr edited in the graph goes through on_edit, and the returned text lands in the cell
-    page.locator("[data-node=linear_0]").click()
+    page.locator(".sc-graph [data-node=linear_0]").click()
     page.locator(".sc-editor input[data-attr=out]").fill("256")
     page.locator(".sc-editor button", has_text="set").click()
     _wait(lambda: "# edited: linear_0.out = 256" in _cell_text(page, 3), 30, what="the graph edit in the cell")
-    page.locator("[data-node=linear_0]").click()
+    page.locator(".sc-graph [data-node=linear_0]").click()
     assert page.locator(".sc-editor input[data-attr=out]").input_value() == "256"
     # the catalog shows an entry's params with their ranges and its origin
     page.locator("[data-entry=adamw]").click()
@@ -208,13 +205,20 @@ def _drive(lab, ctx, page, artifacts):
     _wait(lambda: int(page.locator("[data-points]").first.get_attribute("data-points")) >= stopped, 20,
           what="the saved curve")
     assert _attr(page, panel, "state") == "finished"
+    # the panel's saved state carries the last measured speed: no "– steps/s" after the reload
+    rate = page.locator(".sc-run .sc-rate").first.inner_text()
+    assert re.fullmatch(r"\d+(\.\d+)? steps/s", rate), rate
+    assert page.locator(".sc-run .sc-eta").first.inner_text() == "done"
+    assert not any(page.locator("[data-scellis-static]").nth(k).is_visible() for k in range(7))
     _shots(page, artifacts, "reloaded")
     assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
 
 
 def test_static_fallback_from_file_without_network(tmp_path, chromium_browser, artifacts):
-    """The notebook executed headless (no widget state) and converted to HTML shows the plan and the final
-    curve from its text/html outputs, on a file:// page with every network request refused."""
+    """The notebook executed headless and saved WITH widget state (nbconvert then renders each widget's view,
+    whose manager JS comes from a CDN), converted to HTML: on a file:// page with every network request
+    refused, the static twin outputs still show the plan's verdict and the final curve; the saved notebook,
+    seven widgets and all, stays under 1 MB."""
     import nbclient
     from nbconvert import HTMLExporter
     nb_path = notebook.write(tmp_path / "static.ipynb")
@@ -222,8 +226,12 @@ def test_static_fallback_from_file_without_network(tmp_path, chromium_browser, a
     # the run cell: a short run that finishes inside the cell, so its output is the final state
     nb.cells[2].source = nb.cells[2].source.replace("steps=100_000", "steps=40").replace(
         'run.start()\nprint("training in the background")', "run.start().wait(120)\ncurve.flush()\nimport time; time.sleep(0.5)")
-    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", store_widget_state=False).execute()
+    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3", store_widget_state=True).execute()
+    nbformat.write(nb, nb_path)
+    assert nb_path.stat().st_size < 1_000_000, nb_path.stat().st_size
+    assert len(nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]) >= 7
     html, _ = HTMLExporter().from_notebook_node(nb)
+    assert html.count('<script type="application/vnd.jupyter.widget-view+json">') >= 7   # the views, as saved
     out = tmp_path / "static.html"
     out.write_text(html)
     ctx = chromium_browser.new_context(viewport={"width": 1100, "height": 1400}, offline=True)
@@ -231,13 +239,72 @@ def test_static_fallback_from_file_without_network(tmp_path, chromium_browser, a
     refused = []
     page.route(re.compile(r"^(?!file:).*"), lambda route: (refused.append(route.request.url), route.abort()))
     page.goto(out.as_uri())
-    assert "Does not fit" in page.locator(".scellis-plan .scellis-verdict").first.inner_text()
-    run = page.locator(".scellis-run").first.inner_text()
-    assert "finished" in run and "step 40 / 40" in run
+    assert any("unpkg.com" in u or "cdn" in u for u in refused), refused   # the widget JS did not load
+    verdict = page.locator(".scellis-plan .scellis-verdict").first
+    assert verdict.is_visible() and "Does not fit" in verdict.inner_text()
+    run = page.locator(".scellis-run").first
+    assert run.is_visible() and "finished" in run.inner_text() and "step 40 / 40" in run.inner_text()
+    assert re.search(r"\d+(\.\d+)? steps/s, done", run.inner_text()), run.inner_text()
     curve = page.locator(".scellis-curve").first
     assert curve.locator("polyline").count() >= 2 and "40 steps" in curve.inner_text()
-    box = curve.locator("svg").first.bounding_box()
+    svg = curve.locator("svg").first
+    assert svg.is_visible()
+    box = svg.bounding_box()
     assert box and box["width"] > 200 and box["height"] > 50
     assert page.locator(".scellis-graph svg rect").count() == 5 and page.locator(".scellis-heatmap td").count() == 6
+    assert page.locator(".scellis-fallback").count() == 7
     page.screenshot(path=str(artifacts / "static-offline.png"), full_page=True)
     ctx.close()
+
+
+def test_a_saved_running_panel_whose_kernel_is_gone_says_so(lab, chromium_browser, artifacts, run_cell):
+    """Saved while its run trained, then the kernel shut down and the page reloaded: the panel still reads
+    `running` (the saved state), and a click on Stop reaches no kernel. The view waits for the kernel's answer
+    and, none coming from an idle kernel, says the run is not reachable from here and disables its buttons."""
+    url, nb_dir = lab
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("import scellis_jupyter as sc\n" + notebook.SETUP),
+                nbformat.v4.new_code_cell(f'SPEC = """{notebook.SPEC}"""\n'
+                                          'run = ThreadRun(SPEC, steps=100_000, name="orphan", device="reference", '
+                                          'delay=0.01)\ndisplay(RunPanel(run))\nrun.start()\nprint("training")')]
+    path = nb_dir / "orphan.ipynb"
+    nbformat.write(nb, path)
+    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 1400})
+    page = ctx.new_page()
+    try:
+        _open(page, url, path.name + "?reset")         # a clean workspace: only this notebook's cells on the page
+        _wait(lambda: page.locator(".jp-Notebook .jp-Cell").count() == 2, 60, what="the cells")
+        run_cell(page, 0, timeout=120)
+        run_cell(page, 1, timeout=120)
+        _wait(lambda: _attr(page, "[data-state]", "state") == "running", 60, what="the run to train")
+        page.keyboard.press("Escape")
+        page.keyboard.press("Control+s")
+
+        def saved_running():
+            st = json.loads(path.read_text()).get("metadata", {}).get("widgets", {})
+            st = st.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+            return any(v["state"].get("state") == "running" and v["state"].get("name") == "orphan" for v in st.values())
+        _wait(saved_running, 20, what="the notebook saved with the panel running")
+        page.click("text=Kernel >> nth=0")
+        page.click("text=Shut Down Kernel")
+        time.sleep(1.5)
+        page.reload()
+        page.wait_for_selector(".sc-run", timeout=60_000)
+        assert _attr(page, "[data-state]", "state") == "running"           # what was saved
+        stop = page.locator(".sc-run [data-action=stop]").first
+        assert stop.is_enabled()
+        stop.click()
+        _wait(lambda: _attr(page, "[data-state]", "state") != "running" or
+              _attr(page, ".sc-run", "unreachable") == "true" or
+              _attr(page, "[data-unreachable]", "unreachable") == "true", 60, what="the panel to notice no kernel")
+        assert _attr(page, "[data-unreachable]", "unreachable") == "true"
+        assert "No kernel answered" in page.locator(".sc-run .sc-notice").first.inner_text()
+        assert stop.is_disabled() and "not reachable" in stop.get_attribute("title")
+        page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea").screenshot(
+            path=str(artifacts / "lab-orphan-panel.png"))
+    except BaseException:
+        page.screenshot(path=str(artifacts / "orphan-failure.png"))
+        raise
+    finally:
+        ctx.close()

@@ -34,23 +34,6 @@ def _prepare(nb_dir: Path) -> Path:
     return path
 
 
-def _run_cell(page, i, wait=True, timeout=180):
-    cell = page.locator(".jp-Notebook .jp-Cell").nth(i)
-    prompt = cell.locator(".jp-InputArea-prompt")
-    for attempt in range(3):              # a Shift+Enter sent while the kernel is still starting can be lost
-        prompt.click()
-        page.keyboard.press("Shift+Enter")
-        try:
-            _wait(lambda: re.match(r"\[[\d*]+\]", prompt.inner_text().strip()), 20, what=f"cell {i} to start")
-            break
-        except AssertionError:
-            if attempt == 2:
-                raise
-    if wait:
-        _wait(lambda: re.match(r"\[\d+\]", prompt.inner_text().strip()), timeout, what=f"cell {i} to run")
-    return cell
-
-
 def _shot(cell, artifacts, name):
     out = cell.locator(".jp-OutputArea")
     out.scroll_into_view_if_needed()
@@ -58,7 +41,7 @@ def _shot(cell, artifacts, name):
     out.screenshot(path=str(artifacts / f"quickstart-{name}.png"))
 
 
-def test_quickstart_in_jupyterlab(lab, chromium_browser, artifacts):
+def test_quickstart_in_jupyterlab(lab, chromium_browser, artifacts, run_cell):
     url, nb_dir = lab
     path = _prepare(nb_dir)
     ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 2400})
@@ -66,7 +49,7 @@ def test_quickstart_in_jupyterlab(lab, chromium_browser, artifacts):
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        _drive(page, url, path, artifacts, errors)
+        _drive(page, url, path, artifacts, errors, run_cell)
     except BaseException:
         page.screenshot(path=str(artifacts / "quickstart-failure.png"))
         raise
@@ -75,14 +58,19 @@ def test_quickstart_in_jupyterlab(lab, chromium_browser, artifacts):
     _static_offline(chromium_browser, path, artifacts, nb_dir)
 
 
-def _drive(page, url, path, artifacts, errors):
+def _drive(page, url, path, artifacts, errors, run_cell):
     plan, panel, pts_sel = ".sc-plan [data-verdict], [data-verdict]", "[data-state]", "[data-points]"
     _open(page, url, path.name)
     cells = page.locator(".jp-Notebook .jp-Cell")
     _wait(lambda: cells.count() >= 9, 60, what="the notebook's cells")
-    _run_cell(page, 1)
-    _run_cell(page, 2, timeout=120)
-    spec_cell = _run_cell(page, 3)
+    run_cell(page, 1)
+    run_cell(page, 2, timeout=120)
+    spec_cell = run_cell(page, 3)
+    # the CPU-path banner is a neutral note in the cell, not a red stderr box
+    page.wait_for_selector(".scellis-note", timeout=30_000)
+    assert page.locator(".scellis-note", has_text="NOT a GPU").first.is_visible()
+    stderr = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+    assert stderr.filter(has_text="NOT a GPU").count() == 0 and stderr.filter(has_text="determinism tier").count() == 0
 
     # the plan widget's verdict: red at this capacity, with fixes; a fix button re-plans and rewrites the cell
     page.wait_for_selector("[data-verdict]", timeout=60_000)
@@ -103,7 +91,7 @@ def _drive(page, url, path, artifacts, errors):
     _shot(spec_cell, artifacts, "plan-fixed")
 
     # train: the cell returns at once; the curve grows while the run trains; other cells keep working
-    train_cell = _run_cell(page, 4, timeout=60)
+    train_cell = run_cell(page, 4, timeout=60)
     page.wait_for_selector(pts_sel, timeout=60_000)
     _wait(lambda: int(page.locator(pts_sel).first.get_attribute("data-points") or 0) >= 3, 60, what="points")
     a = int(page.locator(pts_sel).first.get_attribute("data-points"))
@@ -111,7 +99,7 @@ def _drive(page, url, path, artifacts, errors):
     b = int(page.locator(pts_sel).first.get_attribute("data-points"))
     assert b > a, (a, b)
     assert _attr(page, panel, "state") == "running"
-    c5 = _run_cell(page, 5, timeout=30)                              # `digits.run` while it trains
+    c5 = run_cell(page, 5, timeout=30)                              # `digits.run` while it trains
     assert "BackgroundRun digits" in c5.locator(".jp-OutputArea").inner_text()
     _shot(train_cell, artifacts, "running")
 
@@ -126,15 +114,15 @@ def _drive(page, url, path, artifacts, errors):
     # one-click resume (the handle's resume), then the rest of the notebook: wait, predict, verify
     train_cell.locator("[data-action=resume_run]").click()
     _wait(lambda: _attr(page, panel, "state") in ("running", "finished"), 60, what="the resumed run")
-    wait_cell = _run_cell(page, 6, timeout=300)
+    wait_cell = run_cell(page, 6, timeout=300)
     assert _attr(page, panel, "state") == "finished"
     assert "finished" in wait_cell.locator(".jp-OutputArea").inner_text()
     _wait(lambda: int(page.locator(pts_sel).first.get_attribute("data-points")) > stopped, 20,
           what="the curve to follow the resumed run")
     final_points = int(page.locator(pts_sel).first.get_attribute("data-points"))
-    acc = _run_cell(page, 7).locator(".jp-OutputArea").inner_text()
+    acc = run_cell(page, 7).locator(".jp-OutputArea").inner_text()
     assert float(re.search(r"test accuracy (\d\.\d+)", acc).group(1)) > 0.8, acc
-    ver = _run_cell(page, 8, timeout=240).locator(".jp-OutputArea").inner_text()
+    ver = run_cell(page, 8, timeout=240).locator(".jp-OutputArea").inner_text()
     assert "verified" in ver, ver
     _shot(train_cell, artifacts, "finished")
 
@@ -153,6 +141,8 @@ def _drive(page, url, path, artifacts, errors):
     _wait(lambda: int(page.locator(pts_sel).first.get_attribute("data-points") or 0) >= final_points, 20,
           what="the saved curve")
     _wait(lambda: _attr(page, panel, "state") == "finished", 20, what="the saved panel")
+    rate = page.locator(".sc-run .sc-rate").first.inner_text()        # the kept speed, not "– steps/s"
+    assert re.fullmatch(r"\d+(\.\d+)? steps/s", rate), rate
     _shot(page.locator(".jp-Notebook .jp-Cell").nth(4), artifacts, "reloaded")
     assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
 
@@ -166,10 +156,10 @@ def _static_offline(browser, path, artifacts, nb_dir):
             if "application/vnd.scellis.run+json" in o.get("data", {})]
     assert pins and pins[-1]["state"] == "finished"
     shutil.copy(path, artifacts / "quickstart-saved.ipynb")
-    # nbconvert renders an output whose widget is in the saved state with the widget manager's JS from a CDN
-    # (nothing offline); without the state it falls back to each output's text/html: a viewer with no
-    # widget support sees that form, which is what this checks
-    nb.metadata.pop("widgets", None)
+    # saved with widget state: nbconvert renders each widget's view (its manager JS from a CDN, nothing
+    # offline) and, as the next output, the widget's static twin, which is what shows here
+    assert "application/vnd.jupyter.widget-state+json" in nb.metadata.get("widgets", {})
+    assert path.stat().st_size < 1_000_000, path.stat().st_size
     html, _ = HTMLExporter().from_notebook_node(nb)
     out = nb_dir / "quickstart.html"
     out.write_text(html)
@@ -177,8 +167,12 @@ def _static_offline(browser, path, artifacts, nb_dir):
     page = ctx.new_page()
     page.route(re.compile(r"^(?!file:).*"), lambda route: route.abort())
     page.goto(out.as_uri())
-    assert page.locator(".scellis-plan [data-verdict]").first.get_attribute("data-verdict") in ("yellow", "green")
-    assert "finished" in page.locator(".scellis-run").first.inner_text()
-    assert page.locator(".scellis-curve polyline").count() >= 1
+    verdict = page.locator(".scellis-plan [data-verdict]").first
+    assert verdict.is_visible() and verdict.get_attribute("data-verdict") in ("yellow", "green")
+    run = page.locator(".scellis-run").first
+    assert run.is_visible() and "finished" in run.inner_text() and "steps/s" in run.inner_text()
+    assert page.locator(".scellis-curve polyline").count() >= 1 and page.locator(".scellis-curve svg").first.is_visible()
+    note = page.locator(".scellis-note", has_text="NOT a GPU").first   # the CPU-path banner, as a plain note
+    assert note.is_visible()
     page.screenshot(path=str(artifacts / "quickstart-static-offline.png"), full_page=True)
     ctx.close()

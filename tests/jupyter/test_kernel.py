@@ -39,13 +39,14 @@ class Kernel:
         self.kc.wait_for_ready(timeout=60)
 
     def run(self, code: str, timeout: float = 120) -> dict:
-        out = {"text": "", "error": None, "data": []}
+        out = {"text": "", "error": None, "data": [], "streams": []}
 
         def hook(msg):
             c = msg["content"]
             t = msg["msg_type"]
             if t == "stream":
                 out["text"] += c["text"]
+                out["streams"].append((c["name"], c["text"]))
             elif t in ("display_data", "execute_result", "update_display_data"):
                 out["data"].append(c["data"])
             elif t == "error":
@@ -121,3 +122,18 @@ def test_kernel_restart_mid_run_leaves_it_interrupted(kernel, tmp_path, now):
     assert recs[run_id].state == "interrupted" and len(recs) == 2
     new = next(x for x in recs.values() if x.id != run_id)
     assert new.state == "finished" and new.extra["resumed_from_run"] == run_id
+
+
+@pytest.mark.slow
+def test_cpu_banner_in_a_kernel_is_never_red_stderr(kernel):
+    """A kernel renders stderr as a red error box: the not-a-GPU banner is a plain stdout line when the API is
+    used without the extension, and a displayed neutral note once `%load_ext scellis_jupyter` is in."""
+    r = kernel.run("from scellis_jupyter.backends.device import device\nd = device('reference')")
+    assert r["error"] is None, r["error"]
+    assert [n for n, t in r["streams"] if "NOT a GPU" in t] == ["stdout"], r["streams"]
+    r = kernel.run("%load_ext scellis_jupyter\nimport sys\ndev = sys.modules['scellis_jupyter.backends.device']\n"
+                   "dev._CACHE.clear()\n"
+                   "d = dev.device('reference')")
+    assert r["error"] is None and not [t for _, t in r["streams"] if "NOT a GPU" in t], r
+    notes = [d for d in r["data"] if "scellis-note" in d.get("text/html", "")]
+    assert len(notes) == 1 and "NOT a GPU (as asked)" in notes[0]["text/plain"]

@@ -321,23 +321,35 @@ def test_widgets_get_the_objects_and_callbacks_when_installed(ip, cell, monkeypa
 
 
 def test_real_widgets_show_and_the_panel_keeps_the_pin(ip, cell):
-    """With the widgets installed, each magic shows the live widget (its view MIME beside the static form),
-    and a run's panel carries the run's pin once it ends (so a notebook saved without `wait` keeps it)."""
+    """With the widgets installed, each magic shows the live widget and, as the next output, its static form
+    (text/plain + text/html, marked for the view to hide); a run's panel's static output carries the run's
+    pin once it ends (so a notebook saved without `wait` keeps it)."""
     view = "application/vnd.jupyter.widget-view+json"
+
+    def pairs(c):
+        """(widget kind, its static twin) for every widget output: the static one comes right after it."""
+        out = []
+        for i, o in enumerate(c.outputs):
+            if view in o:
+                twin = c.outputs[i + 1]
+                assert view not in twin and 'data-scellis-static="' in twin["text/html"], twin.keys()
+                out.append((o["text/plain"].split()[0], twin))
+        return out
     cell(DATA)
     c = cell(MLP)
-    kinds = [o["text/plain"].split(":")[0].split()[0] for o in c.outputs if view in o]
-    assert kinds == ["GraphView", "PlanView"], kinds
+    assert [k for k, _ in pairs(c)] == ["GraphView", "PlanView"]
+    assert all(tw["text/plain"].split(":")[0].split()[0] == k for k, tw in pairs(c))
     c = cell("%scellis train mlp --steps 5 --wait")
     assert c.error is None, c.error
     run_id = ip.user_ns["mlp"].run.run_id
-    panels = [o for o in c.outputs if view in o and o["text/plain"].startswith("RunPanel")]
-    assert any(o.get(RUN_MIME, {}).get("run") == run_id and o[RUN_MIME]["state"] == "finished" for o in panels)
-    assert any(o["text/plain"].startswith("LossCurve") for o in c.outputs if view in o)
+    statics = [o for o in c.outputs if view not in o and o.get("text/plain", "").startswith("RunPanel")]
+    assert any(o.get(RUN_MIME, {}).get("run") == run_id and o[RUN_MIME]["state"] == "finished" for o in statics)
+    assert "LossCurve" in [k for k, _ in pairs(c)]
     c = cell("%scellis catalog optimizer")
-    assert c.outputs and view in c.outputs[0] and "adamw" in c.outputs[0]["text/plain"]
+    (k, twin), = pairs(c)
+    assert k == "CatalogBrowser" and "adamw" in twin["text/plain"]
     c = cell("%scellis lr-find mlp --steps 20")
-    assert c.outputs and view in c.outputs[0]
+    assert [k for k, _ in pairs(c)] == ["LRFinderView"]
 
 
 def test_one_click_resume_in_the_panel_is_followed_by_the_curve(ip, cell):
@@ -364,3 +376,56 @@ def test_one_click_resume_in_the_panel_is_followed_by_the_curve(ip, cell):
     steps = arrays[(nb.run_id, "loss")][0]
     assert len(steps) > 0 and steps[-1] == 3000 and arrays[(br.run_id, "loss")][0][-1] < 3000
     assert panel.extra_mime[RUN_MIME]["run"] == nb.run_id and panel.extra_mime[RUN_MIME]["state"] == "finished"
+
+
+def test_the_not_a_gpu_banner_is_a_note_in_a_notebook_and_stderr_after_unload(ip, cell, monkeypatch, capsys):
+    """In a kernel, stderr renders as a red error box; the CPU-path banner is information, so with the extension
+    loaded it is a displayed note (text/plain + neutral text/html), and back on stderr once unloaded."""
+    import importlib
+    dev = importlib.import_module("scellis_jupyter.backends.device")
+    det = importlib.import_module("scellis_jupyter.determinism")
+    monkeypatch.setattr(dev, "_CACHE", {})                   # the banner is said once per pick: pick afresh
+    monkeypatch.setitem(det._state, "told", False)           # and the default-tier note once per process
+    cell(DATA)
+    c = cell(MLP)
+    assert c.error is None, c.error
+    assert "NOT a GPU" not in c.stderr and "no determinism tier named" not in c.stderr
+    notes = [o for o in c.outputs if "scellis-note" in o.get("text/html", "")]
+    texts = [o["text/plain"] for o in notes]
+    assert any("NOT a GPU (as asked)" in t for t in texts) and any("no determinism tier named" in t for t in texts)
+    assert all("#cf222e" not in o["text/html"] for o in notes)          # neutral, not the error red
+    ip.run_line_magic("unload_ext", "scellis_jupyter")
+    monkeypatch.setattr(dev, "_CACHE", {})
+    dev.device()
+    assert "NOT a GPU (as asked)" in capsys.readouterr().err           # a script or the CLI: stderr
+    ip.run_line_magic("load_ext", "scellis_jupyter")
+
+
+def test_a_dataframe_without_the_target_column_points_at_the_cells_line(cell):
+    cell("import pandas as pd\ndf = pd.DataFrame({'a': [1.0, 2.0, 3.0], 'b': [0.5, 0.1, 0.2], 'labels': [0, 1, 0]})")
+    code = ('%%scellis frame\n[data]\ntrain = "df"\ntarget = "label"\n[model]\nnodes = [{ op = "linear", out = 2 }]\n'
+            '[recipe]\nbatch_size = 2\n')
+    msg = _usage(cell(code))
+    assert "has no column 'label'" in msg and "did you mean 'labels'" in msg
+    line, _ = _cell_line(msg, code)
+    assert line.split("=")[0].strip() in ("train", "target"), (msg, line)
+
+
+def test_widget_and_magic_actions_on_a_failed_run_are_refused_with_the_reason(ip, cell):
+    """A run that dies (sgd at lr 100 diverges: the engine fails it, run-diverged): the panel refuses every
+    button with the reason and the magics refuse stop; nothing is sent to the dead run."""
+    import scellis_jupyter.jupyter.display as show
+    cell(DATA)
+    assert cell(MLP.replace("%%scellis mlp", "%%scellis boom").replace(
+        '{ name = "adam", lr = 0.01 }', '{ name = "sgd", lr = 100 }')).error is None
+    c = cell("%scellis train boom --steps 500 --wait")
+    m = ip.user_ns["boom"]
+    assert m.run.state == "failed", (m.run.state, c.error)
+    panel, _curve = show.show_training(m.run, lambda w: None, on_resume=m.resume)
+    assert panel.state == "failed"
+    for action in ("stop", "pause", "resume", "checkpoint"):
+        assert panel.act(action) == f"the run is failed: nothing to {action}"
+    assert panel.act("resume_run") == "only an interrupted run can be resumed from here"
+    assert panel.notice == "only an interrupted run can be resumed from here" and panel.run is m.run
+    msg = _usage(cell("%scellis stop boom"))
+    assert "is failed" in msg

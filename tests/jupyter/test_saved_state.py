@@ -1,5 +1,6 @@
-"""A notebook with five widgets, executed headless and saved with widget state, stays under 1 MB, and every
-widget output carries its static text/html form of the final state."""
+"""A notebook with five widgets, executed headless and saved with widget state, stays under 1 MB; every widget
+output is followed by its static text/html form of the final state, and nbconvert's HTML (which renders the
+widget view, not a text/html beside it, once the state is saved) still carries each static form."""
 import base64
 import os
 from pathlib import Path
@@ -55,6 +56,21 @@ def test_five_widgets_saved_with_state_stay_under_a_megabyte(tmp_path):
     assert 1000 < len(series[("history", "loss")]) <= 5000               # the long history, decimated
     panel, = [v for v in ours.values() if v["state"]["_anywidget_id"].endswith("RunPanel")]
     assert panel["state"]["state"] == "finished" and panel["state"]["step"] == 120
-    htmls = [o["data"]["text/html"] for c in nb.cells for o in c.outputs if "text/html" in o.get("data", {})]
+    outs = [o for c in nb.cells for o in c.outputs if o.get("output_type") == "display_data"]
+    view = "application/vnd.jupyter.widget-view+json"
+    ours_views = [i for i, o in enumerate(outs) if view in o["data"] and o["data"][view]["model_id"] in ours]
+    assert len(ours_views) == 5
+    for i in ours_views:                            # each live view, then its static twin
+        twin = outs[i + 1]["data"]
+        assert view not in twin and 'data-scellis-static="' in twin["text/html"]
+        sid = twin["text/html"].split('data-scellis-static="')[1].split('"')[0]
+        assert ours[outs[i]["data"][view]["model_id"]]["state"]["_static_id"] == sid
+    htmls = [o["data"]["text/html"] for o in outs if "text/html" in o["data"]]
     assert len(htmls) == 5 and any("finished" in h and "step 120 / 120" in h for h in htmls)
+
+    from nbconvert import HTMLExporter
+    page, _ = HTMLExporter().from_notebook_node(nb)
+    assert page.count('<script type="application/vnd.jupyter.widget-view+json">') == 5
+    assert page.count('class="scellis-fallback"') == 5          # the static forms, outside any script
+    assert 'data-verdict="' in page and "<polyline" in page and "step 120 / 120" in page
     print(f"five widgets saved with state: {size} bytes")

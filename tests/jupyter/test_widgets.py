@@ -83,7 +83,7 @@ def test_loss_curve_follows_a_real_run_in_chunks(tmp_path):
     got = np.concatenate([s for ch in chunks for r, n, s, _, _ in ch if n == "loss"])
     assert got.tolist() == list(range(1, 61))                             # chunks, in order, lose nothing
     assert unpack(curve._packed)[0][2].size >= 60                        # the final snapshot has it all
-    text = curve._repr_mimebundle_()[0]["text/plain"]
+    text = curve.static_bundle()[0]["text/plain"]
     assert "mlp: loss: 60 points, last step 60" in text
 
 
@@ -91,7 +91,7 @@ def test_loss_curve_marks_skipped_steps_and_draws_static_svg():
     c = LossCurve()
     v = np.array([3.0, 2.0, np.inf, 1.5, np.nan, 1.0])
     c.add("r", "loss", np.arange(1, 7), v, skipped=~np.isfinite(v))
-    html = c._repr_mimebundle_()[0]["text/html"]
+    html = c.static_bundle()[0]["text/html"]
     assert "<svg" in html and "polyline" in html and "<script" not in html
     assert html.count('stroke="#d32f2f" stroke-width="2"') == 2                 # two skipped-step ticks
     assert "2 skipped" in c._static_text()
@@ -143,7 +143,7 @@ def test_plan_view_fix_replans_and_returns_cell_text():
     assert sent == [({"type": "fixed", "token": "t1", "text": texts[0]}, None)]
     assert view.plan["verdict"] in ("green", "yellow") and view.plan["batch_size"] < 64
     assert view.cell_texts == texts and view.error == ""
-    html = view._repr_mimebundle_()[0]["text/html"]
+    html = view.static_bundle()[0]["text/html"]
     assert "Fits" in html and "<svg" in html
     # a bad index is shown in the widget as a diagnostic, not raised into the kernel
     view._on_fix({"index": 99, "token": "t2"}, [])
@@ -256,3 +256,37 @@ def test_catalog_lr_finder_heatmap_static_forms():
         h.set_cell(3, 0, 1.0)
     html = h._static_html()
     assert "rgb(253,231,37)" in html and "rgb(68,1,84)" in html and html.count("…") == 4
+
+
+def test_run_panel_keeps_the_last_steps_per_second_and_eta_in_its_state():
+    """steps/s and ETA are synced traits (a reloaded page shows them without new samples): measured over the
+    recent window, close to the wall-clock rate of the run, and kept when the run ends."""
+    run = ThreadRun(SPEC, steps=200, name="timed", device="reference", delay=0.01)
+    panel = RunPanel(run, interval=0.05)
+    assert panel.steps_per_s is None and panel.eta_s is None
+    run.start()
+    while panel.step < 20:
+        time.sleep(0.01)
+    t0, s0 = time.time(), run.step
+    time.sleep(1.0)
+    t1, s1 = time.time(), run.step
+    wall = (s1 - s0) / (t1 - t0)                     # independent: the run's step counter against the clock
+    time.sleep(0.1)                                   # the throttled push lands
+    r, left, at = panel.steps_per_s, panel.eta_s, panel.step
+    assert r is not None and 0.5 * wall < r < 2.0 * wall, (r, wall)
+    assert left == pytest.approx((200 - at) / r, rel=0.35), (left, at, r)
+    assert panel.keys.count("steps_per_s") == 1 and panel.trait_metadata("eta_s", "sync")
+    run.wait(120)
+    time.sleep(0.1)
+    assert panel.state == "finished" and panel.steps_per_s is not None and panel.eta_s == 0.0
+    assert re.search(r"\d+(\.\d+)? steps/s, done", panel._static_text()), panel._static_text()
+
+
+def test_run_panel_answers_every_button_so_a_view_without_an_answer_knows_its_kernel_is_gone():
+    run = ThreadRun(SPEC, steps=3, name="acked", device="reference")
+    panel = RunPanel(run)
+    sent = _capture(panel)
+    run.start().wait(60)
+    time.sleep(0.05)
+    panel._dispatch(panel, {"type": "action", "action": "stop"}, [])
+    assert sent[-1][0] == {"type": "ack", "action": "stop", "refusal": "the run is finished: nothing to stop"}

@@ -6,6 +6,7 @@ for the buttons. An action the run's state does not allow is refused with the re
 from __future__ import annotations
 
 import time
+from collections import deque
 from html import escape
 from typing import Any, Callable
 
@@ -46,6 +47,40 @@ def refusal(state: str, action: str, can_resume: bool) -> str | None:
     return None
 
 
+def format_duration(s: float | None) -> str:
+    """Like js/src/lib/eta.js formatDuration: 42s, 3m 07s, 1h 05m."""
+    if s is None or s != s or s in (float("inf"), float("-inf")):
+        return "–"
+    s = int(round(s))
+    h, m, sec = s // 3600, (s % 3600) // 60, s % 60
+    return f"{h}h {m:02d}m" if h else f"{m}m {sec:02d}s" if m else f"{sec}s"
+
+
+class StepRate:
+    """Steps per second over a sliding window of (time, step) samples, the rule js/src/lib/eta.js uses: the
+    first steps compile kernels and are slow, so an average since the start would overstate the ETA."""
+
+    def __init__(self, window: float = 10.0, max_samples: int = 256):
+        self.window, self.samples = window, deque(maxlen=max_samples)
+
+    def add(self, t: float, step: int) -> None:
+        if self.samples and self.samples[-1][1] == step:
+            return
+        self.samples.append((t, step))
+        while len(self.samples) > 2 and t - self.samples[1][0] > self.window:
+            self.samples.popleft()
+
+    def rate(self) -> float | None:
+        if len(self.samples) < 2:
+            return None
+        t1, s1 = self.samples[-1]
+        first = next((x for x in self.samples if t1 - x[0] <= self.window), self.samples[0])
+        if first == self.samples[-1]:
+            first = self.samples[-2]
+        dt, ds = t1 - first[0], s1 - first[1]
+        return ds / dt if dt > 0 and ds >= 0 else None
+
+
 class RunPanel(ScellisWidget):
     _esm, _css = bundle("run_panel")
     name = t.Unicode("").tag(sync=True)
@@ -57,6 +92,9 @@ class RunPanel(ScellisWidget):
     started = t.Float(0.0).tag(sync=True)
     last_time = t.Float(0.0).tag(sync=True)
     last_loss = t.Float(None, allow_none=True).tag(sync=True)
+    # the last measured speed and time left, in the model so a reloaded (or saved) view shows them at once
+    steps_per_s = t.Float(None, allow_none=True).tag(sync=True)
+    eta_s = t.Float(None, allow_none=True).tag(sync=True)
     device_label = t.Unicode("").tag(sync=True)
     device_note = t.Unicode("").tag(sync=True)
     tier = t.Unicode("").tag(sync=True)
@@ -68,6 +106,7 @@ class RunPanel(ScellisWidget):
         super().__init__(can_resume=on_resume is not None)
         self.on_resume = on_resume
         self._pending: dict = {}
+        self._rate = StepRate()
         self._push = Throttle(self._apply_pending, interval=interval, immediate=3)
         self._unsub: Callable[[], None] | None = None
         self.bind(run)
@@ -82,7 +121,9 @@ class RunPanel(ScellisWidget):
         self._set(name=str(getattr(run, "name", "") or ""), run_id=str(getattr(run, "run_id", "") or ""),
                        state=str(getattr(run, "state", "starting")), step=int(getattr(run, "step", 0) or 0),
                        total_steps=getattr(run, "total_steps", None), started=float(getattr(run, "started", 0) or 0),
-                       device_label=label, device_note=device_note(label, tier), tier=tier, reason="", notice="")
+                       device_label=label, device_note=device_note(label, tier), tier=tier, reason="", notice="",
+                       steps_per_s=None, eta_s=None)
+        self._rate = StepRate()
         self._unsub = run.subscribe(self._on_event)
 
     def _set(self, **kw) -> None:
@@ -93,7 +134,14 @@ class RunPanel(ScellisWidget):
     def _on_event(self, ev: dict) -> None:
         kind = ev.get("kind")
         if kind == "step":
-            self._pending.update(step=int(ev["step"]), last_time=float(ev.get("time") or time.time()))
+            now = float(ev.get("time") or time.time())
+            self._pending.update(step=int(ev["step"]), last_time=now)
+            self._rate.add(now, int(ev["step"]))
+            r = self._rate.rate()
+            if r is not None:
+                self._pending["steps_per_s"] = r
+                total = self.total_steps
+                self._pending["eta_s"] = max(0, total - int(ev["step"])) / r if total and r > 0 else None
             if ev.get("loss") is not None:
                 self._pending["last_loss"] = float(ev["loss"])
             self._push()
@@ -105,6 +153,8 @@ class RunPanel(ScellisWidget):
                 step = getattr(self.run, "step", None)
                 if isinstance(step, int):
                     self.step = step
+                if ev.get("state") == "finished":
+                    self.eta_s = 0.0
                 self.refresh_static()
 
     def _apply_pending(self) -> None:
@@ -135,7 +185,10 @@ class RunPanel(ScellisWidget):
         return why
 
     def _on_action(self, content, buffers) -> None:
-        self.act(str(content.get("action")))
+        """A button: done or refused, the view is answered (no answer tells it the kernel is gone)."""
+        action = str(content.get("action"))
+        why = self.act(action)
+        self.send({"type": "ack", "action": action, "refusal": why})
 
     # ---- static form --------------------------------------------------------------------------------
     def _progress(self) -> str:
@@ -143,8 +196,21 @@ class RunPanel(ScellisWidget):
         pct = f" ({100 * self.step / self.total_steps:.0f}%)" if self.total_steps else ""
         return f"step {self.step}{total}{pct}"
 
+    def _speed(self) -> str:
+        """'12.3 steps/s, ETA 41s' from the last measurement ('' before there is one)."""
+        if self.steps_per_s is None:
+            return ""
+        r = self.steps_per_s
+        out = f"{r:.2f} steps/s" if r < 10 else f"{r:.0f} steps/s"
+        if self.state == "finished":
+            return out + ", done"
+        live = self.state in ("running", "paused") and self.eta_s is not None
+        return out + (f", ETA {format_duration(self.eta_s)}" if live else "")
+
     def _static_text(self) -> str:
-        s = f"RunPanel {self.name or self.run_id}: {self.state}, {self._progress()}, {self.device_label}, tier {self.tier}"
+        speed = f", {self._speed()}" if self._speed() else ""
+        s = (f"RunPanel {self.name or self.run_id}: {self.state}, {self._progress()}{speed}, {self.device_label}, "
+             f"tier {self.tier}")
         return s + (f"\n  {self.reason}" if self.reason else "") + (f"\n  {self.device_note}" if self.device_note else "")
 
     def _static_html(self) -> str:
@@ -155,6 +221,7 @@ class RunPanel(ScellisWidget):
                  f'<div style="height:8px;background:var(--jp-layout-color2,#eee);border-radius:4px;margin:6px 0;overflow:hidden">'
                  f'<div style="height:8px;width:{100 * frac:.1f}%;background:{color}"></div></div>'
                  f'<div>{escape(self._progress())}'
+                 + (f" · {escape(self._speed())}" if self._speed() else "")
                  + (f" · loss {self.last_loss:.4g}" if self.last_loss is not None else "") + "</div>"
                  + (f'<div style="color:{FG2};font-size:11px">{escape(self.state)}: {escape(self.reason)}</div>' if self.reason else "")
                  + (f'<div style="color:{FG2};font-size:11px">{escape(self.device_note)}</div>' if self.device_note else ""))
