@@ -223,6 +223,38 @@ class WgpuBackend:
             self.queue.write_buffer(s.buffer, 0, raw)
         return s
 
+    def from_numpy_many(self, items: Sequence[tuple[np.ndarray, str]]) -> list[Storage]:
+        """Several uploads, packed where that costs no byte: tensors whose size is a multiple of 256 bytes
+        go back to back into shared buffers (slabs of at most the binding limit), so each starts aligned
+        and the slab takes exactly the bytes separate buffers would (the planner's count is unchanged);
+        any other tensor gets its own buffer. Why: a multi-tensor kernel (the optimizer's update of every
+        parameter in one dispatch) needs each operand slot's tensors in one buffer."""
+        out: list = [None] * len(items)
+        packs: list[list] = []
+        room = 0
+        cap = min(self.binding_limit, self.max_buffer) // 256 * 256
+        for i, (arr, dtype) in enumerate(items):
+            self._dtype_ok(dtype)
+            nb = dt.nbytes(np.shape(arr), dtype)
+            if nb == 0 or nb % 256 or nb > cap:
+                out[i] = self.from_numpy(arr, dtype)
+                continue
+            if not packs or nb > room:
+                packs.append([])
+                room = cap
+            packs[-1].append((i, nb))
+            room -= nb
+        for pack in packs:
+            total = sum(nb for _, nb in pack)
+            buf = self._buffer(total)
+            off = 0
+            for i, nb in pack:
+                arr, dtype = items[i]
+                out[i] = Storage(self, buf, off, tuple(np.shape(arr)), dtype, nb)
+                self.queue.write_buffer(buf, off, _encode(np.ascontiguousarray(arr), dtype).tobytes())
+                off += nb
+        return out
+
     def _dtype_ok(self, dtype) -> None:
         for d in (dtype if isinstance(dtype, tuple) else (dtype,)):
             if d == "f64":
@@ -449,6 +481,34 @@ class WgpuBackend:
             self._mode, self._params, self._dry_scratch = saved
         got = self._dry[prog.hash] = (align(max(n, 4), 16), scratch)
         return got
+
+    # ---- uniform bytes a launcher reserves whatever it dispatches ---------------------------------------
+    def param_cursor(self) -> int:
+        """Where the next dispatch's parameters go in the program's uniform block."""
+        return self._cursor if self._mode == "replay" else len(self._params)
+
+    def param_bytes_of(self, fn) -> int:
+        """Uniform bytes the launches `fn()` makes would take, without dispatching or keeping them."""
+        saved = (self._mode, self._params, self._dry_scratch)
+        self._mode, self._params, self._dry_scratch = "dry", bytearray(), dict(self._dry_scratch)
+        try:
+            fn()
+            return len(self._params)
+        finally:
+            self._mode, self._params, self._dry_scratch = saved
+
+    def param_reserve(self, start: int, nbytes: int) -> None:
+        """Pad the uniform block so the launches since `start` take exactly `nbytes` (never fewer): a launcher
+        whose dispatch count depends on where its tensors lie (a multi-tensor batch) keeps the block's size,
+        which the planner predicts from stand-in buffers, independent of that."""
+        pad = nbytes - (self.param_cursor() - start)
+        if pad < 0:
+            raise KernelError("a launcher used more uniform bytes than it reserved", where="uniform block",
+                              hint="this is an engine bug")
+        if self._mode == "replay":
+            self._cursor += pad
+        elif self._mode in ("record", "dry"):
+            self._params += bytes(pad)
 
     def _open_pass(self):
         if self._pass is None:
