@@ -99,7 +99,13 @@ def ours(spec_text: str, dev, steps: int) -> dict:
         (o,) = execute(prog, [xs if ln is xp else run.values[names[id(ln)]] for ln in leaves], run.impl)
         run.impl.to_numpy(o)
     f_ms, s_ms = _time(forward, steps), _time(step, steps)
-    return {"forward_ms": f_ms, "step_ms": s_ms, "dispatches": len(st.program.steps), "batch": st.batch_size}
+    n_disp = len(st.program.steps)
+    if hasattr(run.impl, "dispatches"):       # what one step really dispatched (batched updates are one each)
+        before = run.impl.dispatches
+        step()
+        n_disp = run.impl.dispatches - before
+    return {"forward_ms": f_ms, "step_ms": s_ms, "dispatches": n_disp, "program_steps": len(st.program.steps),
+            "batch": st.batch_size}
 
 
 def loop(spec_text: str, dev, steps: int, placement: str) -> float:
@@ -219,7 +225,8 @@ def main(argv=None) -> int:
             rows.append((m, a, t))
             tt = (f"torch[{tdev}] fwd {t['forward_ms']:8.3f} ms step {t['step_ms']:8.3f} ms "
                   f"(x{t['step_ms'] / t['forward_ms']:.2f})") if t else ""
-            print(f"{dev.backend:9s} {m:12s} fwd {a['forward_ms']:8.3f} ms step {a['step_ms']:8.3f} ms "
+            print(f"{dev.backend:9s} {m:12s} dispatches {a['dispatches']:5d} (program steps {a['program_steps']:5d}) "
+                  f"fwd {a['forward_ms']:8.3f} ms step {a['step_ms']:8.3f} ms "
                   f"(x{a['step_ms'] / a['forward_ms']:.2f}) loop stream {a['loop_stream_ms']:8.3f} ms device "
                   f"{a['loop_device_ms']:8.3f} ms  {tt}")
         key = f"training @ {dev.name}"

@@ -86,6 +86,10 @@ class ReferenceBackend:
     def _untrack(self, n: int) -> None:
         self.allocated -= n
 
+    def from_numpy_many(self, items) -> list:
+        """Several uploads (each its own array here; the wgpu backend packs some into shared buffers)."""
+        return [self.from_numpy(a, d) for a, d in items]
+
     def from_numpy(self, arr: np.ndarray, dtype: str) -> Storage:
         arr = np.ascontiguousarray(arr)
         s = self.alloc_storage(arr.shape, dtype, dt.nbytes(arr.shape, dtype))

@@ -3,7 +3,9 @@
 Why here, on the schedule: the memory plan and the dispatch count both follow the fused schedule, so
 what the planner predicts is what the executor runs. A producer joins its consumer's group when it is
 elementwise, is not a program output, and every one of its users is already in the group; scalar and
-other fills are inlined into every user. Each fused instruction rounds to its own dtype, so a fused
+other fills are inlined into every user. So are scalar chains (an optimizer's bias corrections, a
+clipping coefficient): recomputing a one-element value in every kernel that reads it costs nothing,
+while materializing it costs a dispatch each. Each fused instruction rounds to its own dtype, so a fused
 chain gives the same values as the ops run one by one (backends evaluate the same instruction list).
 """
 from __future__ import annotations
@@ -32,6 +34,18 @@ def fusible(v, values) -> bool:
     return not any(values[i].dtype == "i8" for i in v.inputs)
 
 
+def cheap(v, values) -> bool:
+    """A value every fused user may recompute inline: a fill, or a one-element elementwise result."""
+    if not fusible(v, values):
+        return False
+    if v.op == "fill":
+        return True
+    n = 1
+    for d in v.shape:
+        n *= int(d)
+    return n == 1
+
+
 def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tuple[list, list[int], dict[int, int]]:
     """Rewrite `values` (in topological order) with fused groups; returns (values, outputs, old->new).
 
@@ -46,15 +60,15 @@ def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tupl
     is_out = set(outputs) | set(keep or ())
     absorbed: set[int] = set()
     groups: dict[int, tuple[list, list[int]]] = {}     # root -> (instructions, external inputs)
-    group_of: dict[int, int] = {}                       # member (fills included) -> its group's root
     members_of: dict[int, set[int]] = {}
 
+    is_cheap = [cheap(v, values) for v in values]
     for root in range(n - 1, -1, -1):
         v = values[root]
         if root in absorbed or not fusible(v, values) or v.op == "fill":
             continue
         members = {root}
-        # grow the group: producers whose users all lie inside it (fills always)
+        # grow the group: producers whose users all lie inside it (fills and scalar chains always)
         frontier = list(v.inputs)
         while frontier:
             p = frontier.pop()
@@ -63,11 +77,18 @@ def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tupl
             pv = values[p]
             if not fusible(pv, values) or p in is_out:
                 continue
-            if pv.op != "fill" and not users[p] <= members:
+            if not is_cheap[p] and not users[p] <= members:
                 continue
             if len(members) >= MAX_INSTRUCTIONS:
                 break
             trial = members | {p}
+            if is_cheap[p]:       # a scalar chain whole (its inputs are mostly shared leaves: lr, step)
+                cone = _cheap_cone(values, p, is_cheap, is_out)
+                if len(members) + len(cone) <= MAX_INSTRUCTIONS and \
+                        len(_externals(values, members | cone)) <= MAX_INPUTS:
+                    members = members | cone
+                    frontier.extend(i for c in cone for i in values[c].inputs)
+                    continue
             if len(_externals(values, trial)) > MAX_INPUTS:
                 continue
             members = trial
@@ -87,15 +108,19 @@ def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tupl
         groups[root] = (code, ext)
         members_of[root] = members
         for m in members:
-            if values[m].op != "fill":
-                group_of[m] = root
-                if m != root:
-                    absorbed.add(m)
-    # a fill is dropped only when every user is fused and computes it inline
-    for i, v in enumerate(values):
-        if v.kind == "compute" and v.op == "fill" and i not in is_out and users[i]:
-            if all(u in group_of and i in members_of[group_of[u]] for u in users[i]):
-                absorbed.add(i)
+            if not is_cheap[m] and m != root:     # cheap members may sit in several groups: decided below
+                absorbed.add(m)
+    # a cheap value (fill, scalar chain) stays materialized only where something kept reads it directly:
+    # a kept step's inputs, or the external inputs of a kept group, swept from the outputs backwards
+    need = set(is_out)
+    for i in range(n - 1, -1, -1):
+        v = values[i]
+        if v.kind == "compute" and is_cheap[i] and i not in need:
+            absorbed.add(i)
+            continue
+        if i in absorbed:
+            continue
+        need.update(groups[i][1] if i in groups else v.inputs)
 
     if not groups:
         return values, outputs, {i: i for i in range(n)}
@@ -113,6 +138,18 @@ def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tupl
         remap[i] = len(out)
         out.append(nv)
     return out, [remap[o] for o in outputs], remap
+
+
+def _cheap_cone(values, p: int, is_cheap: list, is_out: set) -> set[int]:
+    """p and every cheap value it is computed from through cheap values (not outputs)."""
+    cone, todo = set(), [p]
+    while todo:
+        q = todo.pop()
+        if q in cone or not is_cheap[q] or q in is_out:
+            continue
+        cone.add(q)
+        todo.extend(values[q].inputs)
+    return cone
 
 
 def _externals(values, members: set[int]) -> list[int]:

@@ -11,7 +11,7 @@ import blake3
 from ..errors import GraphError
 from ..graph.node import Node, toposort
 from ..graph.opset import ELEMENTWISE
-from . import fusion
+from . import batching, fusion
 from .ir import Program, Value, multi_offset, value_nbytes  # noqa: F401 - Program is imported from here too
 from .liveness import plan_arena
 
@@ -62,7 +62,8 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
         if values[li].kind != "leaf":
             raise GraphError(f"output {k} can only be donated into a leaf", where="compile_program")
     gates = {index[a.id] for n in order for a in n.after if a.id in index}   # control-input targets
-    h.update(repr(("out", out_idx, backend, tier, fuse, want_donate, sorted(gates))).encode())
+    multi = fuse and batching.enabled()
+    h.update(repr(("out", out_idx, backend, tier, fuse, want_donate, sorted(gates), multi)).encode())
     key = h.hexdigest()
     cached = _CACHE.get(key)
     if cached is not None:
@@ -92,6 +93,9 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
         for b, li in list(donated.items()):
             if not _reads_done(values, steps, b, li, base):
                 del donated[b]
+    if multi:
+        steps = batching.batch(values, steps, base,
+                               lambda order: all(_reads_done(values, order, b, li, base) for b, li in donated.items()))
     pos = {v: t for t, v in enumerate(steps)}
     persistent = sorted({base(o) for o in out_idx if values[base(o)].kind == "compute"} - set(donated))
     last_use: dict[int, int] = {}

@@ -242,26 +242,44 @@ class Run:
         self.optimizer = make("optimizer", self.opt_name, **opt_cfg)
         be = self.impl
         self.values: dict[str, Any] = {}      # leaf name -> device storage (weights, masters, state)
-        for leaf in st.leaves:
+        # leaves the step overwrites in place are uploaded together (per role), so a backend may pack
+        # them into shared buffers for its multi-tensor update; any other leaf gets its own storage
+        prog = st.program
+        in_place = {prog.leaves.index(li) for li in prog.meta.get("donated", {}).values()}
+        todo: dict[str, list] = {}
+
+        def upload(i: int, leaf, a: np.ndarray, dtype: str) -> None:
+            if i in in_place:
+                todo.setdefault(leaf.role, []).append((leaf.name, a, dtype))
+            else:
+                self.values[leaf.name] = be.from_numpy(a, dtype)
+
+        def flush_uploads() -> None:
+            for items in todo.values():
+                for (name, _, _), s in zip(items, be.from_numpy_many([(a, d) for _, a, d in items])):
+                    self.values[name] = s
+            todo.clear()
+        for i, leaf in enumerate(st.leaves):
             n = leaf.node
             if leaf.role == "parameter":
                 a = init[leaf.name]
-                self.values[leaf.name] = be.from_numpy(a.astype(dt.to_numpy(n.dtype)), n.dtype)
+                upload(i, leaf, a.astype(dt.to_numpy(n.dtype)), n.dtype)
             elif leaf.role == "master_weights":
-                self.values[leaf.name] = be.from_numpy(init[leaf.name.removesuffix(".master")].astype(np.float32),
-                                                       "f32")
+                upload(i, leaf, init[leaf.name.removesuffix(".master")].astype(np.float32), "f32")
+        flush_uploads()
         if on_device:
             self._upload_dataset()
         states = {}
-        for leaf in st.leaves:
+        for i, leaf in enumerate(st.leaves):
             if leaf.role == "optimizer_state":
                 pname, slot = leaf.name.rsplit(".", 1)
                 if slot in ("ema", "swa"):          # weight averages start at the initial weights
-                    self.values[leaf.name] = be.from_numpy(np.asarray(init[pname], np.float32), "f32")
+                    upload(i, leaf, np.asarray(init[pname], np.float32), "f32")
                     continue
                 if pname not in states:
                     states[pname] = initial_state(self.optimizer, tuple(np.shape(init[pname])), "f32")
-                self.values[leaf.name] = be.from_numpy(states[pname][slot], leaf.node.dtype)
+                upload(i, leaf, states[pname][slot], leaf.node.dtype)
+        flush_uploads()
         reg = self.regularization
         if reg is not None and reg.buffers:          # regularizer state (spectral norm's u, v) from the init stream
             got = reg.init_buffers({k: np.asarray(v) for k, v in init.items()}, self.gen.stream("init"))

@@ -107,3 +107,48 @@ def test_switch_off(monkeypatch):
     monkeypatch.setenv("SCELLIS_FUSION", "0")
     a = sc.tensor(np.ones((4, 5), np.float32), device=REF)
     assert _steps(F.exp(F.mul(a.node, 2.0)))[0] == ["fill", "mul", "exp"]
+
+
+def _bias_corrected(t, gs):
+    """Adam's bias corrections from a step count, read by one update per tensor (as a step has them)."""
+    bc1 = F.sub(1.0, F.pow_(0.9, t))
+    bc2 = F.sqrt(F.sub(1.0, F.pow_(0.999, t)))
+    return [F.div(F.mul(g, bc2), F.add(F.mul(bc1, 0.5), 1e-3)) for g in gs]
+
+
+def _want_bias_corrected(tv, arrays):
+    bc1 = 1.0 - 0.9 ** tv
+    bc2 = np.sqrt(1.0 - 0.999 ** tv)
+    return [a.astype(np.float64) * bc2 / (bc1 * 0.5 + 1e-3) for a in arrays]
+
+
+def test_a_scalar_chain_is_recomputed_in_every_kernel_that_reads_it(monkeypatch):
+    arrays = [R.standard_normal(s).astype(np.float32) for s in ((5,), (3, 4), (7,))]
+    t = sc.tensor(np.float32(3.0), device=REF)
+    gs = [sc.tensor(a, device=REF) for a in arrays]
+    outs = _bias_corrected(t.node, [g.node for g in gs])
+    prog, _ = compile_program(outs, "reference", "debug")
+    assert [prog.values[s].op for s in prog.steps] == ["fused"] * 3      # no dispatch for the scalars
+    got = [sc.Tensor(o, REF).numpy() for o in outs]
+    monkeypatch.setenv("SCELLIS_FUSION", "0")
+    t2 = sc.tensor(np.float32(3.0), device=REF)
+    unfused = [sc.Tensor(o, REF).numpy() for o in _bias_corrected(t2.node, [sc.tensor(a, device=REF).node
+                                                                          for a in arrays])]
+    for g, u, w in zip(got, unfused, _want_bias_corrected(3.0, arrays)):
+        np.testing.assert_array_equal(g, u)                 # same instructions, same roundings
+        np.testing.assert_allclose(g, w, rtol=2e-5)       # 1 - 0.999**t cancels: f32 leaves ~1e-5 relative
+
+
+@pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+def test_scalar_chains_inlined_on_wgpu_match_float64():
+    arrays = [R.standard_normal(s).astype(np.float32) for s in ((5,), (3, 4), (7,))]
+    t = sc.tensor(np.float32(5.0), device=WG)
+    outs = _bias_corrected(t.node, [sc.tensor(a, device=WG).node for a in arrays])
+    before = WG.impl.dispatches
+    from scellis_jupyter.executor.executor import realize
+    realize(outs, WG.impl, "debug")
+    got = [sc.Tensor(o, WG).numpy() for o in outs]
+    assert WG.impl.dispatches - before == 3
+    for g, w in zip(got, _want_bias_corrected(5.0, arrays)):
+        # WGSL's pow (exp2 of log2) is a few f32 ULPs off, and 1 - 0.999**t cancels ~8 bits of them
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-7)

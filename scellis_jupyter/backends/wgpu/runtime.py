@@ -110,6 +110,7 @@ class WgpuBackend:
         self._cursor = 0
         self._prog_params: dict = {}
         self._records: dict = {}        # program hash -> Record: its dispatches in terms of root slots
+        self._fast: dict = {}           # (record, uniform block, root buffers) -> resolved raw dispatches
         self._trace: list | None = None
         self._roots: list = []
         self._pool: list = []           # output buffers, reused once nothing but the pool refers to them
@@ -118,6 +119,7 @@ class WgpuBackend:
         self._dry: dict = {}            # program hash -> (uniform block bytes, scratch bytes by name), planned
         self._dry_scratch: dict = {}
         self.dispatches = 0
+        self.raw_replays = 0            # programs replayed through the direct wgpu-native path
         self._lost = None
         try:
             self.device.lost.then(lambda info: setattr(self, "_lost", info)) if hasattr(self.device.lost, "then") else None
@@ -166,6 +168,7 @@ class WgpuBackend:
             self.flush()
             if self._arena is not None:      # the old arena goes before the new one comes (never both held)
                 self._bind_groups.clear()
+                self._fast.clear()
                 self._arena = None
             self._arena = self._buffer(self.arena_bytes(nbytes))
             self._arena_size = self._arena.size
@@ -219,6 +222,38 @@ class WgpuBackend:
             raw = data.tobytes() + b"\0" * pad
             self.queue.write_buffer(s.buffer, 0, raw)
         return s
+
+    def from_numpy_many(self, items: Sequence[tuple[np.ndarray, str]]) -> list[Storage]:
+        """Several uploads, packed where that costs no byte: tensors whose size is a multiple of 256 bytes
+        go back to back into shared buffers (slabs of at most the binding limit), so each starts aligned
+        and the slab takes exactly the bytes separate buffers would (the planner's count is unchanged);
+        any other tensor gets its own buffer. Why: a multi-tensor kernel (the optimizer's update of every
+        parameter in one dispatch) needs each operand slot's tensors in one buffer."""
+        out: list = [None] * len(items)
+        packs: list[list] = []
+        room = 0
+        cap = min(self.binding_limit, self.max_buffer) // 256 * 256
+        for i, (arr, dtype) in enumerate(items):
+            self._dtype_ok(dtype)
+            nb = dt.nbytes(np.shape(arr), dtype)
+            if nb == 0 or nb % 256 or nb > cap:
+                out[i] = self.from_numpy(arr, dtype)
+                continue
+            if not packs or nb > room:
+                packs.append([])
+                room = cap
+            packs[-1].append((i, nb))
+            room -= nb
+        for pack in packs:
+            total = sum(nb for _, nb in pack)
+            buf = self._buffer(total)
+            off = 0
+            for i, nb in pack:
+                arr, dtype = items[i]
+                out[i] = Storage(self, buf, off, tuple(np.shape(arr)), dtype, nb)
+                self.queue.write_buffer(buf, off, _encode(np.ascontiguousarray(arr), dtype).tobytes())
+                off += nb
+        return out
 
     def _dtype_ok(self, dtype) -> None:
         for d in (dtype if isinstance(dtype, tuple) else (dtype,)):
@@ -369,16 +404,32 @@ class WgpuBackend:
         return out
 
     def _replay(self, record) -> None:
+        """A recorded program's dispatches into the open pass. The first replay over a given set of root
+        buffers resolves its bind groups (through the validating wgpu-py calls); later replays over the same
+        buffers (a training loop) reuse that list and call wgpu-native directly (see `_raw_replay`)."""
         p = self._open_pass()
         roots = self._roots
         pbuf = self._param_buf
+        key = (id(record), pbuf.uid, tuple([r.buffer.uid for r in roots]))
+        fast = self._fast.get(key)
+        if fast is not None and _RAW is not None:
+            _raw_replay(p, fast[0])
+            self.dispatches += len(record)
+            self.raw_replays += 1
+            return
+        resolved = []
         for pipeline, binds, (off, plen), wg in record:
             bg = self._bind_group(pipeline, pbuf, off, plen,
                                   [(roots[k].buffer if type(k) is int else k, o, n) for k, o, n in binds])
             p.set_pipeline(pipeline)
             p.set_bind_group(0, bg)
             p.dispatch_workgroups(*wg)
+            resolved.append((pipeline, bg, wg))
         self.dispatches += len(record)
+        if len(self._fast) >= FAST_MAX:            # oldest first: a loop's steady state is the newest
+            del self._fast[next(iter(self._fast))]
+        # the handles, and the objects that own them (kept alive while the entry lives)
+        self._fast[key] = (_raw_list(resolved), resolved, record)
 
     def _bind_group(self, pipeline, pbuf, off: int, plen: int, binds):
         """The (cached) bind group: the uniform window at `off`, then (buffer, offset, nbytes) storages."""
@@ -392,6 +443,7 @@ class WgpuBackend:
             if len(self._bind_groups) > 8192:   # eager outputs are new buffers: keep the cache bounded
                 for k in list(self._bind_groups)[:4096]:
                     del self._bind_groups[k]
+                self._fast.clear()
             self._bind_groups[key] = bg
         return bg
 
@@ -429,6 +481,34 @@ class WgpuBackend:
             self._mode, self._params, self._dry_scratch = saved
         got = self._dry[prog.hash] = (align(max(n, 4), 16), scratch)
         return got
+
+    # ---- uniform bytes a launcher reserves whatever it dispatches ---------------------------------------
+    def param_cursor(self) -> int:
+        """Where the next dispatch's parameters go in the program's uniform block."""
+        return self._cursor if self._mode == "replay" else len(self._params)
+
+    def param_bytes_of(self, fn) -> int:
+        """Uniform bytes the launches `fn()` makes would take, without dispatching or keeping them."""
+        saved = (self._mode, self._params, self._dry_scratch)
+        self._mode, self._params, self._dry_scratch = "dry", bytearray(), dict(self._dry_scratch)
+        try:
+            fn()
+            return len(self._params)
+        finally:
+            self._mode, self._params, self._dry_scratch = saved
+
+    def param_reserve(self, start: int, nbytes: int) -> None:
+        """Pad the uniform block so the launches since `start` take exactly `nbytes` (never fewer): a launcher
+        whose dispatch count depends on where its tensors lie (a multi-tensor batch) keeps the block's size,
+        which the planner predicts from stand-in buffers, independent of that."""
+        pad = nbytes - (self.param_cursor() - start)
+        if pad < 0:
+            raise KernelError("a launcher used more uniform bytes than it reserved", where="uniform block",
+                              hint="this is an engine bug")
+        if self._mode == "replay":
+            self._cursor += pad
+        elif self._mode in ("record", "dry"):
+            self._params += bytes(pad)
 
     def _open_pass(self):
         if self._pass is None:
@@ -514,6 +594,40 @@ class WgpuBackend:
         p.set_bind_group(0, bg)
         p.dispatch_workgroups(*wg)
         self.dispatches += 1
+
+
+FAST_MAX = 64   # resolved replays kept (one per program and set of root buffers)
+
+try:        # wgpu-native's C functions, without wgpu-py's per-call wrapper (error capture, argument packing)
+    from wgpu.backends.wgpu_native import _api as _wgpu_api
+    _RAW = (_wgpu_api.lib.wgpuComputePassEncoderSetPipeline, _wgpu_api.lib.wgpuComputePassEncoderSetBindGroup,
+            _wgpu_api.lib.wgpuComputePassEncoderDispatchWorkgroups, _wgpu_api.ffi.NULL)
+except Exception:  # pragma: no cover - another wgpu-py layout: the validating calls are used throughout
+    _RAW = None
+
+
+def _raw_list(resolved) -> list:
+    """(pipeline handle or None when unchanged, bind group handle, x, y, z) per dispatch."""
+    out, last = [], None
+    for pipeline, bg, (x, y, z) in resolved:
+        out.append((pipeline._internal if pipeline is not last else None, bg._internal, x, y, z))
+        last = pipeline
+    return out
+
+
+def _raw_replay(p, fast: list) -> None:
+    """Dispatches already validated once (the same pipelines, bind groups and workgroup counts went
+    through wgpu-py's checked calls when the list was made), issued straight to wgpu-native: per dispatch
+    this is a few microseconds of host time instead of wgpu-py's wrapper cost, which dominated the
+    per-dispatch cost of a training step. Any error wgpu-native still reports reaches the device's
+    uncaptured-error handler as before."""
+    set_pipeline, set_bind_group, dispatch, null = _RAW
+    h = p._internal
+    for pl, bg, x, y, z in fast:
+        if pl is not None:
+            set_pipeline(h, pl)
+        set_bind_group(h, 0, bg, 0, null)
+        dispatch(h, x, y, z)
 
 
 class _FakeBuffer:
