@@ -1,0 +1,44 @@
+"""The live RoundMonitorView (anywidget): it follows the federation's listeners, syncs JSON-safe state (a
+site's unsent loss under DP as null), and carries the static RoundMonitor's text and HTML as its fallback."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from scellis_jupyter.errors import WidgetError
+from scellis_jupyter.federated import Federation, Privacy
+from scellis_jupyter.jupyter.widgets import RoundMonitorView
+from scellis_jupyter.pool import Pool
+
+from test_monitor import SPEC
+
+
+def test_view_follows_rounds_and_saves_the_static_form():
+    rng = np.random.default_rng(1)
+    sites = {s: (rng.standard_normal((8, 3)).astype(np.float32), rng.standard_normal((8, 2)).astype(np.float32))
+             for s in ("north", "south", "east")}
+    with Pool() as pool:
+        f = Federation(pool, SPEC, sites, privacy=Privacy(20.0, 1e-5, clip=1.0, noise_multiplier=1.5), local_steps=2)
+        w = RoundMonitorView(f, metric="mse", rounds=3)
+        seen = []
+        w.observe(lambda ch: seen.append(len(ch["new"]["rounds"])), names="state")
+        assert w.state["rounds"] == [] and w.state["sites"] == ["north", "south", "east"]
+        xt, yt = sites["north"]
+        f.fit(3, evaluate=lambda wt: {"mse": float(np.mean((f.predict(xt, wt) - yt) ** 2))})
+    assert seen == [1, 2, 3] and w.updates == 3              # one sync per round, as it landed
+    json.dumps(w.state, allow_nan=False)                     # NaN (no loss under DP) went out as null
+    assert all(v is None for r in w.state["rounds"] for v in r["losses"].values())
+    assert [r["metric"] for r in w.state["rounds"]] == [r.metrics["mse"] for r in f.rounds]
+    assert w.state["privacy"] == {"spent": f.ledger.spent, "epsilon": 20.0, "delta": 1e-5}
+    data, _ = w._repr_mimebundle_()
+    assert data["text/plain"] == repr(w.monitor) and "RoundMonitor: fedavg on 3 sites" in data["text/plain"]
+    assert data["text/html"] == w.monitor._repr_html_() and "application/vnd.jupyter.widget-view+json" in data
+    w.expect(2)
+    assert w.planned == 5
+
+
+def test_view_refuses_what_is_not_a_federation():
+    with pytest.raises(WidgetError, match="needs a Federation, not a dict"):
+        RoundMonitorView({})
