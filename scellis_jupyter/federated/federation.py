@@ -26,7 +26,7 @@ import numpy as np
 
 from ..catalog import get as catalog_get
 from ..catalog.aggregations import Strategy
-from ..errors import FederatedError, ModelVersionMismatch, ScellisError, SiteUnavailable
+from ..errors import FederatedError, ModelVersionMismatch, ScellisError, SiteUnavailable, TrustRefused
 from ..pool.job import content_hash
 from . import site as site_mod
 from .privacy import Privacy, PrivacyLedger, clip, gaussian_noise
@@ -151,7 +151,7 @@ class Federation:
             if not callable(getattr(self.strategy, m, None)):
                 raise FederatedError(f"strategy {self.strategy_name!r} has no {m}() method", where="Federation",
                                      hint="subclass scellis_jupyter.catalog.aggregations.Strategy")
-        self._shipped = _shipped(self.strategy)
+        self._shipped = self._ship(strategy, params)
         if self.secure and getattr(self.strategy, "asynchronous", False):
             raise FederatedError(f"{self.strategy_name!r} is asynchronous; secure aggregation needs a round of "
                                  f"sites that mask together", where="Federation(secure=True)",
@@ -159,6 +159,13 @@ class Federation:
         if not sites:
             raise FederatedError("a federation needs at least one site", where="Federation(sites=...)",
                                  hint='give sites={"a": "a.npz", ...}')
+        if self.trust != "own":
+            for s, source in sites.items():
+                if callable(source):
+                    raise TrustRefused(f"only an own pool may ship Python callables; site {s!r}'s loader "
+                                       f"{getattr(source, '__qualname__', type(source).__name__)} is one",
+                                       where=f"Federation(trust={self.trust!r}, sites=...)",
+                                       hint="give a path that site reads on its own machine, or use an own pool")
         self.privacy = privacy
         if privacy is not None:
             self.ledger = privacy_ledger if isinstance(privacy_ledger, PrivacyLedger) else \
@@ -195,6 +202,29 @@ class Federation:
         self.rounds: list[RoundResult] = []
         self._round_no = itertools.count(1)
         self.listeners: list[Callable[[RoundResult], None]] = []
+
+    def _ship(self, strategy, params) -> "bytes | dict":
+        """How the strategy travels. `own`: cloudpickle bytes (a user's cell or instance runs as is).
+        Beyond own (the POOLSAFE rule of pool/trust.py: a shard travels as data) only a catalog reference
+        travels, {aggregation, hash, params}; the peer builds its own catalog entry and checks the hash."""
+        if self.trust == "own":
+            return _shipped(self.strategy)
+        where = f"Federation(trust={self.trust!r}, strategy=...)"
+        if not isinstance(strategy, str):
+            raise TrustRefused(f"only an own pool may ship Python objects; the strategy "
+                               f"{type(strategy).__qualname__} is one", where=where,
+                               hint="name a catalog aggregation that every site holds (strategy='fedavg', "
+                                    "params={...}), or use an own pool for a user-written strategy")
+        entry = catalog_get("aggregation", strategy)
+        ref = site_mod.strategy_ref(entry, params)
+        if ref is None:
+            raise TrustRefused(f"aggregation {strategy!r} comes from {entry.origin}, not a catalog file the "
+                               f"sites can hold: only an own pool may ship it", where=where,
+                               hint="save it under catalog/aggregations/ on every site (the same file), "
+                                    "or use an own pool")
+        from ..pool.trust import _plain
+        _plain(ref["params"], "params", where)
+        return ref
 
     # ---- sites -----------------------------------------------------------------------------------------
     def _key(self, s: str) -> str:
@@ -234,14 +264,7 @@ class Federation:
     def _initial_weights(self) -> dict:
         s = self.names[0]
 
-        def init(key, spec, classes):
-            d = site_mod.held(key)
-            from ..run.run import Run
-            run = Run(site_mod.local_spec(spec, None, 0), device="reference", steps=1,
-                      data=site_mod.memory(d.x, d.y, classes))
-            return {k: np.asarray(v, np.float64) for k, v in run.weights().items()}
-        init.__name__ = "init"
-        return self._pinned(s, init, self._key(s), self.text, self.classes).result()
+        return self._pinned(s, site_mod.initial_weights, self._key(s), self.text, self.classes).result()
 
     # ---- rounds ----------------------------------------------------------------------------------------
     def _protect(self, n: int) -> Protect:
