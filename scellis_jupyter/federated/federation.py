@@ -10,7 +10,8 @@ the sum, adds DP noise, charges the privacy ledger and lets the strategy fold th
 Trust: `own` (your devices) may run in the clear; beyond it (`consortium`, `open`) differential privacy is
 always engaged and a round without it is refused; `consortium` (cross-silo) also requires secure
 aggregation. Byte-exclusion is not privacy: an update is a function of the data, so neither mode is
-called private without DP.
+called private without DP. What travels follows pool/trust.py: beyond `own` only data (the spec text,
+arrays, the strategy as a catalog name + content hash that each peer checks against its own catalog).
 """
 from __future__ import annotations
 
