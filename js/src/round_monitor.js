@@ -32,10 +32,14 @@ function render({ model, el }) {
       `${rounds.length} round${rounds.length === 1 ? "" : "s"}${model.get("planned") ? ` of ${model.get("planned")}` : ""}`));
     // per-site progress
     const grid = h("div", "sc-sites");
-    for (const p of siteProgress(s, model.get("planned"))) {
+    const live = model.get("live") || {};
+    const NOW = { training: `training round ${live.round}…`, sent: `sent round ${live.round}`, out: `sits round ${live.round} out` };
+    for (const p of siteProgress(s, model.get("planned"), live)) {
       const row = h("span", "sc-num", p.site);
       row.dataset.site = p.site;
-      const words = `${p.answered} answered${p.silent ? `, ${p.silent} silent` : ""}${p.loss != null ? `, loss ${p.loss.toFixed(4)}` : ""}`;
+      if (p.now) row.dataset.now = p.now; else delete row.dataset.now;
+      const words = `${p.answered} answered${p.silent ? `, ${p.silent} silent` : ""}${p.loss != null ? `, loss ${p.loss.toFixed(4)}` : ""}` +
+        (p.now ? `; ${NOW[p.now]}` : "");
       grid.append(row, bar(p.frac), h("span", "sc-num sc-muted", words));
     }
     root.append(grid);
@@ -72,7 +76,7 @@ function render({ model, el }) {
     el.dataset.rounds = String(rounds.length);
     el.dataset.points = String(c ? c.n : 0);
   }
-  const keys = ["state", "metric", "planned"];
+  const keys = ["state", "metric", "planned", "live"];
   for (const k of keys) model.on(`change:${k}`, draw);
   draw();
   return () => { for (const k of keys) model.off(`change:${k}`, draw); };

@@ -20,6 +20,12 @@ describe("round monitor", () => {
     expect(p[1].frac).toBeCloseTo(2 / 6, 12);
     expect(siteProgress(STATE)[1].frac).toBeCloseTo(2 / 3, 12);   // no plan: of the rounds run
   });
+  it("says each site's part in the round in flight, and nothing once that round has landed", () => {
+    const live = { round: 4, waiting: ["b"], done: ["a"] };
+    expect(siteProgress(STATE, 6, live).map((p) => p.now)).toEqual(["sent", "training", "out"]);
+    expect(siteProgress(STATE, 6, { round: 3, waiting: [], done: ["a", "b"] }).map((p) => p.now)).toEqual([null, null, null]);
+    expect(siteProgress(STATE, 6, {}).map((p) => p.now)).toEqual([null, null, null]);
+  });
   it("draws only evaluated rounds, spanning the box", () => {
     const c = curve(STATE.rounds, 360, 120, 24);
     expect(c.n).toBe(2);

@@ -203,6 +203,9 @@ class Federation:
         self.rounds: list[RoundResult] = []
         self._round_no = itertools.count(1)
         self.listeners: list[Callable[[RoundResult], None]] = []
+        # within a round: {"kind": "round_start", "round", "sites"} then {"kind": "site_done", "round",
+        # "site", "status"} as each site's task ends (called in the thread running fit; keep them quick)
+        self.progress: list[Callable[[dict], None]] = []
 
     def _ship(self, strategy, params) -> "bytes | dict":
         """How the strategy travels. `own`: cloudpickle bytes (a user's cell or instance runs as is).
@@ -332,6 +335,13 @@ class Federation:
             out.append(r)
         return out
 
+    def _progress(self, ev: dict) -> None:
+        for fn in list(self.progress):
+            try:
+                fn(ev)
+            except Exception:         # a view's failure must not stop a round
+                pass
+
     def _preflight(self) -> None:
         if self.ledger is not None:
             self.ledger.check(self.privacy.noise_multiplier, f"round {len(self.rounds) + 1}")
@@ -347,7 +357,10 @@ class Federation:
                                 self.local_steps, self._shipped, self.state, self._seed(n, s), protect,
                                 self.batch_size, self.classes)
                 for s in taking_part}
-        _wait(list(futs.values()), self.timeout)
+        self._progress({"kind": "round_start", "round": n, "sites": list(taking_part)})
+        _wait(list(futs.values()), self.timeout,
+              on_done=lambda i, fut: self._progress({"kind": "site_done", "round": n, "site": list(futs)[i],
+                                                      "status": fut.status}))
         done, dropped = {}, [s for s in self.names if s not in taking_part]
         for s, f in futs.items():
             if f.status == "finished":
@@ -540,10 +553,19 @@ class Federation:
                 f"version={self.version})")
 
 
-def _wait(futures: list, timeout: float) -> None:
-    """Until every future is done or `timeout` seconds have passed (what did not finish is then silent)."""
+def _wait(futures: list, timeout: float, on_done: Callable[[int, Any], None] | None = None) -> None:
+    """Until every future is done or `timeout` seconds have passed (what did not finish is then silent);
+    `on_done(i, future)` once per future as it is first seen done, in this thread."""
     deadline = time.monotonic() + timeout
-    while not all(f.done() for f in futures) and time.monotonic() < deadline:
+    seen: set[int] = set()
+    while True:
+        for i, f in enumerate(futures):
+            if i not in seen and f.done():
+                seen.add(i)
+                if on_done is not None:
+                    on_done(i, f)
+        if len(seen) == len(futures) or time.monotonic() >= deadline:
+            return
         time.sleep(0.005)
 
 

@@ -1,6 +1,6 @@
 """RoundMonitorView in a real JupyterLab (Debian's Chromium): it renders with no rounds, updates while
-`fit` is still running (rounds land one by one, the eps spent grows), follows the dark theme, and stays
-within a narrow notebook."""
+`fit` is still running (sites report within a round, rounds land one by one, the eps spent grows), follows
+the dark theme, and stays within a narrow notebook."""
 import re
 import time
 
@@ -37,6 +37,7 @@ pool = Pool()
 fed = Federation(pool, SPEC, sites, privacy=Privacy(30.0, 1e-5, clip=1.0, noise_multiplier=1.5), local_steps=2)
 fed.listeners.append(lambda r: time.sleep(1.0))       # slow enough to watch the rounds land
 view = RoundMonitorView(fed, metric="mse", rounds={ROUNDS})
+fed.progress.append(lambda e: time.sleep(0.3) if e["kind"] == "site_done" else None)   # after the view's update
 view
 '''
 FIT = f'''xt, yt = sites["north"]
@@ -64,6 +65,10 @@ def test_round_monitor_renders_and_updates_in_lab(lab, chromium_browser, artifac
         assert page.locator(".sc-rounds [data-site]").count() == 3
         _run_cell(page, 1, wait=False)
         # live: a round count strictly between 0 and ROUNDS is seen while the cell still runs
+        # within a round: a site that has sent its update while another still trains
+        _wait(lambda: page.locator(".sc-rounds [data-now=sent]").count() >= 1 and
+              page.locator(".sc-rounds [data-now=training]").count() >= 1, 90, every=0.05, what="a round in flight")
+        assert re.search(r"sent round \d+", page.locator(".sc-rounds").inner_text())
         mid = _wait(lambda: 0 < rounds() < ROUNDS and rounds(), 90, every=0.1, what="a round to land")
         eps_mid = float(page.locator(sel).first.get_attribute("data-eps"))
         prompt = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-InputArea-prompt")

@@ -22,12 +22,24 @@ def test_view_follows_rounds_and_saves_the_static_form():
     with Pool() as pool:
         f = Federation(pool, SPEC, sites, privacy=Privacy(20.0, 1e-5, clip=1.0, noise_multiplier=1.5), local_steps=2)
         w = RoundMonitorView(f, metric="mse", rounds=3)
-        seen = []
+        seen, lives, events = [], [], []
         w.observe(lambda ch: seen.append(len(ch["new"]["rounds"])), names="state")
+        w.observe(lambda ch: lives.append(ch["new"]), names="live")
+        f.progress.append(events.append)
         assert w.state["rounds"] == [] and w.state["sites"] == ["north", "south", "east"]
         xt, yt = sites["north"]
         f.fit(3, evaluate=lambda wt: {"mse": float(np.mean((f.predict(xt, wt) - yt) ** 2))})
     assert seen == [1, 2, 3] and w.updates == 3              # one sync per round, as it landed
+    # within each round: it starts with every site training, then each site's end arrives once
+    names = ["north", "south", "east"]
+    for n in (1, 2, 3):
+        evs = [e for e in events if e["round"] == n]
+        assert evs[0] == {"kind": "round_start", "round": n, "sites": names}
+        assert sorted(e["site"] for e in evs[1:]) == sorted(names) and {e["status"] for e in evs[1:]} == {"finished"}
+        starts = [i for i, v in enumerate(lives) if v["round"] == n]
+        assert lives[starts[0]] == {"round": n, "waiting": names, "done": []}
+        assert sorted(lives[starts[-1]]["done"]) == sorted(names) and lives[starts[-1]]["waiting"] == []
+        assert [len(lives[i]["done"]) for i in starts] == [0, 1, 2, 3]
     json.dumps(w.state, allow_nan=False)                     # NaN (no loss under DP) went out as null
     assert all(v is None for r in w.state["rounds"] for v in r["losses"].values())
     assert [r["metric"] for r in w.state["rounds"]] == [r.metrics["mse"] for r in f.rounds]

@@ -1,9 +1,10 @@
 // What the RoundMonitor view draws, from the kernel's state (federated/monitor.py RoundMonitor.state()):
 // per-site progress, the metric curve as SVG polyline points, and the privacy budget spent.
 
-/** Per site: rounds its update entered, rounds it was silent, its last local loss (null under DP), and the
- * fraction of `planned` rounds (or of the rounds run, when none are planned) it has answered. */
-export function siteProgress(state, planned = 0) {
+/** Per site: rounds its update entered, rounds it was silent, its last local loss (null under DP), the
+ * fraction of `planned` rounds (or of the rounds run, when none are planned) it has answered, and `now`:
+ * its part in the round in flight (`live`: "training", "sent", "out"), null when no round is in flight. */
+export function siteProgress(state, planned = 0, live = null) {
   const rounds = (state && state.rounds) || [];
   const total = Math.max(planned || 0, rounds.length);
   return ((state && state.sites) || []).map((site) => {
@@ -14,7 +15,11 @@ export function siteProgress(state, planned = 0) {
       const l = r.losses ? r.losses[site] : null;
       if (l != null && Number.isFinite(l)) loss = l;
     }
-    return { site, answered, silent, loss, frac: total ? answered / total : 0 };
+    let now = null;
+    if (live && live.round != null && !rounds.some((r) => r.round >= live.round)) {
+      now = (live.waiting || []).includes(site) ? "training" : (live.done || []).includes(site) ? "sent" : "out";
+    }
+    return { site, answered, silent, loss, frac: total ? answered / total : 0, now };
   });
 }
 

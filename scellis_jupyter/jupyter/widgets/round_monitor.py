@@ -9,6 +9,7 @@ saved mid-training or after it shows the same numbers. `jupyter` may import `fed
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import traitlets as t
@@ -41,6 +42,7 @@ class RoundMonitorView(ScellisWidget):
     state = t.Dict().tag(sync=True)
     metric = t.Unicode("accuracy").tag(sync=True)
     planned = t.Int(0).tag(sync=True)
+    live = t.Dict().tag(sync=True)       # the round in flight: {"round", "waiting": [...], "done": [...]}
 
     def __init__(self, federation: Any, *, metric: str = "accuracy", rounds: int | None = None):
         if not hasattr(federation, "listeners") or not hasattr(federation, "rounds"):
@@ -52,7 +54,22 @@ class RoundMonitorView(ScellisWidget):
         self.monitor = RoundMonitor(federation, metric)
         super().__init__(metric=metric, planned=int(rounds or 0), state=_plain(self.monitor.state()))
         self.updates = 0
+        self._live_lock = threading.Lock()
         federation.listeners.append(self._on_round)
+        if hasattr(federation, "progress"):
+            federation.progress.append(self._on_progress)
+
+    def _on_progress(self, ev: dict) -> None:
+        """A round started, or one site's task ended: the per-site state of the round in flight."""
+        with self._live_lock:          # a fit may run in a background thread while a view syncs
+            if ev.get("kind") == "round_start":
+                self.live = {"round": int(ev["round"]), "waiting": [str(s) for s in ev["sites"]], "done": []}
+            elif ev.get("kind") == "site_done" and self.live.get("round") == ev.get("round"):
+                s = str(ev["site"])
+                live = dict(self.live)
+                live["waiting"] = [w for w in live["waiting"] if w != s]
+                live["done"] = [*live["done"], s] if ev.get("status") == "finished" else live["done"]
+                self.live = live
 
     def expect(self, rounds: int) -> None:
         """Say how many more rounds are coming (the progress bars' target grows by that many)."""
