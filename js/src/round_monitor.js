@@ -1,6 +1,7 @@
 import "./lib/common.css";
 import "./round_monitor.css";
 import { h } from "./lib/cell.js";
+import { withFallback } from "./lib/fallback.js";
 import { siteProgress, curve, budget } from "./lib/rounds.js";
 
 const NS = "http://www.w3.org/2000/svg";
@@ -82,4 +83,4 @@ function render({ model, el }) {
   return () => { for (const k of keys) model.off(`change:${k}`, draw); };
 }
 
-export default { render };
+export default { render: withFallback(render) };

@@ -8,7 +8,6 @@ import nbformat
 import pytest
 
 from test_lab import _open, _theme, _wait
-from test_quickstart_in_lab import _run_cell
 
 pytestmark = pytest.mark.slow
 ROUNDS = 5
@@ -45,7 +44,17 @@ fed.fit({ROUNDS}, evaluate=lambda w: {{"mse": float(np.mean((fed.predict(xt, w) 
 print("fit done", fed.ledger.spent)'''
 
 
-def test_round_monitor_renders_and_updates_in_lab(lab, chromium_browser, artifacts):
+def _runner(request):
+    """The shared run-a-cell helper: the `run_cell` fixture (conftest) where there is one."""
+    try:
+        return request.getfixturevalue("run_cell")
+    except pytest.FixtureLookupError:
+        from test_quickstart_in_lab import _run_cell
+        return _run_cell
+
+
+def test_round_monitor_renders_and_updates_in_lab(lab, chromium_browser, artifacts, request):
+    _run_cell = _runner(request)
     url, nb_dir = lab
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}

@@ -57,8 +57,9 @@ def test_federated_digits_notebook(tmp_path):
     # FedAvg and FedProx: the monitor's saved (refreshed) static form holds every round
     last = {}
     for i, name in ((4, "fedavg"), (5, "fedprox")):
-        mon = next(o["data"]["text/plain"] for o in c[i].outputs if "application/vnd.jupyter.widget-view+json"
-                   in o.get("data", {}))
+        assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c[i].outputs)
+        mon = next(o["data"]["text/plain"] for o in c[i].outputs        # the static form (refreshed each round)
+                   if str(o.get("data", {}).get("text/plain", "")).startswith("RoundMonitor:"))
         assert mon.startswith(f"RoundMonitor: {name} on 3 sites, trust=own, secure aggregation off, DP off")
         rows = mon.splitlines()[2:]
         assert [r.split()[0] for r in rows] == [str(k) for k in range(1, ROUNDS + 1)]

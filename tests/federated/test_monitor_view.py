@@ -44,9 +44,9 @@ def test_view_follows_rounds_and_saves_the_static_form():
     assert all(v is None for r in w.state["rounds"] for v in r["losses"].values())
     assert [r["metric"] for r in w.state["rounds"]] == [r.metrics["mse"] for r in f.rounds]
     assert w.state["privacy"] == {"spent": f.ledger.spent, "epsilon": 20.0, "delta": 1e-5}
-    data, _ = w._repr_mimebundle_()
-    assert data["text/plain"] == repr(w.monitor) and "RoundMonitor: fedavg on 3 sites" in data["text/plain"]
-    assert data["text/html"] == w.monitor._repr_html_() and "application/vnd.jupyter.widget-view+json" in data
+    assert w._static_text() == repr(w.monitor) and "RoundMonitor: fedavg on 3 sites" in w._static_text()
+    assert w._static_html() == w.monitor._repr_html_() and "<svg" in w._static_html()
+    assert "application/vnd.jupyter.widget-view+json" in w._repr_mimebundle_()[0]
     w.expect(2)
     assert w.planned == 5
 
