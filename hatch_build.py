@@ -17,7 +17,8 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 ROOT = Path(__file__).resolve().parent
 JS = ROOT / "js"
 STATIC = ROOT / "scellis_jupyter" / "static"
-WIDGETS = ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view")
+WIDGETS = ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view",
+           "round_monitor")
 
 
 def _sources() -> list[Path]:

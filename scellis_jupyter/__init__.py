@@ -28,6 +28,7 @@ from .errors import LedgerError, PoolError, PoolUnreachable, RejectedResult
 from .errors import ShardRefused, TrustRefused
 from .pool import Job, JobResult, Ledger, Pool, Shard
 from .errors import FederatedError, ModelVersionMismatch, PrivacyBudgetExceeded, SecureAggregationError, SiteUnavailable
+from .federated import Federation, Privacy, PrivacyLedger, RoundMonitor, RoundResult
 
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
@@ -50,4 +51,5 @@ __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set
            "Pool", "Job", "JobResult", "Shard", "Ledger", "PoolError", "PoolUnreachable", "RejectedResult", "LedgerError",
            "TrustRefused", "ShardRefused",
            "FederatedError", "SiteUnavailable", "ModelVersionMismatch", "PrivacyBudgetExceeded",
-           "SecureAggregationError"]
+           "SecureAggregationError",
+           "Federation", "Privacy", "PrivacyLedger", "RoundMonitor", "RoundResult"]

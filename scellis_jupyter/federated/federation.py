@@ -10,7 +10,8 @@ the sum, adds DP noise, charges the privacy ledger and lets the strategy fold th
 Trust: `own` (your devices) may run in the clear; beyond it (`consortium`, `open`) differential privacy is
 always engaged and a round without it is refused; `consortium` (cross-silo) also requires secure
 aggregation. Byte-exclusion is not privacy: an update is a function of the data, so neither mode is
-called private without DP.
+called private without DP. What travels follows pool/trust.py: beyond `own` only data (the spec text,
+arrays, the strategy as a catalog name + content hash that each peer checks against its own catalog).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from ..catalog import get as catalog_get
 from ..catalog.aggregations import Strategy
-from ..errors import FederatedError, ModelVersionMismatch, ScellisError, SiteUnavailable
+from ..errors import FederatedError, ModelVersionMismatch, ScellisError, SiteUnavailable, TrustRefused
 from ..pool.job import content_hash
 from . import site as site_mod
 from .privacy import Privacy, PrivacyLedger, clip, gaussian_noise
@@ -151,7 +152,7 @@ class Federation:
             if not callable(getattr(self.strategy, m, None)):
                 raise FederatedError(f"strategy {self.strategy_name!r} has no {m}() method", where="Federation",
                                      hint="subclass scellis_jupyter.catalog.aggregations.Strategy")
-        self._shipped = _shipped(self.strategy)
+        self._shipped = self._ship(strategy, params)
         if self.secure and getattr(self.strategy, "asynchronous", False):
             raise FederatedError(f"{self.strategy_name!r} is asynchronous; secure aggregation needs a round of "
                                  f"sites that mask together", where="Federation(secure=True)",
@@ -159,6 +160,13 @@ class Federation:
         if not sites:
             raise FederatedError("a federation needs at least one site", where="Federation(sites=...)",
                                  hint='give sites={"a": "a.npz", ...}')
+        if self.trust != "own":
+            for s, source in sites.items():
+                if callable(source):
+                    raise TrustRefused(f"only an own pool may ship Python callables; site {s!r}'s loader "
+                                       f"{getattr(source, '__qualname__', type(source).__name__)} is one",
+                                       where=f"Federation(trust={self.trust!r}, sites=...)",
+                                       hint="give a path that site reads on its own machine, or use an own pool")
         self.privacy = privacy
         if privacy is not None:
             self.ledger = privacy_ledger if isinstance(privacy_ledger, PrivacyLedger) else \
@@ -195,6 +203,32 @@ class Federation:
         self.rounds: list[RoundResult] = []
         self._round_no = itertools.count(1)
         self.listeners: list[Callable[[RoundResult], None]] = []
+        # within a round: {"kind": "round_start", "round", "sites"} then {"kind": "site_done", "round",
+        # "site", "status"} as each site's task ends (called in the thread running fit; keep them quick)
+        self.progress: list[Callable[[dict], None]] = []
+
+    def _ship(self, strategy, params) -> "bytes | dict":
+        """How the strategy travels. `own`: cloudpickle bytes (a user's cell or instance runs as is).
+        Beyond own (the POOLSAFE rule of pool/trust.py: a shard travels as data) only a catalog reference
+        travels, {aggregation, hash, params}; the peer builds its own catalog entry and checks the hash."""
+        if self.trust == "own":
+            return _shipped(self.strategy)
+        where = f"Federation(trust={self.trust!r}, strategy=...)"
+        if not isinstance(strategy, str):
+            raise TrustRefused(f"only an own pool may ship Python objects; the strategy "
+                               f"{type(strategy).__qualname__} is one", where=where,
+                               hint="name a catalog aggregation that every site holds (strategy='fedavg', "
+                                    "params={...}), or use an own pool for a user-written strategy")
+        entry = catalog_get("aggregation", strategy)
+        ref = site_mod.strategy_ref(entry, params)
+        if ref is None:
+            raise TrustRefused(f"aggregation {strategy!r} comes from {entry.origin}, not a catalog file the "
+                               f"sites can hold: only an own pool may ship it", where=where,
+                               hint="save it under catalog/aggregations/ on every site (the same file), "
+                                    "or use an own pool")
+        from ..pool.trust import _plain
+        _plain(ref["params"], "params", where)
+        return ref
 
     # ---- sites -----------------------------------------------------------------------------------------
     def _key(self, s: str) -> str:
@@ -234,14 +268,7 @@ class Federation:
     def _initial_weights(self) -> dict:
         s = self.names[0]
 
-        def init(key, spec, classes):
-            d = site_mod.held(key)
-            from ..run.run import Run
-            run = Run(site_mod.local_spec(spec, None, 0), device="reference", steps=1,
-                      data=site_mod.memory(d.x, d.y, classes))
-            return {k: np.asarray(v, np.float64) for k, v in run.weights().items()}
-        init.__name__ = "init"
-        return self._pinned(s, init, self._key(s), self.text, self.classes).result()
+        return self._pinned(s, site_mod.initial_weights, self._key(s), self.text, self.classes).result()
 
     # ---- rounds ----------------------------------------------------------------------------------------
     def _protect(self, n: int) -> Protect:
@@ -308,6 +335,13 @@ class Federation:
             out.append(r)
         return out
 
+    def _progress(self, ev: dict) -> None:
+        for fn in list(self.progress):
+            try:
+                fn(ev)
+            except Exception:         # a view's failure must not stop a round
+                pass
+
     def _preflight(self) -> None:
         if self.ledger is not None:
             self.ledger.check(self.privacy.noise_multiplier, f"round {len(self.rounds) + 1}")
@@ -323,7 +357,10 @@ class Federation:
                                 self.local_steps, self._shipped, self.state, self._seed(n, s), protect,
                                 self.batch_size, self.classes)
                 for s in taking_part}
-        _wait(list(futs.values()), self.timeout)
+        self._progress({"kind": "round_start", "round": n, "sites": list(taking_part)})
+        _wait(list(futs.values()), self.timeout,
+              on_done=lambda i, fut: self._progress({"kind": "site_done", "round": n, "site": list(futs)[i],
+                                                      "status": fut.status}))
         done, dropped = {}, [s for s in self.names if s not in taking_part]
         for s, f in futs.items():
             if f.status == "finished":
@@ -516,10 +553,19 @@ class Federation:
                 f"version={self.version})")
 
 
-def _wait(futures: list, timeout: float) -> None:
-    """Until every future is done or `timeout` seconds have passed (what did not finish is then silent)."""
+def _wait(futures: list, timeout: float, on_done: Callable[[int, Any], None] | None = None) -> None:
+    """Until every future is done or `timeout` seconds have passed (what did not finish is then silent);
+    `on_done(i, future)` once per future as it is first seen done, in this thread."""
     deadline = time.monotonic() + timeout
-    while not all(f.done() for f in futures) and time.monotonic() < deadline:
+    seen: set[int] = set()
+    while True:
+        for i, f in enumerate(futures):
+            if i not in seen and f.done():
+                seen.add(i)
+                if on_done is not None:
+                    on_done(i, f)
+        if len(seen) == len(futures) or time.monotonic() >= deadline:
+            return
         time.sleep(0.005)
 
 

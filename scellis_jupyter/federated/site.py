@@ -133,8 +133,50 @@ def train_local(spec: str, x: np.ndarray, y: np.ndarray, weights: dict, steps: i
 _STRATEGIES: dict[str, Any] = {}
 
 
+def entry_hash(entry: Any) -> str | None:
+    """The content hash of a catalog entry: blake3 of its kind, name and source file's bytes; None for an
+    entry with no file (a notebook cell, `__main__`), which a peer cannot hold in its own catalog."""
+    origin = getattr(entry, "origin", "") or ""
+    if not origin or origin.startswith("<") or not os.path.isfile(origin):
+        return None
+    with open(origin, "rb") as f:
+        src = f.read()
+    return blake3.blake3(f"{entry.kind}\0{entry.name}\0".encode() + src).hexdigest()
+
+
+def strategy_ref(entry: Any, params: dict | None) -> dict | None:
+    """What a consortium or open federation sends instead of code: the entry's name, content hash and
+    hyperparameters (plain data); None when the entry has no file to hash."""
+    h = entry_hash(entry)
+    return None if h is None else {"aggregation": entry.name, "hash": h, "params": dict(params or {})}
+
+
+def _from_catalog(ref: dict) -> Any:
+    """The peer's own catalog entry named by `ref`, refused unless its content hash is the sender's."""
+    from ..catalog import get as catalog_get
+    name, want = str(ref.get("aggregation")), str(ref.get("hash"))
+    try:
+        entry = catalog_get("aggregation", name)
+    except ScellisError:
+        raise FederatedError(f"this site's catalog has no aggregation {name!r}", where="site catalog",
+                             code="federated-strategy", hint="install the same catalog entry on every site, or use "
+                                                             "an own pool to send a user-written strategy") from None
+    have = entry_hash(entry)
+    if have != want:
+        raise FederatedError(f"aggregation {name!r} in this site's catalog has content hash "
+                             f"{(have or 'none')[:16]}, the federation's has {want[:16]}", where="site catalog",
+                             code="federated-strategy", hint="run the same version of the entry on every site")
+    return entry.make(**dict(ref.get("params") or {}))
+
+
 def _strategy(obj: Any) -> Any:
-    """A strategy shipped as cloudpickle bytes, unpickled once per worker process."""
+    """A strategy as shipped: cloudpickle bytes (own pools only), or a catalog reference (name, content
+    hash, params) resolved in this peer's own catalog; each built once per worker process."""
+    if isinstance(obj, dict):
+        key = content_hash(obj)
+        if key not in _STRATEGIES:
+            _STRATEGIES[key] = _from_catalog(obj)
+        return _STRATEGIES[key]
     if not isinstance(obj, bytes):
         return obj
     key = blake3.blake3(obj).hexdigest()
@@ -142,6 +184,15 @@ def _strategy(obj: Any) -> Any:
         import cloudpickle
         _STRATEGIES[key] = cloudpickle.loads(obj)
     return _STRATEGIES[key]
+
+
+def initial_weights(key: str, spec: str, classes: int | None) -> dict:
+    """The spec's initial weights, built on the first site from its rows' shape (a module function, so
+    only its name travels)."""
+    d = held(key)
+    from ..run.run import Run
+    run = Run(local_spec(spec, None, 0), device="reference", steps=1, data=memory(d.x, d.y, classes))
+    return {k: np.asarray(v, np.float64) for k, v in run.weights().items()}
 
 
 def round_update(key: str, site: str, spec: str, weights: dict, version: int, steps: int, strategy: Any,
@@ -153,7 +204,12 @@ def round_update(key: str, site: str, spec: str, weights: dict, version: int, st
     aggregation, privacy clipping) transforms the vectors before they leave.
     """
     d = held(key)
-    strategy = _strategy(strategy)
+    try:
+        strategy = _strategy(strategy)
+    except ScellisError as e:
+        g = e.diagnostic
+        raise FederatedError(f"site {site!r}: {g.message}", where=f"site {site!r}, {g.where}", hint=g.hint,
+                             code=g.code) from None
     local = strategy.local(state, d.memory, weights)
     try:
         end, opt_state, lr, loss = train_local(spec, d.x, d.y, weights, steps, local, seed, batch, classes=classes)
