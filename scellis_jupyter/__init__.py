@@ -26,6 +26,8 @@ from .run.run import Run, StepResult
 from .run.verify import verify
 from .errors import LedgerError, PoolError, PoolUnreachable, RejectedResult
 from .pool import Job, JobResult, Ledger, Pool, Shard
+from .errors import ProfileError
+from .run.profile import profile_run, profile_spec
 
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
@@ -45,4 +47,5 @@ __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set
            "PlanError", "PlanRefused", "RunError", "WaitTimeout", "LRFinderError", "VerifyError", "StoreError",
            "CorruptObject", "MagicError", "EditError", "NotebookError", "WidgetError", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
            "verify", "Detached", "__version__",
-           "Pool", "Job", "JobResult", "Shard", "Ledger", "PoolError", "PoolUnreachable", "RejectedResult", "LedgerError"]
+           "Pool", "Job", "JobResult", "Shard", "Ledger", "PoolError", "PoolUnreachable", "RejectedResult", "LedgerError",
+           "ProfileError", "profile_spec", "profile_run"]
