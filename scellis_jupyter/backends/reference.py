@@ -220,9 +220,14 @@ class ReferenceBackend:
                     fn = _QUIET.get(v.op, fn)
             if direct is not None:
                 ns[f"f{step}"] = direct
-                lines.append(f"r = f{step}({', '.join(args)})")
                 shapes = [tuple(prog.values[i].shape) for i in v.inputs]
-                known = v.shape != () and np.broadcast_shapes(*shapes) == tuple(v.shape)
+                same = np.broadcast_shapes(*shapes) == tuple(v.shape)
+                if same and v.dtype != "bool" and _ufunc_dtype(direct, [prog.values[i].dtype for i in v.inputs]) \
+                        == np.dtype(_np(v.dtype)):      # straight into the output (numpy handles overlap)
+                    lines.append(f"f{step}({', '.join(args)}, out={out})")
+                    continue
+                lines.append(f"r = f{step}({', '.join(args)})")
+                known = v.shape != () and same
             else:
                 ns[f"f{step}"] = fn
                 lines.append(f"r = f{step}(v{step}, {''.join(a + ', ' for a in args)}prog=prog)")
@@ -360,6 +365,16 @@ def _fused(v, *args, prog):
     return temps[-1]
 
 
+def _ufunc_dtype(fn, dtypes):
+    """The dtype numpy's ufunc `fn` returns for arrays of these dtypes (None: not a ufunc, or unknown)."""
+    if not isinstance(fn, np.ufunc) or None in dtypes:
+        return None
+    try:
+        return fn.resolve_dtypes(tuple(np.dtype(bool) if d == "bool" else np.dtype(_np(d)) for d in dtypes) + (None,))[-1]
+    except (TypeError, ValueError, np.exceptions.DTypePromotionError):
+        return None
+
+
 FILL_CONSTANT_MAX = 1024     # a fused group's fills up to this many elements are made once, not every run
 
 
@@ -407,7 +422,7 @@ def _compiled_fused(v, prog):
             lines.append(f"t{t} = _asarray(t{t}).reshape(s{t})")
         if npd is None:
             lines.append(f"t{t} = t{t} != 0")
-        else:
+        elif not (known and _ufunc_dtype(direct, kinds) == np.dtype(npd)):     # else: already that dtype
             ns[f"d{t}"] = npd
             lines.append(f"t{t} = t{t}.astype(d{t}, copy=False)")
     args = "".join(f"a{j}, " for j in range(len(v.inputs)))

@@ -43,6 +43,26 @@ batch_size = 2
 determinism = "debug"
 """
 
+CNN = """
+name = "replay-cnn"
+[data]
+dataset = "digits"
+input = { shape = [1, 8, 8], dtype = "f32" }
+[model]
+nodes = [
+  { op = "conv2d", out = 4, kernel = 3, padding = 1 },
+  { op = "gelu" },
+  { op = "max_pool2d", kernel = 2 },
+  { op = "flatten" },
+  { op = "layer_norm" },
+  { op = "linear", out = 10 },
+]
+[recipe]
+optimizer = { name = "sgd", lr = 0.1, momentum = 0.9 }
+batch_size = 8
+determinism = "debug"
+"""
+
 
 def _outputs(spec: str, replay: bool, steps: int = 3) -> list[list[bytes]]:
     run = sc.Run(sc.Spec.from_text(spec), device="reference")
@@ -60,7 +80,8 @@ def _outputs(spec: str, replay: bool, steps: int = 3) -> list[list[bytes]]:
     return got
 
 
-@pytest.mark.parametrize("spec", [MLP, MIXED, TRANSFORMER], ids=["mlp-dropout", "mixed-f16", "attention"])
+@pytest.mark.parametrize("spec", [MLP, MIXED, TRANSFORMER, CNN], ids=["mlp-dropout", "mixed-f16", "attention",
+                                                       "cnn-gelu-layernorm"])
 def test_replay_is_bit_identical_to_dispatching_op_by_op(spec):
     slow, fast = _outputs(spec, replay=False), _outputs(spec, replay=True)
     assert len(slow) == len(fast) == 3
