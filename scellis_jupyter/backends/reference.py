@@ -400,13 +400,14 @@ def _compiled_fused(v, prog):
     else calls its kernel as `_fused` does. Kernels never write their inputs, so a constant is safely
     shared between runs; every result is shaped and cast exactly as `_fused` does."""
     code = v.attrs["code"]
-    dtypes = [prog.values[i].dtype for i in v.inputs] if prog is not None else [None] * len(v.inputs)
+    dtypes = [prog.values[i].dtype for i in v.inputs]
+    in_shape = [tuple(prog.values[i].shape) for i in v.inputs]      # the windows run_steps passes are shaped so
     ns: dict = {"_asarray": np.asarray}
     lines, shapes = [], []
     for t, (op, attrs, refs, shape, dtype) in enumerate(code):
         names = [f"a{j}" if kind == "in" else f"t{j}" for kind, j in refs]
         kinds = [dtypes[j] if kind == "in" else code[j][4] for kind, j in refs]
-        in_shapes = [None if kind == "in" else shapes[j] for kind, j in refs]
+        in_shapes = [in_shape[j] if kind == "in" else shapes[j] for kind, j in refs]
         shapes.append(tuple(shape))
         npd = None if dtype == "bool" else _np(dtype)
         node = SimpleNamespace(op=op, attrs=dict(attrs), shape=shape, dtype=dtype)
