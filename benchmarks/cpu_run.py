@@ -15,18 +15,6 @@ imports and torch's lazy initialization are not counted; the first, cold run is 
     python benchmarks/cpu_run.py --epochs 20 --repeats 5 --profile wine
 """
 
-# What the profile of a whole run showed (cProfile, wine, 400 steps) and what changed. `--profile` reprints it.
-CHANGES = """\
-where a whole run's time went, before: ~80% in the step Program's dispatch on the reference backend, almost
-all of it Python around tiny numpy calls (57 dispatches a step: a kernel lookup, np.frombuffer windows for
-every input and output, np.errstate entered per dispatch and again per op, and per fused group a
-SimpleNamespace + dict per sub-op and np.full for every constant); the rest: the target check of each batch,
-per-step input copies, per-epoch evaluation, the final checkpoint's fsyncs, the record.
-what changed: the reference backend compiles each Program once (run_steps) into one generated Python function
-over cached arena windows: the same numpy calls in the same order (bit-identical; a test compares every output
-byte with op-by-op dispatch), error state entered once, fused groups as generated code with their constants
-made once, elementwise ufuncs writing straight into their output; storage windows are cached; a class
-target's integer labels skip the whole-number check; per-step inputs are cast without an extra copy."""
 from __future__ import annotations
 
 import argparse
@@ -45,6 +33,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+# What the profile of a whole run showed (cProfile, wine, 400 steps) and what changed; printed after the table.
+CHANGES = """\
+where a whole run's time went, before: ~80% in the step Program's dispatch on the reference backend, almost
+all of it Python around tiny numpy calls (57 dispatches a step: a kernel lookup, np.frombuffer windows for
+every input and output, np.errstate entered per dispatch and again per op, and per fused group a
+SimpleNamespace + dict per sub-op and np.full for every constant); the rest: the target check of each batch,
+per-step input copies, per-epoch evaluation, the final checkpoint's fsyncs, the record.
+what changed: the reference backend compiles each Program (from its 3rd run, run_steps) into one generated Python function
+over cached arena windows: the same numpy calls in the same order (bit-identical; a test compares every output
+byte with op-by-op dispatch), error state entered once, fused groups as generated code with their constants
+made once, elementwise ufuncs writing straight into their output; storage windows are cached; a class
+target's integer labels skip the whole-number check; per-step inputs are cast without an extra copy."""
 
 HIDDEN, LR, BATCH = 64, 1e-2, 16
 CLASSES = {"wine": 3, "breast_cancer": 2}
