@@ -150,7 +150,8 @@ def profile_text(prof: dict) -> str:
     share = prof["kernel_ms"] / prof["step_ms"] if prof["step_ms"] else 0.0
     lines.append(f"kernels: {prof['kernel_ms']:.3f} ms a step ({100 * share:.1f}% of the step; the rest is host "
                  "work around the kernels)")
-    lines.append(f"  {'kernel':<24}{'calls':>8}{'total ms':>11}{'% of step':>11}{'mean us':>10}")
+    lines.append(f"  {'kernel':<24}{'calls':>8}{'total ms':>11}{'% of step':>11}{'mean us':>10}"
+                 f"   (calls and ms: all {prof['steps']} timed steps)")
     for r in prof["kernels"]:
         lines.append(f"  {r['name']:<24}{r['calls']:>8}{r['total_ms']:>11.3f}{100 * r['share']:>10.1f}%"
                      f"{r['mean_us']:>10.1f}")
