@@ -24,13 +24,13 @@ from .run import Run, stored_memory_data
 
 
 def profile_spec(spec, *, device=None, steps: int = 3, warmup: int = 2, top: int = 12, data: dict | None = None,
-                 run_id: str | None = None) -> dict:
+                 tier: str | None = None, run_id: str | None = None) -> dict:
     """Train `warmup` steps, then time `steps` more kernel by kernel; returns the profile as a dict."""
     for name, v, lo in (("steps", steps, 1), ("warmup", warmup, 1), ("top", top, 1)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ProfileError(f"{name}={v!r} must be an integer >= {lo}", where="profile",
                                hint="warm-up steps compile the kernels; they are not timed")
-    run = Run(Spec.of(spec, data), device=device, steps=warmup + steps, eval_every=0)
+    run = Run(Spec.of(spec, data), device=device, steps=warmup + steps, eval_every=0, tier=tier)
     be = run.impl
     batches = _batches(run)
     for _ in range(warmup):
@@ -69,7 +69,8 @@ def profile_spec(spec, *, device=None, steps: int = 3, warmup: int = 2, top: int
 
 
 def profile_run(run_id: str, *, store=None, device=None, steps: int = 3, warmup: int = 2, top: int = 12) -> dict:
-    """`profile_spec` of a recorded run's own spec (from the store's text), on its device unless told."""
+    """`profile_spec` of a recorded run's own spec (from the store's text), at its tier, on its device unless
+    told otherwise."""
     st = open_store(store, create=False)
     rec = st.get_run(run_id)
     text = st.spec_text(rec.spec_hash) if rec.spec_hash else None
@@ -84,7 +85,7 @@ def profile_run(run_id: str, *, store=None, device=None, steps: int = 3, warmup:
         raise ProfileError(f"run {rec.id}'s spec cannot be rebuilt: {e.diagnostic.message}", where=f"run {rec.id}",
                            hint=e.diagnostic.hint) from e
     dev = device or (rec.device or {}).get("backend") or None
-    return profile_spec(spec, device=dev, steps=steps, warmup=warmup, top=top, run_id=rec.id)
+    return profile_spec(spec, device=dev, steps=steps, warmup=warmup, top=top, tier=rec.tier, run_id=rec.id)
 
 
 def _batches(run: Run):
