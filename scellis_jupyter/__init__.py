@@ -29,6 +29,8 @@ from .errors import ShardRefused, TrustRefused
 from .pool import Job, JobResult, Ledger, Pool, Shard
 from .errors import FederatedError, ModelVersionMismatch, PrivacyBudgetExceeded, SecureAggregationError, SiteUnavailable
 from .federated import Federation, Privacy, PrivacyLedger, RoundMonitor, RoundResult
+from .errors import ProfileError
+from .run.profile import profile_run, profile_spec
 
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
@@ -52,4 +54,5 @@ __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set
            "TrustRefused", "ShardRefused",
            "FederatedError", "SiteUnavailable", "ModelVersionMismatch", "PrivacyBudgetExceeded",
            "SecureAggregationError",
-           "Federation", "Privacy", "PrivacyLedger", "RoundMonitor", "RoundResult"]
+           "Federation", "Privacy", "PrivacyLedger", "RoundMonitor", "RoundResult",
+           "ProfileError", "profile_spec", "profile_run"]

@@ -506,6 +506,31 @@ def cmd_catalog(args) -> int:
     return EXIT_OK
 
 
+# ---- scellis profile -----------------------------------------------------------------------------------
+def _args_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN", help="run id or a unique prefix of it (its own spec is profiled), "
+                                                 "or a spec file")
+    _args_store(p)
+    p.add_argument("--device", default=None, help="where to profile (default: the run's device; for a spec "
+                                                  "file: $SCELLIS_DEVICE, else the best)")
+    p.add_argument("--steps", type=_positive, default=3, help="steps timed, after the warm-up (3)")
+    p.add_argument("--warmup", type=_positive, default=2, help="steps run first, not timed (2)")
+    p.add_argument("--top", type=_positive, default=12, help="kernels listed, the most time first (12)")
+
+
+def cmd_profile(args) -> int:
+    """Time a few training steps kernel by kernel (GPU timestamps on wgpu, the host clock on the reference)."""
+    import os
+    from .run.profile import profile_run, profile_spec, profile_text
+    kw = dict(steps=args.steps, warmup=args.warmup, top=args.top)
+    if args.run_id.endswith(".toml") and os.path.isfile(args.run_id):
+        prof = profile_spec(Spec.from_file(args.run_id), device=args.device, **kw)
+    else:
+        prof = profile_run(args.run_id, store=_open_store(args), device=args.device, **kw)
+    print(json.dumps(prof, indent=2, default=str) if args.json else profile_text(prof))
+    return EXIT_OK
+
+
 # ---- registry ---------------------------------------------------------------------------------------
 # name -> (declare arguments, run); the run function's docstring is the subcommand's help line.
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
@@ -521,6 +546,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "gc": (_args_gc, cmd_gc),
     "fsck": (_args_fsck, cmd_fsck),
     "ledger": (_args_ledger, cmd_ledger),
+    "profile": (_args_profile, cmd_profile),
 }
 
 

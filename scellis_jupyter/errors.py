@@ -25,7 +25,8 @@ by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree:
     ├── RunError                    a run that cannot start, go on or finish (run)
     │   ├── WaitTimeout             waiting for a run took longer than asked (wait-timeout)
     │   ├── LRFinderError           a learning-rate range test that cannot be made (lr-finder)
-    │   └── VerifyError             a run that cannot be re-checked as asked (verify)
+    │   ├── VerifyError             a run that cannot be re-checked as asked (verify)
+    │   └── ProfileError            a profile that cannot be made: a run with no spec, bad counts (profile)
     ├── StoreError                  the store: unknown hash, full disk, read-only, schema (store-*)
     │   └── CorruptObject           an object whose bytes no longer match its name (store-corrupt)
     ├── PoolError                   a pool that cannot start, join or finish a Job (pool)
@@ -191,6 +192,10 @@ class LRFinderError(RunError, ValueError):
 
 class VerifyError(RunError, ValueError):
     code = "verify"
+
+
+class ProfileError(RunError, ValueError):
+    code = "profile"
 
 
 class StoreError(ScellisError, RuntimeError):

@@ -105,8 +105,10 @@ class Target:
             raise TargetError(f"targets of dtype {a.dtype} are not numbers", where=where)
         bad = None
         if self.kind == "class":
-            ok = (a == np.round(a)) & (((a >= 0) & (a < (self.classes or 0))) |
-                                       ((a == self.ignore_index) if self.ignore_index is not None else False))
+            ok = ((a >= 0) & (a < (self.classes or 0))) | \
+                ((a == self.ignore_index) if self.ignore_index is not None else False)
+            if a.dtype.kind == "f":             # integers are whole already
+                ok &= a == np.round(a)
             bad = ~ok
             need = f"integers in [0, {self.classes})" + (f" or {self.ignore_index}" if self.ignore_index is not None
                                                          else "")
@@ -118,7 +120,7 @@ class Target:
             bad, need = ~(a >= 0), ">= 0"
         elif self.kind == "dist":
             bad, need = ~(a >= 0), ">= 0 (a distribution)"
-        if bad is not None and np.any(bad):
+        if bad is not None and bad.any():
             i = tuple(int(j) for j in np.argwhere(bad)[0])
             hint = "map the labels to -1 and +1 (e.g. 2*y - 1)" if self.kind == "sign" else \
                 f"the loss takes {self.describe()}"

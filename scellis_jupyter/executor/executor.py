@@ -30,9 +30,11 @@ def execute(prog: Program, leaves: list[Storage], backend) -> list[Storage]:
         [Storage(backend, arena, 0, (prog.arena.arena_bytes,), "u8", prog.arena.arena_bytes)]
     if backend.begin(prog, roots) is not True:       # True: replayed whole from the backend's record
         try:
-            for step in prog.steps:
-                v = prog.values[step]
-                backend.dispatch(v, [resolve(i) for i in v.inputs], resolve(step), prog)
+            replay = getattr(backend, "run_steps", None)       # the whole step list at once (reference)
+            if replay is None or not replay(prog, resolve):
+                for step in prog.steps:
+                    v = prog.values[step]
+                    backend.dispatch(v, [resolve(i) for i in v.inputs], resolve(step), prog)
         finally:
             backend.end(prog)
     return [resolve(o) for o in prog.outputs]

@@ -390,6 +390,12 @@ def text_output(text: str) -> Static:
     return Static(text, f'<pre style="white-space:pre-wrap">{html.escape(text)}</pre>')
 
 
+def profile_output(prof: dict) -> Static:
+    """A measured profile: its table as text, a static bar chart of the kernels' share of the step as HTML."""
+    from ..run.profile import profile_html, profile_text
+    return Static(profile_text(prof), profile_html(prof))
+
+
 def lr_find_output(res: dict, on_apply: Callable | None = None):
     w = widgets()
     lrs, losses, sug = np.asarray(res["lrs"], float), np.asarray(res["losses"], float), res.get("suggested")

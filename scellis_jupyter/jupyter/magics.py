@@ -16,7 +16,7 @@ from IPython.display import display
 
 from ..errors import NOTICE, ScellisError, stderr_note
 from . import display as show
-from .handle import Model, lr_find, profile, profile_text
+from .handle import Model, lr_find, measured_profile, profile, profile_text
 from .parse import MagicError, parse_cell_header, parse_line
 
 
@@ -259,6 +259,8 @@ class ScellisMagics(Magics):
     def _do_profile(self, cmd):
         m = self.model(cmd.name)
         display(show.text_output(profile_text(profile(m, batch_size=cmd.batch_size, top=cmd.top))))
+        if not cmd.static:                  # measured: a few real steps, kernel by kernel, as a bar chart too
+            display(show.profile_output(measured_profile(m, steps=cmd.steps, device=cmd.device, top=cmd.top)))
 
     def _do_lr_find(self, cmd):
         m = self.model(cmd.name)

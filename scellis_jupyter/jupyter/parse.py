@@ -86,7 +86,7 @@ SUBCOMMANDS: dict[str, str] = {
     "device": "the device training would use",
     "catalog": "catalog entries (optimizers, losses, schedulers, ...) and their parameters",
     "verify": "re-execute a finished run on the reference path and compare with its record",
-    "profile": "what one training step of a model runs: dispatches and where the memory goes",
+    "profile": "what one training step of a model runs: dispatches, memory, and measured time per kernel",
     "lr-find": "the learning-rate range test: loss against learning rate, with a suggested value",
     "pool": "the Dask pool: workers, devices, memory, trust regime, dashboard link (--workers N starts one)",
     "sweep": "a two-key grid sweep of a model on the pool, drawn into a heatmap cell by cell as runs land",
@@ -160,6 +160,9 @@ def _build() -> dict[str, _Parser]:
     _name(p, "the model handle")
     p.add_argument("--batch-size", type=_pos_int)
     p.add_argument("--top", type=_pos_int, default=12, help="dispatches to list (the most expensive first)")
+    p.add_argument("--steps", type=_pos_int, default=3, help="training steps timed kernel by kernel (3)")
+    p.add_argument("--device", help="where to time them (default: the best device)")
+    p.add_argument("--static", action="store_true", help="only the plan's view (dispatches, memory): time nothing")
 
     p = new("lr-find")
     _name(p, "the model handle")

@@ -387,7 +387,8 @@ class Run:
                 a = base_words(self.gen.positions.get(name[4:], 0))
             else:
                 raise RunError(f"the step needs input {name!r}, which the loop does not provide", where="Run")
-            leaves.append(self._input(name, np.asarray(a).astype(dt.to_numpy(n.dtype)).reshape(n.shape), n.dtype))
+            leaves.append(self._input(name, np.asarray(a).astype(dt.to_numpy(n.dtype), copy=False).reshape(n.shape),
+                                      n.dtype))
         for s, k in adv.items():              # every step draws the next words of its streams
             self.gen.positions[s] = self.gen.positions.get(s, 0) + int(k)
         return leaves

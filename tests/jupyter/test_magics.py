@@ -255,6 +255,7 @@ def test_profile_lr_find_runs_show_catalog(ip, cell):
     assert c.error is None and "dispatches" in c.text and "matmul" in c.text and "GPU timestamps" in c.text
     disp = int(re.search(r"(\d+) dispatches", c.text).group(1))
     assert disp == len(ip.user_ns["mlp"].plan().step.program.steps)
+    assert "% of step" in c.text and "timing: " in c.text          # measured too: a few steps, kernel by kernel
     c = cell("%scellis lr-find mlp --steps 40 --min-lr 1e-5 --max-lr 1")
     assert c.error is None and "suggested lr" in c.text
     res = ip.user_ns["mlp"].lr_find_result

@@ -120,6 +120,9 @@ class WgpuBackend:
         self._dry_scratch: dict = {}
         self.dispatches = 0
         self.raw_replays = 0            # programs replayed through the direct wgpu-native path
+        self._timing: dict | None = None     # profiling: every dispatch in its own timestamped pass
+        self._kernel_names: dict = {}       # id(pipeline) -> kernel name (the launch key before ':')
+        self._op: str = ""
         self._lost = None
         try:
             self.device.lost.then(lambda info: setattr(self, "_lost", info)) if hasattr(self.device.lost, "then") else None
@@ -351,7 +354,8 @@ class WgpuBackend:
         self._roots = list(roots or [])
         sig = _signature(self._roots)
         rec = self._records.get(prog.hash)
-        if rec is not None and rec[0] == sig and not os.environ.get("SCELLIS_CHECK_INDICES"):
+        if rec is not None and rec[0] == sig and not os.environ.get("SCELLIS_CHECK_INDICES") \
+                and self._timing is None:            # timed: every dispatch goes through its launcher
             self._param_buf = self._prog_params[prog.hash][0]
             self._replay(rec[1])
             self._roots = []
@@ -530,6 +534,7 @@ class WgpuBackend:
             raise KernelError(f"no wgpu kernel for op {value.op!r}", where=f"device {self.label}",
                               hint="run it on the reference device")
         self._dtype_ok(value.dtype)
+        self._op = value.op
         fn(self, value, ins, out)
 
     def pipeline(self, key: str, source: str):
@@ -542,6 +547,7 @@ class WgpuBackend:
                 raise KernelError(f"kernel {key.split(':')[0]!r} failed to compile: {e}",
                                   where=f"device {self.label}") from e
             self._pipelines[key] = p
+            self._kernel_names[id(p)] = key.split(":")[0]
         return p
 
     def launch(self, key: str, source: str, storages: Sequence[Storage], params: bytes, groups) -> None:
@@ -590,10 +596,64 @@ class WgpuBackend:
         bg = self._bind_group(pipeline, self._param_buf, off, plen, [(s.buffer, s.offset, s.nbytes) for s in storages])
         if self._trace is not None:
             self._trace.append((pipeline, storages, param, wg))
+        if self._timing is not None:
+            p = self._timed_pass(pipeline)
         p.set_pipeline(pipeline)
         p.set_bind_group(0, bg)
         p.dispatch_workgroups(*wg)
         self.dispatches += 1
+
+
+    # ---- profiling: GPU time per dispatch from timestamp queries --------------------------------------
+    def start_timing(self) -> bool:
+        """From now on every dispatch runs in its own compute pass whose start and end are timestamped
+        (no record replay), until `stop_timing`. False (and nothing changes) without 'timestamp-query'."""
+        if "timestamp-query" not in self.features:
+            return False
+        self.flush()
+        self._timing = {"sets": [], "names": []}
+        return True
+
+    def _timed_pass(self, pipeline):
+        t = self._timing
+        k = len(t["names"])
+        if k % QUERY_PAIRS == 0:
+            t["sets"].append(self.device.create_query_set(type="timestamp", count=2 * QUERY_PAIRS))
+        if self._pass is not None:
+            self._pass.end()
+        if self._encoder is None:
+            self._encoder = self.device.create_command_encoder()
+        j = 2 * (k % QUERY_PAIRS)
+        self._pass = self._encoder.begin_compute_pass(timestamp_writes={
+            "query_set": t["sets"][-1], "beginning_of_pass_write_index": j, "end_of_pass_write_index": j + 1})
+        t["names"].append((self._kernel_names.get(id(pipeline), "?"), self._op))
+        return self._pass
+
+    def stop_timing(self) -> list[tuple[str, str, float]]:
+        """(kernel, op, GPU seconds) of every dispatch since `start_timing`, in order; timing ends."""
+        t, self._timing = self._timing, None
+        if t is None:
+            return []
+        self.flush()
+        times: list[float] = []
+        n = len(t["names"])
+        for i, qs in enumerate(t["sets"]):
+            count = 2 * min(QUERY_PAIRS, n - i * QUERY_PAIRS)
+            res = self.device.create_buffer(size=8 * count, usage=0x0200 | 0x0004)     # QUERY_RESOLVE | COPY_SRC
+            out = self.device.create_buffer(size=8 * count, usage=0x0001 | 0x0008)     # MAP_READ | COPY_DST
+            enc = self.device.create_command_encoder()
+            enc.resolve_query_set(qs, 0, count, res, 0)
+            enc.copy_buffer_to_buffer(res, 0, out, 0, 8 * count)
+            self.queue.submit([enc.finish()])
+            out.map_sync("READ")
+            ticks = np.frombuffer(bytes(out.read_mapped()), np.uint64).astype(np.int64)
+            out.unmap()
+            out.destroy()
+            res.destroy()
+            qs.destroy()
+            # nanoseconds (WebGPU's unit); a pass the driver reordered reads 0, not a negative time
+            times.extend(max(0, int(e - b)) * 1e-9 for b, e in zip(ticks[0::2], ticks[1::2]))
+        return [(k, op, s) for (k, op), s in zip(t["names"], times)]
 
 
 FAST_MAX = 64   # resolved replays kept (one per program and set of root buffers)
@@ -638,6 +698,9 @@ class _FakeBuffer:
         _FakeBuffer._next[0] += 1
         self.uid = -_FakeBuffer._next[0]
         self.size = getattr(like, "size", 0)
+
+
+QUERY_PAIRS = 2048      # dispatches per timestamp query set (WebGPU allows 4096 queries a set)
 
 
 def _signature(roots) -> tuple:

@@ -1,0 +1,183 @@
+"""Measured time per kernel over a few training steps of a spec (or of a recorded run's own spec).
+
+Why measured: the plan says what a step dispatches and how much memory it holds, not where its time goes.
+On wgpu every dispatch runs in its own compute pass whose start and end are timestamped on the GPU (the
+adapter must grant 'timestamp-query'; without it the profile says so and times nothing per kernel). On the
+reference path each dispatch is timed on the host clock, op by op (the compiled replay would fold the
+ops into one call). The step time beside it is the wall time of the whole step as the loop takes it
+(inputs, the step Program, the loss read), so the kernels' share of it shows the host overhead too.
+
+    profile_spec(spec, steps=3)          -> dict (kernels: name, calls, total_ms, share, mean_us)
+    profile_run(run_id, store=...)       -> the same for a recorded run's spec
+    profile_text(prof), profile_html(prof)
+"""
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+from ..errors import ProfileError, ScellisError
+from ..spec import Spec
+from .records import open_store
+from .run import Run, stored_memory_data
+
+
+def profile_spec(spec, *, device=None, steps: int = 3, warmup: int = 2, top: int = 12, data: dict | None = None,
+                 tier: str | None = None, run_id: str | None = None) -> dict:
+    """Train `warmup` steps, then time `steps` more kernel by kernel; returns the profile as a dict."""
+    for name, v, lo in (("steps", steps, 1), ("warmup", warmup, 1), ("top", top, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ProfileError(f"{name}={v!r} must be an integer >= {lo}", where="profile",
+                               hint="warm-up steps compile the kernels; they are not timed")
+    run = Run(Spec.of(spec, data), device=device, steps=warmup + steps, eval_every=0, tier=tier)
+    be = run.impl
+    batches = _batches(run)
+    for _ in range(warmup):
+        run._one_step(*next(batches))
+    timed: list[tuple[str, str, float]] = []
+    step_s: list[float] = []
+    gpu = run.device.backend != "reference"
+    method = "host clock per dispatch (reference path, op by op)"
+    if gpu:
+        method = "GPU timestamp queries, one compute pass per dispatch"
+        if not be.start_timing():
+            method = "none: the adapter does not grant 'timestamp-query'"
+            gpu = None
+        else:
+            be.stop_timing()
+    for _ in range(steps):
+        x, y = next(batches)
+        if gpu:
+            be.start_timing()
+            t0 = time.perf_counter()
+            run._one_step(x, y)                    # its loss read waits for the GPU
+            step_s.append(time.perf_counter() - t0)
+            timed.extend(be.stop_timing())
+        elif gpu is None:
+            t0 = time.perf_counter()
+            run._one_step(x, y)
+            step_s.append(time.perf_counter() - t0)
+        else:
+            got: list = []
+            with _host_timed(be, got):
+                t0 = time.perf_counter()
+                run._one_step(x, y)
+                step_s.append(time.perf_counter() - t0)
+            timed.extend(got)
+    return _summary(run, timed, step_s, steps, top, method, run_id)
+
+
+def profile_run(run_id: str, *, store=None, device=None, steps: int = 3, warmup: int = 2, top: int = 12) -> dict:
+    """`profile_spec` of a recorded run's own spec (from the store's text), at its tier, on its device unless
+    told otherwise."""
+    st = open_store(store, create=False)
+    rec = st.get_run(run_id)
+    text = st.spec_text(rec.spec_hash) if rec.spec_hash else None
+    if text is None:
+        raise ProfileError(f"run {rec.id} has no spec in the store (spec {str(rec.spec_hash or '-')[:12]})",
+                           where=f"run {rec.id}", hint="profile the spec file instead: sc.profile_spec(path)")
+    ex = rec.extra or {}
+    try:
+        spec = Spec.from_text(text, source=ex.get("spec_source") or "<stored spec>", base_dir=ex.get("base_dir"),
+                              data=stored_memory_data(st, ex.get("memory_data")))
+    except ScellisError as e:
+        raise ProfileError(f"run {rec.id}'s spec cannot be rebuilt: {e.diagnostic.message}", where=f"run {rec.id}",
+                           hint=e.diagnostic.hint) from e
+    dev = device or (rec.device or {}).get("backend") or None
+    return profile_spec(spec, device=dev, steps=steps, warmup=warmup, top=top, tier=rec.tier, run_id=rec.id)
+
+
+def _batches(run: Run):
+    while True:
+        yield from run.loader
+
+
+class _host_timed:
+    """The reference backend dispatching op by op, each dispatch timed on the host clock into `got`."""
+
+    def __init__(self, be, got: list):
+        self.be, self.got = be, got
+
+    def __enter__(self):
+        be, got, inner = self.be, self.got, type(self.be).dispatch
+        self.replay = getattr(be, "replay", None)
+        be.replay = False
+
+        def timed(value, ins, out, prog):
+            t0 = time.perf_counter()
+            inner(be, value, ins, out, prog)
+            got.append((value.op, value.op, time.perf_counter() - t0))
+        be.dispatch = timed                 # the instance's own: the class (and other runs) stay untouched
+        return self
+
+    def __exit__(self, *exc) -> None:
+        del self.be.dispatch
+        if self.replay is not None:
+            self.be.replay = self.replay
+
+
+def _summary(run: Run, timed: list, step_s: list, steps: int, top: int, method: str, run_id) -> dict:
+    by: dict[str, dict[str, Any]] = {}
+    for kernel, op, s in timed:
+        r = by.setdefault(kernel, {"name": kernel, "calls": 0, "total_ms": 0.0, "ops": set()})
+        r["calls"] += 1
+        r["total_ms"] += s * 1e3
+        r["ops"].add(op)
+    step_ms = 1e3 * sum(step_s) / max(1, len(step_s))
+    all_ms = step_ms * steps
+    rows = sorted(by.values(), key=lambda r: -r["total_ms"])
+    for r in rows:
+        r["ops"] = sorted(r["ops"])
+        r["share"] = r["total_ms"] / all_ms if all_ms else 0.0
+        r["mean_us"] = 1e3 * r["total_ms"] / r["calls"]
+        r["calls_per_step"] = r["calls"] / steps
+    d = run.device
+    return {"spec": run.spec.name, "run": run_id, "device": f"{d.backend}:{d.name}", "method": method,
+            "steps": steps, "batch_size": run.batch_size, "step_ms": step_ms,
+            "kernel_ms": sum(r["total_ms"] for r in rows) / steps, "dispatches": len(timed) / steps,
+            "kernels": rows[:top], "kernels_total": len(rows)}
+
+
+def profile_text(prof: dict) -> str:
+    """The profile as a table: the top kernels by total time over the profiled steps."""
+    head = (f"profile of {prof['spec']}" + (f" (run {prof['run']})" if prof.get("run") else "") +
+            f": {prof['steps']} steps of batch {prof['batch_size']} on {prof['device']}, "
+            f"{prof['step_ms']:.3f} ms a step, {prof['dispatches']:.0f} dispatches a step")
+    lines = [head, f"timing: {prof['method']}"]
+    if not prof["kernels"]:
+        lines.append("no kernel was timed")
+        return "\n".join(lines)
+    share = prof["kernel_ms"] / prof["step_ms"] if prof["step_ms"] else 0.0
+    lines.append(f"kernels: {prof['kernel_ms']:.3f} ms a step ({100 * share:.1f}% of the step; the rest is host "
+                 "work around the kernels)")
+    lines.append(f"  {'kernel':<24}{'calls':>8}{'total ms':>11}{'% of step':>11}{'mean us':>10}"
+                 f"   (calls and ms: all {prof['steps']} timed steps)")
+    for r in prof["kernels"]:
+        lines.append(f"  {r['name']:<24}{r['calls']:>8}{r['total_ms']:>11.3f}{100 * r['share']:>10.1f}%"
+                     f"{r['mean_us']:>10.1f}")
+    if prof["kernels_total"] > len(prof["kernels"]):
+        lines.append(f"  ... {prof['kernels_total'] - len(prof['kernels'])} more kernels")
+    return "\n".join(lines)
+
+
+def profile_html(prof: dict) -> str:
+    """A static bar chart of the top kernels' share of the step (no script), with the table's numbers."""
+    esc = html.escape
+    rows = []
+    for r in prof["kernels"]:
+        w = max(0.5, min(100.0, 100 * r["share"]))
+        rows.append(
+            f'<tr><td style="font-family:monospace;padding-right:8px">{esc(r["name"])}</td>'
+            f'<td style="width:320px"><div title="{esc(", ".join(r["ops"]))}" style="background:#4c78a8;'
+            f'height:12px;width:{w:.1f}%"></div></td>'
+            f'<td style="text-align:right;padding-left:8px">{100 * r["share"]:.1f}%</td>'
+            f'<td style="text-align:right;padding-left:8px">{r["total_ms"]:.3f} ms</td>'
+            f'<td style="text-align:right;padding-left:8px">{r["calls"]} calls</td>'
+            f'<td style="text-align:right;padding-left:8px">{r["mean_us"]:.1f} us</td></tr>')
+    head = esc(profile_text(prof).split("\n")[0])
+    return (f'<div class="scellis-profile"><div><b>{head}</b></div><div>{esc(prof["method"])}</div>'
+            f'<table style="border-collapse:collapse">{"".join(rows)}</table></div>')
+
+
+__all__ = ["profile_spec", "profile_run", "profile_text", "profile_html"]
