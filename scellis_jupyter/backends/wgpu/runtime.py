@@ -55,6 +55,17 @@ WEBGPU_DEFAULT_LIMITS = {
 }
 
 
+def subgroups_wanted() -> bool:
+    """SCELLIS_WGPU_SUBGROUPS=off opens the device without the `subgroup` feature, so the kernels take
+    their workgroup-memory paths (as on an adapter that lacks it); anything else asks for it when granted."""
+    v = os.environ.get("SCELLIS_WGPU_SUBGROUPS", "on").strip().lower()
+    if v in ("off", "0", "false", "no"):
+        return False
+    if v not in ("on", "1", "true", "yes", ""):
+        raise DeviceError(f"SCELLIS_WGPU_SUBGROUPS={v!r} is neither 'on' nor 'off'", where="environment")
+    return True
+
+
 def requested_limits(adapter_limits) -> dict:
     """The limits to open the device with: the adapter's best, or WebGPU's defaults when
     SCELLIS_WGPU_LIMITS=default."""
@@ -82,7 +93,8 @@ class WgpuBackend:
                                                                    "backend_type")) or label
         self.tier: str | None = None     # the tier of the program being run (launchers may branch on it)
         feats = set(adapter.features)
-        want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats]
+        want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats
+                and (f != "subgroup" or subgroups_wanted())]
         required = requested_limits(adapter.limits)
         try:
             self.device = adapter.request_device_sync(required_features=want, required_limits=required)
@@ -94,6 +106,8 @@ class WgpuBackend:
         self.max_buffer = int(self.limits["max-buffer-size"])
         self.binding_limit = env_binding_limit(int(self.limits["max-storage-buffer-binding-size"]))
         self.has_f16 = "shader-f16" in self.features
+        # kernels with a subgroup path pick it when their pipeline is built (their cache keys say which)
+        self.subgroups = "subgroup" in self.features
         self.offset_align = int(self.limits.get("min-storage-buffer-offset-alignment", 256))
         self._pipelines: dict = {}
         self._bind_groups: dict = {}
@@ -123,6 +137,14 @@ class WgpuBackend:
             self.device.lost.then(lambda info: setattr(self, "_lost", info)) if hasattr(self.device.lost, "then") else None
         except Exception:
             pass
+
+    def use_subgroups(self, on: bool) -> None:
+        """Switch the kernels' subgroup paths on (only where the device has the feature) or off, and forget
+        recorded programs so that none replays a pipeline built for the other path (tests run both)."""
+        self.flush()
+        self.subgroups = bool(on) and "subgroup" in self.features
+        self._records.clear()
+        self._prog_params.clear()
 
     # ---- memory -------------------------------------------------------------------------------------
     def _track(self, n: int) -> None:
