@@ -66,27 +66,55 @@ fn rowsum(v: f32, lid: u32, k: u32, lanes: u32, unused: u32) -> f32 {
 #endif
 
 #if RMS
-// (sum of x^2 over this invocation's chunks k, k + lanes, ..)
+// (sum of x^2 over this invocation's chunks k, k + lanes, ..; four loads in flight)
 fn stats(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> {
   var s = 0.0;
-  for (var r = k; r < n; r = r + lanes) {
+  var r = k;
+  for (; r + 3u * lanes < n; r = r + 4u * lanes) {
+    let a = {{CT}}(x[xb + r]);
+    let b1 = {{CT}}(x[xb + r + lanes]);
+    let c = {{CT}}(x[xb + r + 2u * lanes]);
+    let d = {{CT}}(x[xb + r + 3u * lanes]);
+    s = s + ((hsum(a * a) + hsum(b1 * b1)) + (hsum(c * c) + hsum(d * d)));
+  }
+  for (; r < n; r = r + lanes) {
     let c = {{CT}}(x[xb + r]);
     s = s + hsum(c * c);
   }
   return vec3<f32>(s, 0.0, 0.0);
 }
 #else
-// (count, mean, M2) of this invocation's chunks k, k + lanes, .. (each chunk's own mean and M2 merged in)
+// a group of `cn` values with mean gm and M2 gq merged into (count, mean, M2) (Chan et al.)
+fn welford(st: vec3<f32>, cn: f32, gm: f32, gq: f32) -> vec3<f32> {
+  let cnt = st.x + cn;
+  let delta = gm - st.y;
+  let f = cn / cnt;
+  return vec3<f32>(cnt, st.y + delta * f, st.z + gq + delta * delta * st.x * f);
+}
+
+// (count, mean, M2) of this invocation's chunks k, k + lanes, .. (four at a time: their own mean and
+// M2 merged in; four loads in flight)
 fn stats(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> {
   var st = vec3<f32>(0.0, 0.0, 0.0);
-  for (var r = k; r < n; r = r + lanes) {
+  var r = k;
+  for (; r + 3u * lanes < n; r = r + 4u * lanes) {
+    let a = {{CT}}(x[xb + r]);
+    let b1 = {{CT}}(x[xb + r + lanes]);
+    let c = {{CT}}(x[xb + r + 2u * lanes]);
+    let d = {{CT}}(x[xb + r + 3u * lanes]);
+    let gm = ((hsum(a) + hsum(b1)) + (hsum(c) + hsum(d))) / (4.0 * CN);
+    let g = {{CT}}(gm);
+    let da = a - g;
+    let db = b1 - g;
+    let dc = c - g;
+    let dd = d - g;
+    st = welford(st, 4.0 * CN, gm, (hsum(da * da) + hsum(db * db)) + (hsum(dc * dc) + hsum(dd * dd)));
+  }
+  for (; r < n; r = r + lanes) {
     let c = {{CT}}(x[xb + r]);
     let cm = hsum(c) / CN;
     let dc = c - {{CT}}(cm);
-    let cnt = st.x + CN;
-    let delta = cm - st.y;
-    let f = CN / cnt;
-    st = vec3<f32>(cnt, st.y + delta * f, st.z + hsum(dc * dc) + delta * delta * st.x * f);
+    st = welford(st, CN, cm, hsum(dc * dc));
   }
   return st;
 }
@@ -108,20 +136,33 @@ fn finish(st: vec3<f32>, lid: u32, a: u32, c: u32, d: u32) -> vec2<f32> {
 #endif
 }
 
+fn y(v: {{ST}}, r: u32, sc: vec2<f32>) -> {{ST}} {
+  var t = ({{CT}}(v) - {{CT}}(sc.x)) * {{CT}}(sc.y);
+#if W
+  t = t * {{CT}}(w[P(4u) + r]);
+#endif
+#if B
+  t = t + {{CT}}(b[P(5u) + r]);
+#endif
+  return {{ST}}(t);
+}
+
 fn write(row: u32, k: u32, lanes: u32, sc: vec2<f32>) {
   let n = P(1u);
   let xb = P(2u) + row * n;
   let ob = P(3u) + row * n;
-  for (var r = k; r < n; r = r + lanes) {
-    var y = ({{CT}}(x[xb + r]) - {{CT}}(sc.x)) * {{CT}}(sc.y);
-#if W
-    y = y * {{CT}}(w[P(4u) + r]);
-#endif
-#if B
-    y = y + {{CT}}(b[P(5u) + r]);
-#endif
-    out[ob + r] = {{ST}}(y);
+  var r = k;
+  for (; r + 3u * lanes < n; r = r + 4u * lanes) {
+    let a = x[xb + r];
+    let b1 = x[xb + r + lanes];
+    let c = x[xb + r + 2u * lanes];
+    let d = x[xb + r + 3u * lanes];
+    out[ob + r] = y(a, r, sc);
+    out[ob + r + lanes] = y(b1, r + lanes, sc);
+    out[ob + r + 2u * lanes] = y(c, r + 2u * lanes, sc);
+    out[ob + r + 3u * lanes] = y(d, r + 3u * lanes, sc);
   }
+  for (; r < n; r = r + lanes) { out[ob + r] = y(x[xb + r], r, sc); }
 }
 
 #if SG

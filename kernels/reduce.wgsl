@@ -54,6 +54,21 @@ fn finish(oo: u32, v: {{CT}}) {
   out[oo] = {{OT}}(r);
 }
 
+// r = r0, r0 + step, .. < r1 folded in increasing order (four loads in flight)
+fn fold(xo: u32, r0: u32, r1: u32, step: u32) -> {{CT}} {
+  var acc: {{CT}} = {{INIT}};
+  var r = r0;
+  for (; r + 3u * step < r1; r = r + 4u * step) {
+    let a = {{CT}}(x[xo + red_offset(r)]);
+    let b = {{CT}}(x[xo + red_offset(r + step)]);
+    let c = {{CT}}(x[xo + red_offset(r + 2u * step)]);
+    let d = {{CT}}(x[xo + red_offset(r + 3u * step)]);
+    acc = comb(comb(comb(comb(acc, a), b), c), d);
+  }
+  for (; r < r1; r = r + step) { acc = comb(acc, {{CT}}(x[xo + red_offset(r)])); }
+  return acc;
+}
+
 #if SG
 // the subgroup's combined value (SGCOMB: subgroupAdd / subgroupMax, NaN kept for float max)
 fn sgcomb(v: {{CT}}) -> {{CT}} { {{SGCOMB}} }
@@ -72,10 +87,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let o = first + rr;
     if (o >= P(0u)) { break; }
     let offs = kept_offsets(o);
-    var acc: {{CT}} = {{INIT}};
-    for (var r = lane; r < n; r = r + sgs) {
-      acc = comb(acc, {{CT}}(x[offs.x + red_offset(r)]));
-    }
+    let acc = fold(offs.x, lane, n, sgs);
     let t = sgcomb(acc);
     if (lane == 0u) { finish(offs.y, t); }
   }
@@ -111,10 +123,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
   let r0 = 0u;
   let r1 = n;
 #endif
-  var acc: {{CT}} = {{INIT}};
-  for (var r = r0 + lid.x; r < r1; r = r + {{WG}}u) {
-    acc = comb(acc, {{CT}}(x[offs.x + red_offset(r)]));
-  }
+  let acc = fold(offs.x, r0 + lid.x, r1, {{WG}}u);
 #if SG
   let t = sgcomb(acc);
   if (lane == 0u) { sh[sg] = t; }

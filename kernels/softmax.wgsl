@@ -62,35 +62,54 @@ fn bases(row: u32) -> vec2<u32> {
   return vec2<u32>(P(5u) + base, P(6u) + base);
 }
 
-// invocation k of `lanes` folds chunks k, k + lanes, .. of the row at xb (two loads in flight)
+// four chunks folded into the state at once: one rescale, in the order a, b, c, d
+fn upd4(st: vec2<f32>, a: {{CT}}, b: {{CT}}, c: {{CT}}, d: {{CT}}) -> vec2<f32> {
+  let mn = fmax(st.x, fmax(fmax(hmax(a), hmax(b)), fmax(hmax(c), hmax(d))));
+  if (mn == neg_inf()) { return st; }
+  return vec2<f32>(mn, st.y * exp(st.x - mn) + hsum(ex(a, mn)) + hsum(ex(b, mn)) + hsum(ex(c, mn))
+                   + hsum(ex(d, mn)));
+}
+
+// invocation k of `lanes` folds chunks k, k + lanes, .. of the row at xb (four loads in flight)
 fn fold(xb: u32, k: u32, lanes: u32) -> vec2<f32> {
   let n = P(1u);
   let rs = P(4u);
   var st = vec2<f32>(neg_inf(), 0.0);
   var r = k;
-  for (; r + lanes < n; r = r + 2u * lanes) {
+  for (; r + 3u * lanes < n; r = r + 4u * lanes) {
     let a = ld(xb + r * rs);
     let b = ld(xb + (r + lanes) * rs);
-    st = upd(upd(st, a), b);
+    let c = ld(xb + (r + 2u * lanes) * rs);
+    let d = ld(xb + (r + 3u * lanes) * rs);
+    st = upd4(st, a, b, c, d);
   }
-  if (r < n) { st = upd(st, ld(xb + r * rs)); }
+  for (; r < n; r = r + lanes) { st = upd(st, ld(xb + r * rs)); }
   return st;
+}
+
+fn y(e: {{CT}}, st: vec2<f32>) -> {{ST}} {
+#if LOG
+  return {{ST}}(e - {{CT}}(st.x + log(st.y)));
+#else
+  return {{ST}}(ex(e, st.x) / {{CT}}(st.y));
+#endif
 }
 
 fn write(xb: u32, ob: u32, k: u32, lanes: u32, st: vec2<f32>) {
   let n = P(1u);
   let rs = P(4u);
-#if LOG
-  let lse = st.x + log(st.y);
-#endif
-  for (var r = k; r < n; r = r + lanes) {
-    let e = ld(xb + r * rs);
-#if LOG
-    out[ob + r * rs] = {{ST}}(e - {{CT}}(lse));
-#else
-    out[ob + r * rs] = {{ST}}(ex(e, st.x) / {{CT}}(st.y));
-#endif
+  var r = k;
+  for (; r + 3u * lanes < n; r = r + 4u * lanes) {
+    let a = ld(xb + r * rs);
+    let b = ld(xb + (r + lanes) * rs);
+    let c = ld(xb + (r + 2u * lanes) * rs);
+    let d = ld(xb + (r + 3u * lanes) * rs);
+    out[ob + r * rs] = y(a, st);
+    out[ob + (r + lanes) * rs] = y(b, st);
+    out[ob + (r + 2u * lanes) * rs] = y(c, st);
+    out[ob + (r + 3u * lanes) * rs] = y(d, st);
   }
+  for (; r < n; r = r + lanes) { out[ob + r * rs] = y(ld(xb + r * rs), st); }
 }
 
 #if COL

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import time
 import weakref
 from typing import Sequence
 
@@ -42,6 +43,7 @@ def env_binding_limit(granted: int) -> int:
 
 STAGING_MAX = 64 << 20   # a readback maps at most this many bytes at once
 POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full)
+FLUSH_AFTER_S = 2e-4    # a program ending on a pass open this long submits it (GPU and host overlap)
 
 # WebGPU's default limits (the spec's "default" column) that kernels depend on. Every kernel must
 # work under them (a browser grants no more without asking); SCELLIS_WGPU_LIMITS=default opens the
@@ -118,6 +120,7 @@ class WgpuBackend:
         self.staging_peak = 0
         self._encoder = None
         self._pass = None
+        self._pass_opened = 0.0
         self._mode = None
         self._params = bytearray()
         self._pending: list = []
@@ -342,6 +345,7 @@ class WgpuBackend:
             self._param_buf = self._prog_params[prog.hash][0]
             self._replay(rec[1])
             self._roots = []
+            self._flush_if_old()
             return True
         self._trace = [] if roots is not None else None
         cached = self._prog_params.get(prog.hash)
@@ -370,6 +374,14 @@ class WgpuBackend:
                 self._records[prog.hash] = (_signature(self._roots), rec)
         self._trace = None
         self._roots = []
+        self._flush_if_old()
+
+    def _flush_if_old(self) -> None:
+        """Submit the open pass at a program's end once it has been recording for FLUSH_AFTER_S: the GPU
+        then runs what is queued while the host records the next programs (a loop of short programs
+        would otherwise leave the GPU idle until the next readback, and pay host and GPU time in series)."""
+        if self._pass is not None and time.perf_counter() - self._pass_opened >= FLUSH_AFTER_S:
+            self.flush()
 
     def _to_record(self, trace):
         """Dispatches as (pipeline, [(root slot or buffer, offset, size)], param, wg); None if a binding
@@ -456,6 +468,7 @@ class WgpuBackend:
         if self._pass is None:
             self._encoder = self.device.create_command_encoder()
             self._pass = self._encoder.begin_compute_pass()
+            self._pass_opened = time.perf_counter()
         return self._pass
 
     def flush(self) -> None:

@@ -15,11 +15,11 @@ import struct
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
-from .reduce import pack_words, split_boxes
+from .reduce import pack_words, row_threads, split_boxes
 from .strided import footprint, window
 
 WG = 256
-SHORT_ROW = 256     # chunks a row of at most this many gets a subgroup (or LANES invocations), not a workgroup
+SHORT_ROW = 128     # chunks a row of at most this many gets a subgroup (or LANES invocations), not a workgroup
 RPW_SHORT = 8
 
 
@@ -63,8 +63,9 @@ def _norm(be, v, ins, out):
         flags = {"RMS": v.op == "rms_norm", "W": has_w, "B": has_b, "SG": sg, "WGROW": not short, "VEC": vec}
         rpw = RPW_SHORT if short else 1
         src = render("norm", flags=flags, ENABLE=enable_f16(d), ST=f"vec4<{t}>" if vec else t,
-                     CT="vec4<f32>" if vec else "f32", WG=WG, RPW=rpw, BBIND=3 + has_w)
-        key = f"norm:{d}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))
+                     CT="vec4<f32>" if vec else "f32", WG=WG if short else row_threads(n // q), RPW=rpw,
+                     BBIND=3 + has_w)
+        key = f"norm:{d}:{WG if short else row_threads(n // q)}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))
         wb = [offs[2] // q if has_w else 0, offs[2 + has_w] // q if has_b else 0]
         words = [sizes[0], n // q, xo // q, oo // q] + wb + [eps_bits, 0]
         be.launch(key, src, wins, pack_words(words, 8), (sizes[0] + rpw - 1) // rpw)

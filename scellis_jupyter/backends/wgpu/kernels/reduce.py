@@ -28,6 +28,15 @@ from .elementwise import fill
 MAXR = 8
 
 
+def row_threads(chunks: int) -> int:
+    """Invocations a workgroup gets for one row of `chunks` loads: about four each (four loads in flight
+    per invocation), from 64 to 256."""
+    wg = 64
+    while wg < 256 and wg * 8 <= chunks:
+        wg *= 2
+    return wg
+
+
 def pack_words(words, n: int) -> bytes:
     words = [int(w) & 0xFFFFFFFF for w in words]
     words += [0] * (n - len(words))
@@ -166,7 +175,7 @@ def _dispatch(be, op, od, xd, ct, comb, init, words, wins, n_o, R, sg, pieces) -
     """One reduce dispatch: the layout from R (and the subgroup switch), its pipeline, its groups."""
     row = R > 16 or pieces > 1
     subrow = sg and row and pieces == 1 and R <= SUBROW_MAX
-    wg = 256 if (R >= 1024 or subrow or pieces > 1) else 64
+    wg = 256 if (subrow or pieces > 1) else row_threads(R) if row else 64
     flags = {"ROW": row, "SG": sg and row, "SUBROW": subrow, "SPLIT": pieces > 1}
     sgcomb = ""
     if flags["SG"]:
@@ -184,5 +193,5 @@ def _dispatch(be, op, od, xd, ct, comb, init, words, wins, n_o, R, sg, pieces) -
     be.launch(key, src, wins, words, groups)
 
 
-SUBROW_MAX = 1024       # with subgroups, reduced boxes up to this long get a subgroup an output
+SUBROW_MAX = 256        # with subgroups, reduced boxes up to this long get a subgroup an output
 SUBROW_RPW = 8

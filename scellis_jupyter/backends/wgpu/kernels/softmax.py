@@ -17,11 +17,11 @@ import math
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
-from .reduce import pack_words, split_boxes
+from .reduce import pack_words, row_threads, split_boxes
 from .strided import footprint, window
 
 WG = 256
-SHORT_ROW = 256     # chunks (vec4 or scalar) a row of at most this many gets a subgroup, not a workgroup
+SHORT_ROW = 128     # chunks (vec4 or scalar) a row of at most this many gets a subgroup, not a workgroup
 RPW_SHORT = 8       # rows a workgroup takes in that case (one a subgroup at subgroup size 32)
 
 
@@ -31,8 +31,9 @@ def plan(R: int, inner: int, nrows: int, vec: bool, subgroups: bool) -> dict:
         return {"COL": True, "SG": False, "WGROW": False, "VEC": False, "WG": 64, "RPW": 1}
     chunks = R // 4 if vec else R
     short = chunks <= SHORT_ROW
-    return {"COL": False, "SG": subgroups, "WGROW": not short, "VEC": vec, "WG": WG,
-            "RPW": RPW_SHORT if short else 1}
+    return {"COL": False, "SG": subgroups, "WGROW": not short, "VEC": vec,
+            "WG": WG if short else row_threads(chunks), "RPW": RPW_SHORT if short else 1}
+
 
 
 @launcher("softmax", "log_softmax")
