@@ -129,7 +129,8 @@ class WgpuBackend:
         self._records: dict = {}        # program hash -> Record: its dispatches in terms of root slots
         self._trace: list | None = None
         self._roots: list = []
-        self._pool: list = []           # output buffers, reused once nothing but the pool refers to them
+        self._pool: dict = {}           # size -> output buffers, reused once nothing but the pool refers to them
+        self._pool_n = 0
         self._scratch: dict = {}        # uid -> buffer the backend keeps for launchers (replayable bindings)
         self._scratch_by_name: dict = {}
         self._dry: dict = {}            # program hash -> (uniform block bytes, scratch bytes by name), planned
@@ -191,6 +192,7 @@ class WgpuBackend:
             self.flush()
             if self._arena is not None:      # the old arena goes before the new one comes (never both held)
                 self._bind_groups.clear()
+                self._forget_replay_groups()
                 self._arena = None
             self._arena = self._buffer(self.arena_bytes(nbytes))
             self._arena_size = self._arena.size
@@ -218,19 +220,23 @@ class WgpuBackend:
         (written only by kernels queued after every earlier use, so reuse is ordered), else a new one."""
         self._dtype_ok(dtype)
         size = self.alloc_bytes(nbytes)
-        pool = self._pool
-        for i in range(len(pool)):
-            if pool[i].size == size and sys.getrefcount(pool[i]) <= 2:   # the pool's and the call's
-                b = pool.pop(i)
-                pool.append(b)
-                return Storage(self, b, 0, tuple(shape), dtype, nbytes)
+        same = self._pool.get(size)          # by size: a lookup does not walk every pooled buffer
+        if same:
+            for i in range(len(same)):
+                if sys.getrefcount(same[i]) <= 2:   # the pool's and the call's
+                    b = same.pop(i)
+                    same.append(b)
+                    return Storage(self, b, 0, tuple(shape), dtype, nbytes)
         b = self._buffer(nbytes)
-        if len(pool) >= POOL_MAX:
-            free = [i for i in range(len(pool)) if sys.getrefcount(pool[i]) <= 2]
-            for i in reversed(free[: max(1, len(free) // 2)]):
-                del pool[i]
-        if len(pool) < POOL_MAX:
-            pool.append(b)
+        if self._pool_n >= POOL_MAX:
+            free = [(sz, x) for sz, lst in self._pool.items() for x in lst if sys.getrefcount(x) <= 3]
+            for sz, x in free[: max(1, len(free) // 2)]:
+                self._pool[sz].remove(x)
+                self._pool_n -= 1
+            del free
+        if self._pool_n < POOL_MAX:
+            self._pool.setdefault(size, []).append(b)
+            self._pool_n += 1
         return Storage(self, b, 0, tuple(shape), dtype, nbytes)
 
     def from_numpy(self, arr: np.ndarray, dtype: str) -> Storage:
@@ -343,7 +349,7 @@ class WgpuBackend:
         rec = self._records.get(prog.hash)
         if rec is not None and rec[0] == sig and not os.environ.get("SCELLIS_CHECK_INDICES"):
             self._param_buf = self._prog_params[prog.hash][0]
-            self._replay(rec[1])
+            self._replay(rec[1], rec[2])
             self._roots = []
             self._flush_if_old()
             return True
@@ -371,7 +377,7 @@ class WgpuBackend:
         if self._trace is not None and mode is not None:
             rec = self._to_record(self._trace)
             if rec is not None:
-                self._records[prog.hash] = (_signature(self._roots), rec)
+                self._records[prog.hash] = (_signature(self._roots), rec, {})
         self._trace = None
         self._roots = []
         self._flush_if_old()
@@ -402,17 +408,30 @@ class WgpuBackend:
             out.append((pipeline, tuple(binds), param, wg))
         return out
 
-    def _replay(self, record) -> None:
+    def _replay(self, record, memo: dict) -> None:
         p = self._open_pass()
         roots = self._roots
         pbuf = self._param_buf
-        for pipeline, binds, (off, plen), wg in record:
-            bg = self._bind_group(pipeline, pbuf, off, plen,
-                                  [(roots[k].buffer if type(k) is int else k, o, n) for k, o, n in binds])
+        # the same record over the same root buffers binds the same groups: looked up once a replay
+        mkey = (pbuf.uid,) + tuple(r.buffer.uid for r in roots)
+        bgs = memo.get(mkey)
+        if bgs is None:
+            bgs = [self._bind_group(pipeline, pbuf, off, plen,
+                                    [(roots[k].buffer if type(k) is int else k, o, n) for k, o, n in binds])
+                   for pipeline, binds, (off, plen), wg in record]
+            if len(memo) > 16:
+                memo.clear()
+            memo[mkey] = bgs
+        for (pipeline, _, _, wg), bg in zip(record, bgs):
             p.set_pipeline(pipeline)
             p.set_bind_group(0, bg)
             p.dispatch_workgroups(*wg)
         self.dispatches += len(record)
+
+    def _forget_replay_groups(self) -> None:
+        """Drop the bind groups records keep per root buffers (with the cache's, so old buffers can go)."""
+        for r in self._records.values():
+            r[2].clear()
 
     def _bind_group(self, pipeline, pbuf, off: int, plen: int, binds):
         """The (cached) bind group: the uniform window at `off`, then (buffer, offset, nbytes) storages."""
@@ -426,6 +445,7 @@ class WgpuBackend:
             if len(self._bind_groups) > 8192:   # eager outputs are new buffers: keep the cache bounded
                 for k in list(self._bind_groups)[:4096]:
                     del self._bind_groups[k]
+                self._forget_replay_groups()
             self._bind_groups[key] = bg
         return bg
 
