@@ -117,8 +117,13 @@ def time_loop(run, sync, iters: int, warmup: int, budget_s: float) -> float:
     t0 = time.perf_counter()
     for _ in range(n):
         run()
+    t1 = time.perf_counter()
     sync()
+    LAST_HOST[0] = (t1 - t0) / n        # host time to issue one run (the rest is waiting for the device)
     return (time.perf_counter() - t0) / n
+
+
+LAST_HOST = [0.0]
 
 
 def torch_time(ctx: Ctx, fn, iters, warmup, budget_s):
@@ -138,7 +143,7 @@ def row(op, dtype, shape, sec, work, unit, tsec=None, err=None, note="") -> dict
             return work / t / 1e9
         return t / work * 1e6          # us per op (dispatch benchmark): lower is better
     r = {"op": op, "dtype": dtype, "shape": shape, "wgpu_ms": sec * 1e3, "wgpu_rate": rate(sec), "unit": unit,
-         "err": err, "note": note}
+         "err": err, "note": note, "host_ms": LAST_HOST[0] * 1e3}
     if tsec is not None:
         r.update(torch_ms=tsec * 1e3, torch_rate=rate(tsec))
     print(fmt_row(r), flush=True)
@@ -437,6 +442,7 @@ def fmt_row(r: dict) -> str:
     t = (f"  torch {r['torch_rate']:9.4g} {r['unit']} {r['torch_ms']:9.3f} ms  wgpu/torch speed {_ratio(r)}"
          if "torch_rate" in r else "  torch -")
     e = f"  err {r['err']:.2g}" if r.get("err") is not None else ""
+    e += f"  (wgpu host {r['host_ms']:.3f} ms/run)" if r.get("host_ms") else ""
     return (f"{r['op']:18s} {r['dtype']:4s} {r['shape']:>22s}  wgpu {r['wgpu_rate']:9.4g} {r['unit']} "
             f"{r['wgpu_ms']:9.3f} ms{t}{e}")
 
