@@ -5,7 +5,10 @@ leaving up to 8 kept and 8 reduced (size, stride) pairs, so any set of axes is o
 output walks its reduced sub-box by an index decomposition (no scratch, no transposes).
 Determinism: each thread folds its r = lid, lid + WG, ... in increasing order, then a tree of fixed
 shape in workgroup memory; no atomics, so the bits depend only on the shapes (and the binding limit).
-Small reduced extents (R <= 16) use one thread per output folding r = 0 .. R-1 instead.
+Small reduced extents (R <= 16) use one thread per output folding r = 0 .. R-1 instead. With subgroups
+(`be.subgroups`, chosen when the pipeline is built) a workgroup row combines its subgroups' values in
+order, and reduced boxes of at most SUBROW_MAX take a subgroup an output. Few outputs of long boxes
+(split_pieces) reduce in two stages through a scratch row: fixed pieces, then that row, in order.
 Accumulation: f32 for f32/f16 inputs (f16 rounds once on store), i32 for integer sums (wrapping).
 Splitting: the (kept + reduced) box is halved until every binding fits `be.binding_limit`, kept dims
 first; only when one output's reduced box alone does not fit are reduced dims split, and the partial
