@@ -11,17 +11,25 @@
 // bias binds at BBIND: 3, or 4 after a weight).
 // f16 storage computes in f32 and rounds once on store.
 {{ENABLE}}
+// ST: the storage type a binding holds, CT: what it computes in
+#if VEC
+alias ST = vec4<{{T}}>;
+alias CT = vec4<f32>;
+#else
+alias ST = {{T}};
+alias CT = f32;
+#endif
 struct Params { q: array<vec4<u32>, 2> }
 // q words (in chunks: vec4 units with VEC): 0 nrows, 1 n, 2 x_base, 3 out_base, 4 w_base, 5 b_base,
 // 6 eps (f32 bits)
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<{{ST}}>;
-@group(0) @binding(2) var<storage, read_write> x: array<{{ST}}>;
+@group(0) @binding(1) var<storage, read_write> out: array<ST>;
+@group(0) @binding(2) var<storage, read_write> x: array<ST>;
 #if W
-@group(0) @binding(3) var<storage, read_write> w: array<{{ST}}>;
+@group(0) @binding(3) var<storage, read_write> w: array<ST>;
 #endif
 #if B
-@group(0) @binding({{BBIND}}) var<storage, read_write> b: array<{{ST}}>;
+@group(0) @binding({{BBIND}}) var<storage, read_write> b: array<ST>;
 #endif
 
 fn P(i: u32) -> u32 { return p.q[i / 4u][i % 4u]; }
@@ -71,14 +79,14 @@ fn stats(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> {
   var s = 0.0;
   var r = k;
   for (; r + 3u * lanes < n; r = r + 4u * lanes) {
-    let a = {{CT}}(x[xb + r]);
-    let b1 = {{CT}}(x[xb + r + lanes]);
-    let c = {{CT}}(x[xb + r + 2u * lanes]);
-    let d = {{CT}}(x[xb + r + 3u * lanes]);
+    let a = CT(x[xb + r]);
+    let b1 = CT(x[xb + r + lanes]);
+    let c = CT(x[xb + r + 2u * lanes]);
+    let d = CT(x[xb + r + 3u * lanes]);
     s = s + ((hsum(a * a) + hsum(b1 * b1)) + (hsum(c * c) + hsum(d * d)));
   }
   for (; r < n; r = r + lanes) {
-    let c = {{CT}}(x[xb + r]);
+    let c = CT(x[xb + r]);
     s = s + hsum(c * c);
   }
   return vec3<f32>(s, 0.0, 0.0);
@@ -98,12 +106,12 @@ fn stats(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> {
   var st = vec3<f32>(0.0, 0.0, 0.0);
   var r = k;
   for (; r + 3u * lanes < n; r = r + 4u * lanes) {
-    let a = {{CT}}(x[xb + r]);
-    let b1 = {{CT}}(x[xb + r + lanes]);
-    let c = {{CT}}(x[xb + r + 2u * lanes]);
-    let d = {{CT}}(x[xb + r + 3u * lanes]);
+    let a = CT(x[xb + r]);
+    let b1 = CT(x[xb + r + lanes]);
+    let c = CT(x[xb + r + 2u * lanes]);
+    let d = CT(x[xb + r + 3u * lanes]);
     let gm = ((hsum(a) + hsum(b1)) + (hsum(c) + hsum(d))) / (4.0 * CN);
-    let g = {{CT}}(gm);
+    let g = CT(gm);
     let da = a - g;
     let db = b1 - g;
     let dc = c - g;
@@ -111,9 +119,9 @@ fn stats(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> {
     st = welford(st, 4.0 * CN, gm, (hsum(da * da) + hsum(db * db)) + (hsum(dc * dc) + hsum(dd * dd)));
   }
   for (; r < n; r = r + lanes) {
-    let c = {{CT}}(x[xb + r]);
+    let c = CT(x[xb + r]);
     let cm = hsum(c) / CN;
-    let dc = c - {{CT}}(cm);
+    let dc = c - CT(cm);
     st = welford(st, CN, cm, hsum(dc * dc));
   }
   return st;
@@ -136,15 +144,15 @@ fn finish(st: vec3<f32>, lid: u32, a: u32, c: u32, d: u32) -> vec2<f32> {
 #endif
 }
 
-fn y(v: {{ST}}, r: u32, sc: vec2<f32>) -> {{ST}} {
-  var t = ({{CT}}(v) - {{CT}}(sc.x)) * {{CT}}(sc.y);
+fn y(v: ST, r: u32, sc: vec2<f32>) -> ST {
+  var t = (CT(v) - CT(sc.x)) * CT(sc.y);
 #if W
-  t = t * {{CT}}(w[P(4u) + r]);
+  t = t * CT(w[P(4u) + r]);
 #endif
 #if B
-  t = t + {{CT}}(b[P(5u) + r]);
+  t = t + CT(b[P(5u) + r]);
 #endif
-  return {{ST}}(t);
+  return ST(t);
 }
 
 fn write(row: u32, k: u32, lanes: u32, sc: vec2<f32>) {

@@ -14,12 +14,20 @@
 //   VEC        rows are contiguous with R and both bases multiples of 4: x and out bind as vec4.
 // Every reduction order is fixed by the shapes and the subgroup size (no atomics): deterministic.
 {{ENABLE}}
+// ST: the storage type a binding holds, CT: what it computes in
+#if VEC
+alias ST = vec4<{{T}}>;
+alias CT = vec4<f32>;
+#else
+alias ST = {{T}};
+alias CT = f32;
+#endif
 struct Params { q: array<vec4<u32>, 4> }
 // q words (in chunks: vec4 units with VEC, elements otherwise): 0 nrows (of this box), 1 R,
 // 2 box inner size, 3 outer stride, 4 r stride, 5 x_base, 6 out_base
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<{{ST}}>;
-@group(0) @binding(2) var<storage, read_write> x: array<{{ST}}>;
+@group(0) @binding(1) var<storage, read_write> out: array<ST>;
+@group(0) @binding(2) var<storage, read_write> x: array<ST>;
 
 fn P(i: u32) -> u32 { return p.q[i / 4u][i % 4u]; }
 
@@ -41,7 +49,7 @@ fn ex(v: f32, m: f32) -> f32 { return exp(v - m); }
 #endif
 
 // one chunk folded into the state (m, s); while m is -inf every value so far is -inf and s stays 0
-fn upd(st: vec2<f32>, c: {{CT}}) -> vec2<f32> {
+fn upd(st: vec2<f32>, c: CT) -> vec2<f32> {
   let mn = fmax(st.x, hmax(c));
   if (mn == neg_inf()) { return st; }
   return vec2<f32>(mn, st.y * exp(st.x - mn) + hsum(ex(c, mn)));
@@ -63,7 +71,7 @@ fn bases(row: u32) -> vec2<u32> {
 }
 
 // four chunks folded into the state at once: one rescale, in the order a, b, c, d
-fn upd4(st: vec2<f32>, a: {{CT}}, b: {{CT}}, c: {{CT}}, d: {{CT}}) -> vec2<f32> {
+fn upd4(st: vec2<f32>, a: CT, b: CT, c: CT, d: CT) -> vec2<f32> {
   let mn = fmax(st.x, fmax(fmax(hmax(a), hmax(b)), fmax(hmax(c), hmax(d))));
   if (mn == neg_inf()) { return st; }
   return vec2<f32>(mn, st.y * exp(st.x - mn) + hsum(ex(a, mn)) + hsum(ex(b, mn)) + hsum(ex(c, mn))
@@ -87,11 +95,11 @@ fn fold(xb: u32, k: u32, lanes: u32) -> vec2<f32> {
   return st;
 }
 
-fn y(e: {{CT}}, st: vec2<f32>) -> {{ST}} {
+fn y(e: CT, st: vec2<f32>) -> ST {
 #if LOG
-  return {{ST}}(e - {{CT}}(st.x + log(st.y)));
+  return ST(e - CT(st.x + log(st.y)));
 #else
-  return {{ST}}(ex(e, st.x) / {{CT}}(st.y));
+  return ST(ex(e, st.x) / CT(st.y));
 #endif
 }
 

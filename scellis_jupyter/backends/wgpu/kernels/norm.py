@@ -62,10 +62,9 @@ def _norm(be, v, ins, out):
         short = n // q <= SHORT_ROW
         flags = {"RMS": v.op == "rms_norm", "W": has_w, "B": has_b, "SG": sg, "WGROW": not short, "VEC": vec}
         rpw = RPW_SHORT if short else 1
-        src = render("norm", flags=flags, ENABLE=enable_f16(d), ST=f"vec4<{t}>" if vec else t,
-                     CT="vec4<f32>" if vec else "f32", WG=WG if short else row_threads(n // q), RPW=rpw,
-                     BBIND=3 + has_w)
-        key = f"norm:{d}:{WG if short else row_threads(n // q)}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))
+        wg = WG if short else row_threads(n // q)
+        src = render("norm", flags=flags, ENABLE=enable_f16(d), T=t, WG=wg, RPW=rpw, BBIND=3 + has_w)
+        key = f"norm:{d}:{wg}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))
         wb = [offs[2] // q if has_w else 0, offs[2 + has_w] // q if has_b else 0]
         words = [sizes[0], n // q, xo // q, oo // q] + wb + [eps_bits, 0]
         be.launch(key, src, wins, pack_words(words, 8), (sizes[0] + rpw - 1) // rpw)

@@ -70,8 +70,7 @@ def _softmax(be, v, ins, out):
         t = WGSL_TYPE[d]
         src = render("softmax", flags={"LOG": v.op == "log_softmax", "COL": k["COL"], "SG": k["SG"],
                                        "WGROW": k["WGROW"], "VEC": k["VEC"]},
-                     ENABLE=enable_f16(d), ST=f"vec4<{t}>" if k["VEC"] else t,
-                     CT="vec4<f32>" if k["VEC"] else "f32", WG=k["WG"], RPW=k["RPW"])
+                     ENABLE=enable_f16(d), T=t, WG=k["WG"], RPW=k["RPW"])
         key = "softmax:{}:{}:".format(v.op, d) + ":".join(f"{n}={k[n]}" for n in sorted(k))
         words = [nrows, R // q, sizes[2], R * inner // q, inner, xo // q, oo // q, 0]
         if k["COL"]:
