@@ -85,7 +85,13 @@ fn stats(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> {
     let d = CT(x[xb + r + 3u * lanes]);
     s = s + ((hsum(a * a) + hsum(b1 * b1)) + (hsum(c * c) + hsum(d * d)));
   }
-  for (; r < n; r = r + lanes) {
+  if (r + lanes < n) {
+    let a = CT(x[xb + r]);
+    let b1 = CT(x[xb + r + lanes]);
+    s = s + (hsum(a * a) + hsum(b1 * b1));
+    r = r + 2u * lanes;
+  }
+  if (r < n) {
     let c = CT(x[xb + r]);
     s = s + hsum(c * c);
   }
@@ -118,7 +124,16 @@ fn stats(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> {
     let dd = d - g;
     st = welford(st, 4.0 * CN, gm, (hsum(da * da) + hsum(db * db)) + (hsum(dc * dc) + hsum(dd * dd)));
   }
-  for (; r < n; r = r + lanes) {
+  if (r + lanes < n) {
+    let a = CT(x[xb + r]);
+    let b1 = CT(x[xb + r + lanes]);
+    let gm = (hsum(a) + hsum(b1)) / (2.0 * CN);
+    let da = a - CT(gm);
+    let db = b1 - CT(gm);
+    st = welford(st, 2.0 * CN, gm, hsum(da * da) + hsum(db * db));
+    r = r + 2u * lanes;
+  }
+  if (r < n) {
     let c = CT(x[xb + r]);
     let cm = hsum(c) / CN;
     let dc = c - CT(cm);
@@ -170,7 +185,14 @@ fn write(row: u32, k: u32, lanes: u32, sc: vec2<f32>) {
     out[ob + r + 2u * lanes] = y(c, r + 2u * lanes, sc);
     out[ob + r + 3u * lanes] = y(d, r + 3u * lanes, sc);
   }
-  for (; r < n; r = r + lanes) { out[ob + r] = y(x[xb + r], r, sc); }
+  if (r + lanes < n) {
+    let a = x[xb + r];
+    let b1 = x[xb + r + lanes];
+    out[ob + r] = y(a, r, sc);
+    out[ob + r + lanes] = y(b1, r + lanes, sc);
+    r = r + 2u * lanes;
+  }
+  if (r < n) { out[ob + r] = y(x[xb + r], r, sc); }
 }
 
 #if SG

@@ -91,7 +91,14 @@ fn fold(xb: u32, k: u32, lanes: u32) -> vec2<f32> {
     let d = ld(xb + (r + 3u * lanes) * rs);
     st = upd4(st, a, b, c, d);
   }
-  for (; r < n; r = r + lanes) { st = upd(st, ld(xb + r * rs)); }
+  // at most three chunks left: two, then one (loads still paired)
+  if (r + lanes < n) {
+    let a = ld(xb + r * rs);
+    let b = ld(xb + (r + lanes) * rs);
+    st = upd(upd(st, a), b);
+    r = r + 2u * lanes;
+  }
+  if (r < n) { st = upd(st, ld(xb + r * rs)); }
   return st;
 }
 
@@ -117,7 +124,14 @@ fn write(xb: u32, ob: u32, k: u32, lanes: u32, st: vec2<f32>) {
     out[ob + (r + 2u * lanes) * rs] = y(c, st);
     out[ob + (r + 3u * lanes) * rs] = y(d, st);
   }
-  for (; r < n; r = r + lanes) { out[ob + r * rs] = y(ld(xb + r * rs), st); }
+  if (r + lanes < n) {
+    let a = ld(xb + r * rs);
+    let b = ld(xb + (r + lanes) * rs);
+    out[ob + r * rs] = y(a, st);
+    out[ob + (r + lanes) * rs] = y(b, st);
+    r = r + 2u * lanes;
+  }
+  if (r < n) { out[ob + r * rs] = y(ld(xb + r * rs), st); }
 }
 
 #if COL
