@@ -9,7 +9,8 @@ warm-up, N executions are recorded into one pass and the clock stops when a sing
 returns (wall clock around queue completion). PyTorch runs on CUDA when available (TF32 off for the
 f32 reference: it is what an f32 matmul means) else on the CPU, timed the same way (synchronize).
 
-Sections (SECTIONS): matmul, attention (fwd and fwd+bwd), softmax, layer_norm, elementwise, dispatch;
+Sections (SECTIONS): matmul, attention (fwd and fwd+bwd), softmax, layer_norm, rms_norm, cross_entropy,
+reduce_sum, elementwise, dispatch;
 each takes (ctx, args) and returns rows that `write_results` renders, one block per (section, device).
 """
 from __future__ import annotations
@@ -116,8 +117,13 @@ def time_loop(run, sync, iters: int, warmup: int, budget_s: float) -> float:
     t0 = time.perf_counter()
     for _ in range(n):
         run()
+    t1 = time.perf_counter()
     sync()
+    LAST_HOST[0] = (t1 - t0) / n        # host time to issue one run (the rest is waiting for the device)
     return (time.perf_counter() - t0) / n
+
+
+LAST_HOST = [0.0]
 
 
 def torch_time(ctx: Ctx, fn, iters, warmup, budget_s):
@@ -137,7 +143,7 @@ def row(op, dtype, shape, sec, work, unit, tsec=None, err=None, note="") -> dict
             return work / t / 1e9
         return t / work * 1e6          # us per op (dispatch benchmark): lower is better
     r = {"op": op, "dtype": dtype, "shape": shape, "wgpu_ms": sec * 1e3, "wgpu_rate": rate(sec), "unit": unit,
-         "err": err, "note": note}
+         "err": err, "note": note, "host_ms": LAST_HOST[0] * 1e3}
     if tsec is not None:
         r.update(torch_ms=tsec * 1e3, torch_rate=rate(tsec))
     print(fmt_row(r), flush=True)
@@ -299,6 +305,70 @@ def bench_layer_norm(ctx: Ctx, args) -> list[dict]:
     return rows
 
 
+@section("rms_norm")
+def bench_rms_norm(ctx: Ctx, args) -> list[dict]:
+    """rms_norm over the last axis with a weight (one kernel a row); GB/s counts one read and one write."""
+    from scellis_jupyter.graph import functional as F
+    sc = ctx.sc
+    rows = []
+    rng = np.random.default_rng(5)
+    for (r, c) in _row_shapes(args):
+        x = rng.standard_normal((r, c), dtype=np.float32)
+        w = rng.standard_normal(c, dtype=np.float32)
+        tx, tw = (sc.tensor(a, device=ctx.dev) for a in (x, w))
+        xt, wt = (_t(ctx, a) for a in (x, w)) if ctx.torch is not None else (None,) * 2
+
+        def ref():
+            fn = getattr(ctx.torch.nn.functional, "rms_norm", None)
+            if fn is not None:
+                return fn(xt, (c,), wt, 1e-6)
+            return xt * ctx.torch.rsqrt(xt.pow(2).mean(-1, keepdim=True) + 1e-6) * wt
+        sec, tsec, terr = side_by_side(ctx, args, F.rms_norm(tx.node, c, tw.node, 1e-6), ref)
+        rows.append(row("rms_norm", "f32", f"{r}x{c}", sec, 2.0 * x.nbytes, "GB/s", tsec, terr))
+    return rows
+
+
+@section("cross_entropy")
+def bench_cross_entropy(ctx: Ctx, args) -> list[dict]:
+    """The catalog's cross_entropy (mean over rows) on logits [rows, classes] and i32 labels, forward only;
+    GB/s counts one read of the logits."""
+    from scellis_jupyter.catalog.losses import make_loss
+    sc = ctx.sc
+    loss = make_loss("cross_entropy")
+    rows = []
+    rng = np.random.default_rng(6)
+    for (r, c) in _row_shapes(args):
+        x = rng.standard_normal((r, c), dtype=np.float32)
+        y = rng.integers(0, c, r).astype(np.int32)
+        tx, ty = sc.tensor(x, device=ctx.dev), sc.tensor(y, device=ctx.dev)
+        xt = _t(ctx, x) if ctx.torch is not None else None
+        yt = _t(ctx, y.astype(np.int64)) if ctx.torch is not None else None
+        sec, tsec, terr = side_by_side(ctx, args, loss(tx.node, ty.node),
+                                       lambda: ctx.torch.nn.functional.cross_entropy(xt, yt))
+        rows.append(row("cross_entropy", "f32", f"{r}x{c}", sec, 1.0 * x.nbytes, "GB/s", tsec, terr))
+    return rows
+
+
+@section("reduce_sum")
+def bench_reduce_sum(ctx: Ctx, args) -> list[dict]:
+    """Row sums over the last axis, and whole-tensor sums; GB/s counts one read of the input."""
+    from scellis_jupyter.graph import functional as F
+    sc = ctx.sc
+    rows = []
+    rng = np.random.default_rng(7)
+    cases = [((r, c), -1) for r, c in _row_shapes(args)]
+    cases += [((n,), None) for n in ([1 << 16, 1 << 20] if args.quick else [1 << 24, 1 << 26])]
+    for shape, axis in cases:
+        x = rng.standard_normal(shape, dtype=np.float32)
+        tx = sc.tensor(x, device=ctx.dev)
+        xt = _t(ctx, x) if ctx.torch is not None else None
+        tfn = (lambda: xt.sum(-1)) if axis == -1 else (lambda: xt.sum())
+        sec, tsec, terr = side_by_side(ctx, args, F.sum_(tx.node, axis), tfn)
+        name = "sum(-1)" if axis == -1 else "sum(all)"
+        rows.append(row(name, "f32", "x".join(map(str, shape)), sec, 1.0 * x.nbytes, "GB/s", tsec, terr))
+    return rows
+
+
 @section("elementwise")
 def bench_elementwise(ctx: Ctx, args) -> list[dict]:
     """a + b, and the chain gelu(a * b + c); GB/s counts the logical inputs and the output once."""
@@ -309,7 +379,9 @@ def bench_elementwise(ctx: Ctx, args) -> list[dict]:
     for n in ([1 << 16, 1 << 20] if args.quick else [1 << 20, 1 << 24, 1 << 26]):
         a, b, c = (rng.standard_normal(n, dtype=np.float32) for _ in range(3))
         ta, tb, tc = (sc.tensor(x, device=ctx.dev) for x in (a, b, c))
-        cases = [("add", lambda: F.add(ta.node, tb.node), 3 * a.nbytes,
+        cases = [("copy-like a*1 / clone", lambda: F.mul(ta.node, F.scalar(1.0)), 2 * a.nbytes,
+                  lambda xa, xb, xc: xa.clone()),
+                 ("add", lambda: F.add(ta.node, tb.node), 3 * a.nbytes,
                   lambda xa, xb, xc: xa + xb),
                  ("gelu(a*b+c)", lambda: F.gelu(F.add(F.mul(ta.node, tb.node), tc.node)), 4 * a.nbytes,
                   lambda xa, xb, xc: ctx.torch.nn.functional.gelu(xa * xb + xc))]
@@ -370,6 +442,7 @@ def fmt_row(r: dict) -> str:
     t = (f"  torch {r['torch_rate']:9.4g} {r['unit']} {r['torch_ms']:9.3f} ms  wgpu/torch speed {_ratio(r)}"
          if "torch_rate" in r else "  torch -")
     e = f"  err {r['err']:.2g}" if r.get("err") is not None else ""
+    e += f"  (wgpu host {r['host_ms']:.3f} ms/run)" if r.get("host_ms") else ""
     return (f"{r['op']:18s} {r['dtype']:4s} {r['shape']:>22s}  wgpu {r['wgpu_rate']:9.4g} {r['unit']} "
             f"{r['wgpu_ms']:9.3f} ms{t}{e}")
 

@@ -16,6 +16,24 @@ struct Params {
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+#if CONTIG
+  // a box of rank 1 (after collapsing): element i of operand k is base[k] + i * stride[k]. Invocation
+  // tid takes elements tid, tid + nthr, .. (EPT of them, coalesced); when all are in range the steps
+  // are unrolled (independent loads in flight), else the guarded loop does the tail.
+  let nthr = nwg.x * nwg.y * 256u;
+  let tid = gid.x + gid.y * nwg.x * 256u;
+  let sv = vec4<u32>(p.st[0][0][0], p.st[1][0][0], p.st[2][0][0], p.st[3][0][0]);
+  if (tid + {{LAST}}u * nthr < p.n) {
+    {{UNROLLED}}
+    return;
+  }
+  for (var k = 0u; k < {{EPT}}u; k = k + 1u) {
+    let i = tid + k * nthr;
+    if (i >= p.n) { return; }
+    let o = p.base + i * sv;
+    {{BODY}}
+  }
+#else
   let i = gid.x + gid.y * nwg.x * 256u;
   if (i >= p.n) { return; }
   var rem = i;
@@ -28,6 +46,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     o = o + c * vec4<u32>(p.st[0][du / 4u][du % 4u], p.st[1][du / 4u][du % 4u],
                           p.st[2][du / 4u][du % 4u], p.st[3][du / 4u][du % 4u]);
   }
+  {{BODY}}
+#endif
+}
+
+//=== contig_step
+// one unrolled step K of the CONTIG path
+{
+  let o = p.base + (tid + {{K}}u * nthr) * sv;
   {{BODY}}
 }
 

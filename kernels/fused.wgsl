@@ -16,6 +16,25 @@ struct Params {
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+#if CONTIG
+  // rank 1 after collapsing: as in elementwise.wgsl, EPT coalesced elements an invocation
+  let nthr = nwg.x * nwg.y * 256u;
+  let tid = gid.x + gid.y * nwg.x * 256u;
+  let svl = vec4<u32>(p.st[0][0][0], p.st[1][0][0], p.st[2][0][0], p.st[3][0][0]);
+  let svh = vec4<u32>(p.st[4][0][0], p.st[5][0][0], p.st[6][0][0], p.st[7][0][0]);
+  if (tid + {{LAST}}u * nthr < p.n) {
+    {{UNROLLED}}
+    return;
+  }
+  for (var k = 0u; k < {{EPT}}u; k = k + 1u) {
+    let i = tid + k * nthr;
+    if (i >= p.n) { return; }
+    let lo = p.base[0] + i * svl;
+    let hi = p.base[1] + i * svh;
+    let o = array<u32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+    {{BODY}}
+  }
+#else
   let i = gid.x + gid.y * nwg.x * 256u;
   if (i >= p.n) { return; }
   var rem = i;
@@ -31,6 +50,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     lo = lo + c * vec4<u32>(p.st[0][q][r], p.st[1][q][r], p.st[2][q][r], p.st[3][q][r]);
     hi = hi + c * vec4<u32>(p.st[4][q][r], p.st[5][q][r], p.st[6][q][r], p.st[7][q][r]);
   }
+  let o = array<u32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
+  {{BODY}}
+#endif
+}
+
+//=== contig_step
+// one unrolled step K of the CONTIG path
+{
+  let lo = p.base[0] + (tid + {{K}}u * nthr) * svl;
+  let hi = p.base[1] + (tid + {{K}}u * nthr) * svh;
   let o = array<u32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
   {{BODY}}
 }

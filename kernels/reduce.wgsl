@@ -1,8 +1,11 @@
 // reduce_sum / reduce_max over a strided sub-box: output element o (row-major over the kept box) reduces
 // the R elements of its reduced box, each found by decomposing r over rshape with rstride.
 // ROW (flag): one workgroup per output, each thread folds r = lid, lid + WG, ... in increasing order, then
-// a fixed-shape tree in workgroup memory: deterministic, no atomics. Without ROW (small R): one thread per
-// output folding r = 0 .. R-1 in order. `acc_flag` combines with the value already in `out` (partial
+// a fixed-shape tree in workgroup memory, or with SG the subgroups' sgcomb values combined in order by
+// invocation 0: deterministic, no atomics. SPLIT (with ROW): two stages for few outputs of large boxes,
+// workgroup g reducing piece g % pieces of output g / pieces into a scratch row (the launcher then
+// reduces that row). SUBROW (SG only): a subgroup per output for short reduced boxes, RPW a workgroup.
+// Without ROW (small R): one thread per output folding r = 0 .. R-1 in order. `acc_flag` combines with the value already in `out` (partial
 // reductions of a split reduced box, combined in a fixed order by the launcher).
 {{ENABLE}}
 struct Params { q: array<vec4<u32>, 12> }
@@ -51,27 +54,98 @@ fn finish(oo: u32, v: {{CT}}) {
   out[oo] = {{OT}}(r);
 }
 
+// r = r0, r0 + step, .. < r1 folded in increasing order (four loads in flight)
+fn fold(xo: u32, r0: u32, r1: u32, step: u32) -> {{CT}} {
+  var acc: {{CT}} = {{INIT}};
+  var r = r0;
+  for (; r + 3u * step < r1; r = r + 4u * step) {
+    let a = {{CT}}(x[xo + red_offset(r)]);
+    let b = {{CT}}(x[xo + red_offset(r + step)]);
+    let c = {{CT}}(x[xo + red_offset(r + 2u * step)]);
+    let d = {{CT}}(x[xo + red_offset(r + 3u * step)]);
+    acc = comb(comb(comb(comb(acc, a), b), c), d);
+  }
+  for (; r < r1; r = r + step) { acc = comb(acc, {{CT}}(x[xo + red_offset(r)])); }
+  return acc;
+}
+
+#if SG
+// the subgroup's combined value (SGCOMB: subgroupAdd / subgroupMax, NaN kept for float max)
+fn sgcomb(v: {{CT}}) -> {{CT}} { {{SGCOMB}} }
+#endif
+
+#if SUBROW
+// a subgroup per output (short reduced boxes, SG only): subgroup sg of the workgroup takes outputs
+// sg, sg + nsg, .. of its RPW; lane l folds r = l, l + sgs, .. in order, then sgcomb
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_size) sgs: u32,
+        @builtin(subgroup_id) sg: u32, @builtin(num_subgroups) nsg: u32) {
+  let first = (wid.x + wid.y * nwg.x) * {{RPW}}u;
+  let n = P(1u);
+  for (var rr = sg; rr < {{RPW}}u; rr = rr + nsg) {
+    let o = first + rr;
+    if (o >= P(0u)) { break; }
+    let offs = kept_offsets(o);
+    let acc = fold(offs.x, lane, n, sgs);
+    let t = sgcomb(acc);
+    if (lane == 0u) { finish(offs.y, t); }
+  }
+}
+#else
 #if ROW
 var<workgroup> sh: array<{{CT}}, {{WG}}>;
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+#if SG
+        @builtin(subgroup_invocation_id) lane: u32, @builtin(subgroup_id) sg: u32,
+        @builtin(num_subgroups) nsg: u32,
+#endif
         @builtin(num_workgroups) nwg: vec3<u32>) {
-  let o = wid.x + wid.y * nwg.x;
+  let g = wid.x + wid.y * nwg.x;
+#if SPLIT
+  // two-stage: workgroup g reduces piece g % pieces of output g / pieces into out[g] (a scratch row)
+  let pieces = P(7u);
+  let o = g / pieces;
+  let piece = g % pieces;
+#else
+  let o = g;
+#endif
   if (o >= P(0u)) { return; }
   let offs = kept_offsets(o);
   let n = P(1u);
-  var acc: {{CT}} = {{INIT}};
-  for (var r = lid.x; r < n; r = r + {{WG}}u) {
-    acc = comb(acc, {{CT}}(x[offs.x + red_offset(r)]));
+#if SPLIT
+  let chunk = (n + pieces - 1u) / pieces;
+  let r0 = piece * chunk;
+  let r1 = min(n, r0 + chunk);
+#else
+  let r0 = 0u;
+  let r1 = n;
+#endif
+  let acc = fold(offs.x, r0 + lid.x, r1, {{WG}}u);
+#if SG
+  let t = sgcomb(acc);
+  if (lane == 0u) { sh[sg] = t; }
+  workgroupBarrier();
+  if (lid.x == 0u) {
+    var v = sh[0];
+    for (var j = 1u; j < nsg; j = j + 1u) { v = comb(v, sh[j]); }
+    sh[0] = v;
   }
+#else
   sh[lid.x] = acc;
   workgroupBarrier();
   for (var s = {{WG}}u / 2u; s > 0u; s = s / 2u) {
     if (lid.x < s) { sh[lid.x] = comb(sh[lid.x], sh[lid.x + s]); }
     workgroupBarrier();
   }
+#endif
+#if SPLIT
+  if (lid.x == 0u) { out[g] = {{OT}}(sh[0]); }
+#else
   if (lid.x == 0u) { finish(offs.y, sh[0]); }
+#endif
 }
 #else
 @compute @workgroup_size({{WG}})
@@ -87,6 +161,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   finish(offs.y, acc);
 }
 #endif
+#endif
 
 //=== comb.sum
 // COMB (the combine step) and INIT (its identity) per op and compute type
@@ -96,6 +171,15 @@ return a + b;
 return select(select(a, b, b > a), b, (bitcast<u32>(b) & 0x7fffffffu) > 0x7f800000u);
 //=== comb.max_int
 return max(a, b);
+//=== sgcomb.sum
+return subgroupAdd(v);
+//=== sgcomb.max_float
+// subgroupMax may drop a NaN: any NaN lane makes the result NaN (numpy's max)
+let m = subgroupMax(v);
+let nan = subgroupAny((bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u);
+return select(m, bitcast<f32>(0x7fc00000u), nan);
+//=== sgcomb.max_int
+return subgroupMax(v);
 //=== init.sum
 {{CT}}(0)
 //=== init.max_f32

@@ -575,6 +575,26 @@ def _log_softmax(v, x, prog):
     return x - m - np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True))
 
 
+@k("layer_norm", "rms_norm")
+def _norm(v, x, *affine, prog):
+    """In x's compute type (f16 in f32, rounded once on store), the composite's formula."""
+    a = v.attrs
+    xa = _acc(x)
+    axes = tuple(range(x.ndim - int(a["n_axes"]), x.ndim))
+    eps = xa.dtype.type(a["eps"])
+    if v.op == "layer_norm":
+        d = xa - xa.mean(axis=axes, keepdims=True)
+        y = d * (xa.dtype.type(1) / np.sqrt((d * d).mean(axis=axes, keepdims=True) + eps))
+    else:
+        y = xa * (xa.dtype.type(1) / np.sqrt((xa * xa).mean(axis=axes, keepdims=True) + eps))
+    rest = list(affine)
+    if a.get("has_w"):
+        y = y * _acc(rest.pop(0))
+    if a.get("has_b"):
+        y = y + _acc(rest.pop(0))
+    return y
+
+
 def _unfold_index(shape, attrs):
     n, c, h, w = shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (attrs[k] for k in ("kernel", "stride", "padding", "dilation"))

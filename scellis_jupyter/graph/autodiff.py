@@ -339,6 +339,40 @@ def _(n, g):
     return (F.sub(g, F.mul(F.exp(n), F.sum_(g, ax, keepdims=True))),)
 
 
+def _norm_parts(n):
+    """(x, weight or None, bias or None, normalized axes, xhat, rstd) of a layer_norm / rms_norm node,
+    the statistics recomputed from x as graph nodes (the forward kernel keeps none)."""
+    a = n.attrs
+    x = n.inputs[0]
+    w = n.inputs[1] if a.get("has_w") else None
+    b = n.inputs[1 + bool(a.get("has_w"))] if a.get("has_b") else None
+    axes = tuple(range(len(x.shape) - int(a["n_axes"]), len(x.shape)))
+    if n.op == "layer_norm":
+        d = F.sub(x, F.mean(x, axes, keepdims=True))
+        r = F.rsqrt(F.add(F.mean(F.mul(d, d), axes, keepdims=True), a["eps"]))
+    else:
+        d = x
+        r = F.rsqrt(F.add(F.mean(F.mul(x, x), axes, keepdims=True), a["eps"]))
+    return x, w, b, axes, F.mul(d, r), r
+
+
+@rule("layer_norm", "rms_norm")
+def _(n, g):
+    # y = xhat * w + b; with gh = g * w: dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) (layer_norm),
+    # dx = rstd * (gh - xhat * mean(gh * xhat)) (rms_norm); dw, db sum g * xhat, g over the leading axes
+    x, w, b, axes, xh, r = _norm_parts(n)
+    gh = F.mul(g, w) if w is not None else g
+    inner = F.mul(xh, F.mean(F.mul(gh, xh), axes, keepdims=True))
+    if n.op == "layer_norm":
+        inner = F.add(inner, F.mean(gh, axes, keepdims=True))
+    out = [F.mul(r, F.sub(gh, inner))]
+    if w is not None:
+        out.append(unbroadcast(F.mul(g, xh), w.shape))
+    if b is not None:
+        out.append(unbroadcast(g, b.shape))
+    return tuple(out)
+
+
 @rule("unfold")
 def _(n, g):
     x = n.inputs[0]

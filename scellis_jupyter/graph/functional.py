@@ -319,12 +319,25 @@ def log_softmax(x: Node, axis: int = -1) -> Node:
     return make("log_softmax", [x], axis=axis)
 
 
+def _norm_primitive(x: Node, shape: tuple, *affine) -> bool:
+    """Whether a norm is one `layer_norm` / `rms_norm` node (a kernel a row on a GPU): a non-empty float
+    input whose weight and bias, when given, have exactly the normalized shape and x's dtype. Anything
+    else (broadcast weights, empty rows) is built from the composite below, which defines the meaning."""
+    if not dt.is_float(x.dtype) or not shape or any(s == 0 for s in x.shape):
+        return False
+    return all(t is None or (tuple(t.shape) == tuple(shape) and t.dtype == x.dtype) for t in affine)
+
+
 def layer_norm(x: Node, shape, weight: Node | None = None, bias: Node | None = None, eps: float = 1e-5) -> Node:
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if tuple(x.shape[len(x.shape) - len(shape):]) != shape:
         raise ShapeError(f"normalized shape {shape} is not the trailing shape of {tuple(x.shape)}",
                          where="op 'layer_norm'")
     axes = tuple(range(len(x.shape) - len(shape), len(x.shape)))
+    if _norm_primitive(x, shape, weight, bias):
+        ins = [x] + [t for t in (weight, bias) if t is not None]
+        return make("layer_norm", ins, n_axes=len(shape), eps=float(eps), has_w=weight is not None,
+                    has_b=bias is not None)
     m = mean(x, axes, keepdims=True)
     d = sub(x, m)
     v = mean(mul(d, d), axes, keepdims=True)
@@ -343,6 +356,9 @@ def rms_norm(x: Node, shape, weight: Node | None = None, eps: float | None = Non
                          where="op 'rms_norm'")
     axes = tuple(range(len(x.shape) - len(shape), len(x.shape)))
     eps = float(eps) if eps is not None else float(__import__("numpy").finfo(dt.to_numpy(x.dtype)).eps)
+    if _norm_primitive(x, shape, weight, None):
+        ins = [x] + ([weight] if weight is not None else [])
+        return make("rms_norm", ins, n_axes=len(shape), eps=eps, has_w=weight is not None, has_b=False)
     y = mul(x, rsqrt(add(mean(mul(x, x), axes, keepdims=True), eps)))
     return mul(y, weight) if weight is not None else y
 

@@ -313,6 +313,27 @@ for _s in ("softmax", "log_softmax"):
     register(_s)(_inf_sm)
 
 
+for _nm in ("layer_norm", "rms_norm"):
+    def _inf_norm(inputs, attrs, _nm=_nm):
+        """x [..., *normalized] (+ weight, + bias of the normalized shape): normalized over the trailing
+        attrs['n_axes'] dims, one kernel a row on a GPU (the composite in functional.py is the meaning)."""
+        x, rest = inputs[0], inputs[1:]
+        _float_check(_nm, inputs)
+        k = int(attrs["n_axes"])
+        if not 1 <= k <= len(x.shape):
+            raise ShapeError(f"n_axes={k} for a tensor of rank {len(x.shape)}", where=f"op '{_nm}'")
+        want = 1 + bool(attrs.get("has_w")) + bool(attrs.get("has_b"))
+        if len(inputs) != want or (_nm == "rms_norm" and attrs.get("has_b")):
+            raise GraphError(f"{len(inputs)} inputs for flags has_w={attrs.get('has_w')}, "
+                             f"has_b={attrs.get('has_b')}", where=f"op '{_nm}'")
+        for r in rest:
+            if tuple(r.shape) != tuple(x.shape[len(x.shape) - k:]) or r.dtype != x.dtype:
+                raise ShapeError(f"weight/bias must have the normalized shape and dtype: {_fmt(inputs)}",
+                                 where=f"op '{_nm}'")
+        return tuple(x.shape), x.dtype
+    register(_nm)(_inf_norm)
+
+
 def conv_out(size, k, s, p, d):
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import time
 import weakref
 from typing import Sequence
 
@@ -42,6 +43,7 @@ def env_binding_limit(granted: int) -> int:
 
 STAGING_MAX = 64 << 20   # a readback maps at most this many bytes at once
 POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full)
+FLUSH_AFTER_S = 2e-4    # a program ending on a pass open this long submits it (GPU and host overlap)
 
 # WebGPU's default limits (the spec's "default" column) that kernels depend on. Every kernel must
 # work under them (a browser grants no more without asking); SCELLIS_WGPU_LIMITS=default opens the
@@ -53,6 +55,17 @@ WEBGPU_DEFAULT_LIMITS = {
     "max-compute-workgroups-per-dimension": 65535, "max-storage-buffers-per-shader-stage": 8,
     "max-uniform-buffer-binding-size": 65536, "max-bind-groups": 4,
 }
+
+
+def subgroups_wanted() -> bool:
+    """SCELLIS_WGPU_SUBGROUPS=off opens the device without the `subgroup` feature, so the kernels take
+    their workgroup-memory paths (as on an adapter that lacks it); anything else asks for it when granted."""
+    v = os.environ.get("SCELLIS_WGPU_SUBGROUPS", "on").strip().lower()
+    if v in ("off", "0", "false", "no"):
+        return False
+    if v not in ("on", "1", "true", "yes", ""):
+        raise DeviceError(f"SCELLIS_WGPU_SUBGROUPS={v!r} is neither 'on' nor 'off'", where="environment")
+    return True
 
 
 def requested_limits(adapter_limits) -> dict:
@@ -82,7 +95,8 @@ class WgpuBackend:
                                                                    "backend_type")) or label
         self.tier: str | None = None     # the tier of the program being run (launchers may branch on it)
         feats = set(adapter.features)
-        want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats]
+        want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats
+                and (f != "subgroup" or subgroups_wanted())]
         required = requested_limits(adapter.limits)
         try:
             self.device = adapter.request_device_sync(required_features=want, required_limits=required)
@@ -94,6 +108,8 @@ class WgpuBackend:
         self.max_buffer = int(self.limits["max-buffer-size"])
         self.binding_limit = env_binding_limit(int(self.limits["max-storage-buffer-binding-size"]))
         self.has_f16 = "shader-f16" in self.features
+        # kernels with a subgroup path pick it when their pipeline is built (their cache keys say which)
+        self.subgroups = "subgroup" in self.features
         self.offset_align = int(self.limits.get("min-storage-buffer-offset-alignment", 256))
         self._pipelines: dict = {}
         self._bind_groups: dict = {}
@@ -104,6 +120,7 @@ class WgpuBackend:
         self.staging_peak = 0
         self._encoder = None
         self._pass = None
+        self._pass_opened = 0.0
         self._mode = None
         self._params = bytearray()
         self._pending: list = []
@@ -113,7 +130,8 @@ class WgpuBackend:
         self._fast: dict = {}           # (record, uniform block, root buffers) -> resolved raw dispatches
         self._trace: list | None = None
         self._roots: list = []
-        self._pool: list = []           # output buffers, reused once nothing but the pool refers to them
+        self._pool: dict = {}           # size -> output buffers, reused once nothing but the pool refers to them
+        self._pool_n = 0
         self._scratch: dict = {}        # uid -> buffer the backend keeps for launchers (replayable bindings)
         self._scratch_by_name: dict = {}
         self._dry: dict = {}            # program hash -> (uniform block bytes, scratch bytes by name), planned
@@ -128,6 +146,14 @@ class WgpuBackend:
             self.device.lost.then(lambda info: setattr(self, "_lost", info)) if hasattr(self.device.lost, "then") else None
         except Exception:
             pass
+
+    def use_subgroups(self, on: bool) -> None:
+        """Switch the kernels' subgroup paths on (only where the device has the feature) or off, and forget
+        recorded programs so that none replays a pipeline built for the other path (tests run both)."""
+        self.flush()
+        self.subgroups = bool(on) and "subgroup" in self.features
+        self._records.clear()
+        self._prog_params.clear()
 
     # ---- memory -------------------------------------------------------------------------------------
     def _track(self, n: int) -> None:
@@ -199,19 +225,23 @@ class WgpuBackend:
         (written only by kernels queued after every earlier use, so reuse is ordered), else a new one."""
         self._dtype_ok(dtype)
         size = self.alloc_bytes(nbytes)
-        pool = self._pool
-        for i in range(len(pool)):
-            if pool[i].size == size and sys.getrefcount(pool[i]) <= 2:   # the pool's and the call's
-                b = pool.pop(i)
-                pool.append(b)
-                return Storage(self, b, 0, tuple(shape), dtype, nbytes)
+        same = self._pool.get(size)          # by size: a lookup does not walk every pooled buffer
+        if same:
+            for i in range(len(same)):
+                if sys.getrefcount(same[i]) <= 2:   # the pool's and the call's
+                    b = same.pop(i)
+                    same.append(b)
+                    return Storage(self, b, 0, tuple(shape), dtype, nbytes)
         b = self._buffer(nbytes)
-        if len(pool) >= POOL_MAX:
-            free = [i for i in range(len(pool)) if sys.getrefcount(pool[i]) <= 2]
-            for i in reversed(free[: max(1, len(free) // 2)]):
-                del pool[i]
-        if len(pool) < POOL_MAX:
-            pool.append(b)
+        if self._pool_n >= POOL_MAX:
+            free = [(sz, x) for sz, lst in self._pool.items() for x in lst if sys.getrefcount(x) <= 3]
+            for sz, x in free[: max(1, len(free) // 2)]:
+                self._pool[sz].remove(x)
+                self._pool_n -= 1
+            del free
+        if self._pool_n < POOL_MAX:
+            self._pool.setdefault(size, []).append(b)
+            self._pool_n += 1
         return Storage(self, b, 0, tuple(shape), dtype, nbytes)
 
     def from_numpy(self, arr: np.ndarray, dtype: str) -> Storage:
@@ -359,6 +389,7 @@ class WgpuBackend:
             self._param_buf = self._prog_params[prog.hash][0]
             self._replay(rec[1])
             self._roots = []
+            self._flush_if_old()
             return True
         self._trace = [] if roots is not None else None
         cached = self._prog_params.get(prog.hash)
@@ -387,6 +418,14 @@ class WgpuBackend:
                 self._records[prog.hash] = (_signature(self._roots), rec)
         self._trace = None
         self._roots = []
+        self._flush_if_old()
+
+    def _flush_if_old(self) -> None:
+        """Submit the open pass at a program's end once it has been recording for FLUSH_AFTER_S: the GPU
+        then runs what is queued while the host records the next programs (a loop of short programs
+        would otherwise leave the GPU idle until the next readback, and pay host and GPU time in series)."""
+        if self._pass is not None and time.perf_counter() - self._pass_opened >= FLUSH_AFTER_S:
+            self.flush()
 
     def _to_record(self, trace):
         """Dispatches as (pipeline, [(root slot or buffer, offset, size)], param, wg); None if a binding
@@ -518,6 +557,7 @@ class WgpuBackend:
         if self._pass is None:
             self._encoder = self.device.create_command_encoder()
             self._pass = self._encoder.begin_compute_pass()
+            self._pass_opened = time.perf_counter()
         return self._pass
 
     def flush(self) -> None:

@@ -1,7 +1,7 @@
 """Kernel launchers by op: each family module registers the ops it implements into LAUNCHERS."""
 from __future__ import annotations
 
-from . import (attention, conv, elementwise, fused, indexing, matmul, quant, random,  # noqa: F401
+from . import (attention, conv, elementwise, fused, indexing, matmul, norm, quant, random,  # noqa: F401
                reduce, softmax)
 from .registry import LAUNCHERS, launcher
 

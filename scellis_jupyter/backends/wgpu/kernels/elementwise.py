@@ -1,4 +1,7 @@
-"""Elementwise ops, casts, fills and copies (permute/expand/slice/unslice/concat) on one strided kernel."""
+"""Elementwise ops, casts, fills and copies (permute/expand/slice/unslice/concat) on one strided kernel.
+
+A box that collapses to rank 1 (contiguous operands, or evenly strided ones) takes the kernel's CONTIG
+path: no index decomposition, EPT coalesced elements an invocation, unrolled when all are in range."""
 from __future__ import annotations
 
 import math
@@ -15,6 +18,9 @@ FLOAT_UNARY = tuple(sections("ops", "float."))
 INT_UNARY = tuple(sections("ops", "int."))
 BINARY = tuple(sections("ops", "binary."))
 COMPARE = tuple(sections("ops", "compare."))
+
+
+EPT = 4     # elements an invocation takes on the rank-1 (contiguous or evenly strided) path
 
 
 def compute_type(d: str) -> str:
@@ -65,8 +71,12 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
     stores = [out] + [s for s, _, _ in ins]
     isz = [dt.ITEMSIZE[d] for d in dtypes]
     decl = bindings(*zip(["out"] + [f"x{k}" for k in range(len(ins))], dtypes))
-    src = render(template, ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS=decl, BODY=body)
-    key = f"{template}:{body}:{','.join(dtypes)}"
+    contig = len(cshape) == 1          # rank 1: no index decomposition, EPT elements an invocation
+    ept = EPT if contig else 1
+    unrolled = "\n".join(snippet(template, "contig_step", K=k, BODY=body) for k in range(ept)) if contig else ""
+    src = render(template, flags={"CONTIG": contig}, ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS=decl,
+                 BODY=body, EPT=ept, LAST=ept - 1, UNROLLED=unrolled)
+    key = f"{template}:{contig}:{body}:{','.join(dtypes)}"
     ops = [(b, st, i) for b, st, i in zip(bases, cstrides, isz)]
     for starts, sizes in box_chunks(cshape, ops, be.binding_limit, be.offset_align):
         wins, offs = [], []
@@ -85,7 +95,7 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
             st_all += st + [0] * (MAX_RANK - len(st))
         params = struct.pack(f"<4I{MAX_RANK}I{slots}I{slots * MAX_RANK}I", math.prod(sizes), r, value_bits, 0,
                              *shp, *base, *st_all)
-        be.launch(key, src, wins, params, (math.prod(sizes) + 255) // 256)
+        be.launch(key, src, wins, params, (math.prod(sizes) + 256 * ept - 1) // (256 * ept))
 
 
 def _contig(node_shape, out_shape):

@@ -5,7 +5,10 @@ leaving up to 8 kept and 8 reduced (size, stride) pairs, so any set of axes is o
 output walks its reduced sub-box by an index decomposition (no scratch, no transposes).
 Determinism: each thread folds its r = lid, lid + WG, ... in increasing order, then a tree of fixed
 shape in workgroup memory; no atomics, so the bits depend only on the shapes (and the binding limit).
-Small reduced extents (R <= 16) use one thread per output folding r = 0 .. R-1 instead.
+Small reduced extents (R <= 16) use one thread per output folding r = 0 .. R-1 instead. With subgroups
+(`be.subgroups`, chosen when the pipeline is built) a workgroup row combines its subgroups' values in
+order, and reduced boxes of at most SUBROW_MAX take a subgroup an output. Few outputs of long boxes
+(split_pieces) reduce in two stages through a scratch row: fixed pieces, then that row, in order.
 Accumulation: f32 for f32/f16 inputs (f16 rounds once on store), i32 for integer sums (wrapping).
 Splitting: the (kept + reduced) box is halved until every binding fits `be.binding_limit`, kept dims
 first; only when one output's reduced box alone does not fit are reduced dims split, and the partial
@@ -21,10 +24,20 @@ import struct
 from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from .registry import launcher
+from ...storage import Storage
 from .strided import box_chunks, contiguous_strides, footprint, window
 from .elementwise import fill
 
 MAXR = 8
+
+
+def row_threads(chunks: int) -> int:
+    """Invocations a workgroup gets for one row of `chunks` loads: about four each (four loads in flight
+    per invocation), from 64 to 256."""
+    wg = 64
+    while wg < 256 and wg * 8 <= chunks:
+        wg *= 2
+    return wg
 
 
 def pack_words(words, n: int) -> bytes:
@@ -111,16 +124,12 @@ def _reduce(be, v, ins, out):
     x_st = [t for _, t in kept] + [t for _, t in red]
     o_st = list(ost) + [0] * len(red)
     isz_x, isz_o = (2 if xd == "f16" else 4), (2 if od == "f16" else 4)
-    R_total = math.prod(s for s, _ in red)
-    row = R_total > 16
-    wg = 256 if R_total >= 1024 else 64
-    src = render("reduce", flags={"ROW": row}, ENABLE=enable_f16(od, xd), OT=WGSL_TYPE[od], XT=WGSL_TYPE[xd],
-                 CT=ct, COMB=comb, INIT=init, WG=wg)
-    key = f"reduce:{v.op}:{od}:{xd}:{row}:{wg}"
+    sg = bool(getattr(be, "subgroups", False))
     if not shape:
         shape, x_st, o_st, nk = [1], [1], [1], 1
     ops = [(0, o_st, isz_o), (0, x_st, isz_x)]
-    for starts, sizes in split_boxes(shape, ops, be.binding_limit, be.offset_align, kept_first(nk, x_st)):
+    boxes = list(split_boxes(shape, ops, be.binding_limit, be.offset_align, kept_first(nk, x_st)))
+    for starts, sizes in boxes:
         wins, offs = [], []
         for s, (b, st, i) in zip((out, x), ops):
             lo, hi = footprint(starts, sizes, st)
@@ -130,9 +139,62 @@ def _reduce(be, v, ins, out):
         ks, rs = list(sizes[:nk]), list(sizes[nk:])
         acc = 1 if any(starts[nk:]) else 0
         n_o, R = math.prod(ks), math.prod(rs)
-        words = ([n_o, R, len(ks), max(len(rs), 1), offs[0], offs[1], acc, 0]
-                 + (ks + [1] * MAXR)[:MAXR] + (x_st[:nk] + [0] * MAXR)[:MAXR]
-                 + (o_st[:nk] + [0] * MAXR)[:MAXR]
-                 + ((rs or [1]) + [1] * MAXR)[:MAXR] + ((x_st[nk:] or [0]) + [0] * MAXR)[:MAXR])
-        groups = n_o if row else (n_o + wg - 1) // wg
-        be.launch(key, src, wins, pack_words(words, 48), groups)
+        pieces = split_pieces(n_o, R) if len(boxes) == 1 else 1
+        if pieces > 1:
+            # two stages: pieces partial results an output into a scratch row, then that row reduced
+            scr = Storage(be, be.scratch("reduce-split", n_o * pieces * 4), 0, (n_o * pieces,), ct, n_o * pieces * 4)
+            words = _words(n_o, R, ks, rs, x_st[:nk], contiguous_strides(ks), x_st[nk:], 0, offs[1], 0, pieces)
+            _dispatch(be, v.op, ct, xd, ct, comb, init, words, [scr, wins[1]], n_o, R, sg, pieces)
+            words = _words(n_o, pieces, ks, [pieces], [t * pieces for t in contiguous_strides(ks)], o_st[:nk],
+                           [1], offs[0], 0, acc, 0)
+            _dispatch(be, v.op, od, ct, ct, comb, init, words, [wins[0], scr], n_o, pieces, sg, 1)
+            continue
+        words = _words(n_o, R, ks, rs, x_st[:nk], o_st[:nk], x_st[nk:], offs[0], offs[1], acc, 0)
+        _dispatch(be, v.op, od, xd, ct, comb, init, words, wins, n_o, R, sg, 1)
+
+
+SPLIT_MIN_R = 65536     # reduced boxes at least this long, for few outputs, reduce in two stages
+SPLIT_MAX_OUT = 256
+SPLIT_CHUNK = 8192      # elements a workgroup of the first stage folds (about)
+
+
+def split_pieces(n_o: int, R: int) -> int:
+    """How many pieces the first stage cuts each output's reduced box into (1: one stage). Few outputs
+    of long boxes would otherwise leave all but a few workgroups of a GPU idle."""
+    if n_o > SPLIT_MAX_OUT or R < SPLIT_MIN_R:
+        return 1
+    return max(2, min(R // SPLIT_CHUNK, max(2, 4096 // n_o)))
+
+
+def _words(n_o, R, ks, rs, kx, ko, rx, out_base, x_base, acc, pieces) -> bytes:
+    words = ([n_o, R, len(ks), max(len(rs), 1), out_base, x_base, acc, pieces]
+             + (list(ks) + [1] * MAXR)[:MAXR] + (list(kx) + [0] * MAXR)[:MAXR]
+             + (list(ko) + [0] * MAXR)[:MAXR]
+             + ((list(rs) or [1]) + [1] * MAXR)[:MAXR] + ((list(rx) or [0]) + [0] * MAXR)[:MAXR])
+    return pack_words(words, 48)
+
+
+def _dispatch(be, op, od, xd, ct, comb, init, words, wins, n_o, R, sg, pieces) -> None:
+    """One reduce dispatch: the layout from R (and the subgroup switch), its pipeline, its groups."""
+    row = R > 16 or pieces > 1
+    subrow = sg and row and pieces == 1 and R <= SUBROW_MAX
+    wg = 256 if (subrow or pieces > 1) else row_threads(R) if row else 64
+    flags = {"ROW": row, "SG": sg and row, "SUBROW": subrow, "SPLIT": pieces > 1}
+    sgcomb = ""
+    if flags["SG"]:
+        sgcomb = snippet("reduce", "sgcomb.sum" if op == "reduce_sum" else
+                         "sgcomb.max_float" if ct == "f32" else "sgcomb.max_int")
+    src = render("reduce", flags=flags, ENABLE=enable_f16(od, xd), OT=WGSL_TYPE[od], XT=WGSL_TYPE[xd],
+                 CT=ct, COMB=comb, INIT=init, WG=wg, SGCOMB=sgcomb, RPW=SUBROW_RPW)
+    key = f"reduce:{op}:{od}:{xd}:{wg}:" + ":".join(f"{k}={flags[k]}" for k in sorted(flags))
+    if subrow:
+        groups = (n_o + SUBROW_RPW - 1) // SUBROW_RPW
+    elif row:
+        groups = n_o * pieces
+    else:
+        groups = (n_o + wg - 1) // wg
+    be.launch(key, src, wins, words, groups)
+
+
+SUBROW_MAX = 256        # with subgroups, reduced boxes up to this long get a subgroup an output
+SUBROW_RPW = 8

@@ -1,10 +1,14 @@
-"""softmax / log_softmax along attrs['axis'] (kernels/softmax.wgsl): one workgroup per row.
+"""softmax / log_softmax along attrs['axis'] (kernels/softmax.wgsl): two reads of a row, one online pass.
 
-Layout [outer, R, inner]: row (a, b) starts at a * R * inner + b and steps by inner. Each row does a
-max tree, a sum-of-exp tree and a write pass, all in a fixed order (deterministic, no atomics); f16
-inputs compute in f32. Splitting: the (outer, R, inner) box is halved over outer/inner until the input
-and output bindings fit `be.binding_limit`. A row's footprint is R * inner elements, so a single row
-(or, for inner > 1, one outer slice's column) larger than the limit is refused with a KernelError.
+Layout [outer, R, inner]: row (a, b) starts at a * R * inner + b and steps by inner. The pipeline is
+picked per box when it is built: inner > 1 (columns) takes one invocation per row, folding in order
+(neighbouring rows are neighbouring in memory); contiguous rows take a workgroup per long row or a
+subgroup per short one (8 rows a workgroup), with vec4 loads when R and both bases are multiples of 4.
+Subgroup merges are used when the device has `subgroup` (`be.subgroups`), else a fixed tree in
+workgroup memory; both orders depend only on the shapes (and the subgroup size): deterministic, no
+atomics. f16 inputs compute in f32. Splitting: the (outer, R, inner) box is halved over outer/inner
+until the input and output bindings fit `be.binding_limit`; a single row (or, for inner > 1, one outer
+slice's column) larger than the limit is refused with a KernelError.
 """
 from __future__ import annotations
 
@@ -13,8 +17,23 @@ import math
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
-from .reduce import pack_words, split_boxes
+from .reduce import pack_words, row_threads, split_boxes
 from .strided import footprint, window
+
+WG = 256
+SHORT_ROW = 128     # chunks (vec4 or scalar) a row of at most this many gets a subgroup, not a workgroup
+RPW_SHORT = 8       # rows a workgroup takes in that case (one a subgroup at subgroup size 32)
+
+
+def plan(R: int, inner: int, nrows: int, vec: bool, subgroups: bool) -> dict:
+    """The kernel layout for rows of R elements: flags and sizes (what the pipeline specializes on)."""
+    if inner > 1 and (inner >= 16 or R <= 256):
+        return {"COL": True, "SG": False, "WGROW": False, "VEC": False, "WG": 64, "RPW": 1}
+    chunks = R // 4 if vec else R
+    short = chunks <= SHORT_ROW
+    return {"COL": False, "SG": subgroups, "WGROW": not short, "VEC": vec,
+            "WG": WG if short else row_threads(chunks), "RPW": RPW_SHORT if short else 1}
+
 
 
 @launcher("softmax", "log_softmax")
@@ -27,11 +46,9 @@ def _softmax(be, v, ins, out):
     outer, R, inner = math.prod(shape[:ax]), shape[ax], math.prod(shape[ax + 1:])
     d = v.dtype
     isz = 2 if d == "f16" else 4
-    wg = 256 if R >= 1024 else 64 if R >= 64 else 32
-    src = render("softmax", flags={"LOG": v.op == "log_softmax"}, ENABLE=enable_f16(d), T=WGSL_TYPE[d], WG=wg)
-    key = f"softmax:{v.op}:{d}:{wg}"
     st = (R * inner, inner, 1)
     ops = [(0, st, isz), (0, st, isz)]
+    sg = bool(getattr(be, "subgroups", False))
 
     def order(sizes):
         cand = [i for i in (0, 2) if sizes[i] > 1]
@@ -47,5 +64,17 @@ def _softmax(be, v, ins, out):
         wo, oo = window(out, 0, lo, hi, isz, be.offset_align)
         wx, xo = window(x, 0, lo, hi, isz, be.offset_align)
         nrows = sizes[0] * sizes[2]
-        words = [nrows, R, sizes[2], R * inner, inner, xo, oo, 0]
-        be.launch(key, src, [wo, wx], pack_words(words, 16), nrows)
+        vec = inner == 1 and R % 4 == 0 and xo % 4 == 0 and oo % 4 == 0
+        k = plan(R, inner, nrows, vec, sg)
+        q = 4 if k["VEC"] else 1
+        t = WGSL_TYPE[d]
+        src = render("softmax", flags={"LOG": v.op == "log_softmax", "COL": k["COL"], "SG": k["SG"],
+                                       "WGROW": k["WGROW"], "VEC": k["VEC"]},
+                     ENABLE=enable_f16(d), T=t, WG=k["WG"], RPW=k["RPW"])
+        key = "softmax:{}:{}:".format(v.op, d) + ":".join(f"{n}={k[n]}" for n in sorted(k))
+        words = [nrows, R // q, sizes[2], R * inner // q, inner, xo // q, oo // q, 0]
+        if k["COL"]:
+            groups = (nrows + k["WG"] - 1) // k["WG"]
+        else:
+            groups = (nrows + k["RPW"] - 1) // k["RPW"]
+        be.launch(key, src, [wo, wx], pack_words(words, 16), groups)

@@ -1,0 +1,70 @@
+"""layer_norm / rms_norm over trailing dims (kernels/norm.wgsl): one kernel, two reads of a row.
+
+Rows are contiguous (the normalized dims are trailing). Layout, picked per box when the pipeline is
+built: a workgroup per long row, a subgroup per short one (8 rows a workgroup); subgroup sums when the
+device has `subgroup` (`be.subgroups`), else a fixed tree in workgroup memory; vec4 loads when the row
+length and every base are multiples of 4. Statistics in f32 (f16 rounds once on store); sums in a fixed
+order: deterministic, no atomics. Splitting: rows are split until x and out fit `be.binding_limit`; a
+single row larger than the limit is refused with a KernelError.
+"""
+from __future__ import annotations
+
+import math
+import struct
+
+from ....errors import KernelError
+from ..templates import WGSL_TYPE, enable_f16, render
+from .registry import launcher
+from .reduce import pack_words, row_threads, split_boxes
+from .strided import footprint, window
+
+WG = 256
+SHORT_ROW = 128     # chunks a row of at most this many gets a subgroup (or LANES invocations), not a workgroup
+RPW_SHORT = 8
+
+
+@launcher("layer_norm", "rms_norm")
+def _norm(be, v, ins, out):
+    x = ins[0]
+    a = v.attrs
+    k = int(a["n_axes"])
+    shape = tuple(x.shape)
+    n = math.prod(shape[len(shape) - k:])
+    rows = math.prod(shape[:len(shape) - k])
+    if n == 0 or rows == 0:
+        return
+    d = v.dtype
+    isz = 2 if d == "f16" else 4
+    has_w, has_b = bool(a.get("has_w")), bool(a.get("has_b"))
+    affine = list(ins[1:])
+    st_rows = (n, 1)
+    ops = [(0, st_rows, isz), (0, st_rows, isz)] + [(0, (0, 1), isz)] * len(affine)
+    try:
+        boxes = list(split_boxes((rows, n), ops, be.binding_limit, be.offset_align,
+                                 lambda sizes: 0 if sizes[0] > 1 else None))
+    except KernelError:
+        raise KernelError(f"one {v.op} row of {n} elements exceeds the binding limit {be.binding_limit}",
+                          where=f"op '{v.op}'", hint="raise SCELLIS_MAX_BINDING_BYTES or reshape") from None
+    sg = bool(getattr(be, "subgroups", False))
+    eps_bits = struct.unpack("<I", struct.pack("<f", float(a["eps"])))[0]
+    t = WGSL_TYPE[d]
+    for starts, sizes in boxes:
+        lo, hi = footprint(starts, sizes, st_rows)
+        wo, oo = window(out, 0, lo, hi, isz, be.offset_align)
+        wx, xo = window(x, 0, lo, hi, isz, be.offset_align)
+        wins, offs = [wo, wx], [oo, xo]
+        for s in affine:
+            ws, so = window(s, 0, 0, n - 1, isz, be.offset_align)
+            wins.append(ws)
+            offs.append(so)
+        vec = n % 4 == 0 and all(o % 4 == 0 for o in offs)
+        q = 4 if vec else 1
+        short = n // q <= SHORT_ROW
+        flags = {"RMS": v.op == "rms_norm", "W": has_w, "B": has_b, "SG": sg, "WGROW": not short, "VEC": vec}
+        rpw = RPW_SHORT if short else 1
+        wg = WG if short else row_threads(n // q)
+        src = render("norm", flags=flags, ENABLE=enable_f16(d), T=t, WG=wg, RPW=rpw, BBIND=3 + has_w)
+        key = f"norm:{d}:{wg}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))
+        wb = [offs[2] // q if has_w else 0, offs[2 + has_w] // q if has_b else 0]
+        words = [sizes[0], n // q, xo // q, oo // q] + wb + [eps_bits, 0]
+        be.launch(key, src, wins, pack_words(words, 8), (sizes[0] + rpw - 1) // rpw)
