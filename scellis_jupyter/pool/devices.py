@@ -78,6 +78,8 @@ class Engine:
         self.impl = self.device.fresh_impl()
         self.values: dict[str, Any] = {}
         self.step = 0
+        self.host: dict[str, np.ndarray] = {}      # what a run keeps on the worker's host, not on its device
+        self.pending: dict[str, np.ndarray] = {}
         self.lock = threading.Lock()      # a worker with several threads runs one of this run's tasks at a time
 
     def put(self, name: str, a, dtype: str = "f32", shape=None) -> Any:
