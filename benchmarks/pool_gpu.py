@@ -22,8 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -64,6 +62,7 @@ def single_device(spec: str, device: str, warmup: int, steps: int) -> dict:
 
 def pooled(spec: str, workers: int, devices: list, slices: int, warmup: int, steps: int, processes: bool) -> dict:
     from distributed import get_task_stream
+
     from scellis_jupyter.pool import Pool
     from scellis_jupyter.pool.parallel import DataParallel
     with Pool(workers=workers, processes=processes) as pool:
@@ -88,7 +87,8 @@ def pooled(spec: str, workers: int, devices: list, slices: int, warmup: int, ste
 
 
 def demo_spec(width: int, layers: int = 7, features: int = 64, batch: int = 8) -> str:
-    nodes = ", ".join(['{ op = "linear", out = %d }, { op = "relu" }' % width] * layers + ['{ op = "linear", out = 10 }'])
+    hidden = f'{{ op = "linear", out = {width} }}, {{ op = "relu" }}'
+    nodes = ", ".join([hidden] * layers + ['{ op = "linear", out = 10 }'])
     return f"""
 name = "wide-mlp-{width}"
 [data]

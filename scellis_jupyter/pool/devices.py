@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as dt
-from ..backends.device import Device, device as pick, devices as all_devices
+from ..backends.device import Device
+from ..backends.device import device as pick
+from ..backends.device import devices as all_devices
 from ..errors import PoolError
 
 
@@ -106,7 +108,7 @@ def _here() -> str:
     try:
         from distributed import get_worker
         return get_worker().address
-    except Exception:         # not in a worker (a direct call): this process
+    except ValueError:        # not in a worker (a direct call): this process
         return "local"
 
 

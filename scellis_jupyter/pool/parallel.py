@@ -18,7 +18,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..backends.device import device as pick
-from ..catalog import get as catalog_get, make
+from ..catalog import get as catalog_get
+from ..catalog import make
 from ..errors import PoolError
 from ..executor.executor import execute, run_numpy
 from ..graph import functional as F
