@@ -13,6 +13,8 @@ import logging
 import os
 import secrets
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -56,6 +58,10 @@ def _leaf(name: str, index: int, answer: Any, sent: dict | None):
 
 def _noop() -> None:
     return None
+
+
+class _Resting(Exception):
+    """No peer may take a shard now only because each is within its rest (Governor.max_time)."""
 
 
 _REAL = object()          # an attempt's "known answer" when it is a real shard, not a canary
@@ -219,6 +225,8 @@ class Pool:
         data = isinstance(job.fn, DataProgram)
         res = JobResult(job.hash, None)
         attempts: dict[str, tuple] = {}     # attempt id -> (shard, [(worker, future, stamp, sent)], known answer)
+        placed: dict[str, float] = {}       # attempt id -> when it was placed (for Governor.max_time)
+        later: list[tuple] = []             # (shard, known, only) waiting for a resting peer
         accepted: dict[int, tuple] = {}     # shard index -> (worker, future, value, method, sent)
         units = {s.index: job.work_units(s) for s in shards}
         gov = self.governor
@@ -233,6 +241,8 @@ class Pool:
             if len(ok) >= need:
                 start = next(rr)
                 return [ok[(start + i) % len(ok)] for i in range(need)]
+            if len(free) >= need and gov.resting(free, units[shard.index]) is not None:
+                raise _Resting()
             if len(free) >= need:
                 raise PoolError(f"shard {shard.index} of job {job.hash[:12]} needs {units[shard.index]} work units "
                                 f"on {need} peer(s), and no peer's budget has them", where="Pool.run",
@@ -245,7 +255,11 @@ class Pool:
 
         def submit(shard: Shard, known: Any = _REAL, only: str | None = None) -> None:
             need = job.replicas if job.verify == "quorum" and known is _REAL else 1
-            chosen = place(shard, need, only)
+            try:
+                chosen = place(shard, need, only)
+            except _Resting:                           # every peer is resting (its time share): later
+                later.append((shard, known, only))
+                return
             aid = secrets.token_hex(12)                # opaque: a peer cannot tell a canary from a shard
             futs = []
             for j, w in enumerate(chosen):
@@ -263,6 +277,24 @@ class Pool:
                 futs.append((w, f, stamp, sent))
                 ac.add(f)
             attempts[aid] = (shard, futs, known)
+            placed[aid] = time.monotonic()
+
+        def retry() -> float | None:
+            """Place the shards that waited for a resting peer; seconds until the next may be placed."""
+            todo = list(later)
+            later.clear()
+            for item in todo:
+                submit(*item)
+            if not later:
+                return None
+            return gov.resting(self.workers(), units[later[0][0].index]) or 0.05
+
+        def back(aid: str, futs: list) -> None:          # an attempt's peers are done with it: their busy time
+            t = placed.pop(aid, None)
+            if t is not None:
+                for w, x, _, _ in futs:
+                    if x.done():
+                        gov.finished(w, time.monotonic() - t)
 
         def revoke(peer: str) -> None:
             for idx in [i for i, a in accepted.items() if a[0] == peer]:
@@ -276,6 +308,7 @@ class Pool:
                 for aid, (shard, futs, known) in list(attempts.items()):
                     if any(w == peer and not x.done() for w, x, _, _ in futs):
                         attempts.pop(aid)
+                        back(aid, futs)
                         unrun = [w for w, x, _, _ in futs if not x.done()]
                         self.client.cancel([x for _, x, _, _ in futs])
                         for w in unrun:
@@ -295,12 +328,25 @@ class Pool:
         def wake() -> None:
             ac.add(self.client.submit(_noop, pure=False, key=f"wake-{secrets.token_hex(8)}"))
 
+        def completed():                               # every attempt's answer, and the rested peers' turns
+            while True:
+                for f in ac:
+                    yield f
+                wait = retry()
+                if wait is None and not later:
+                    return
+                time.sleep(min(wait or 0.05, 1.0))
+
         gov._wake = wake
         try:
             for s, known, only in order:
                 submit(s, known, only)
-            for f in ac:
+            for f in completed():
                 restop()
+                if later:
+                    wait = retry()
+                    if wait is not None:
+                        threading.Timer(min(wait, 1.0), lambda: gov._wake and gov._wake()).start()
                 aid = f.key.split("-")[1] if isinstance(f.key, str) and f.key.startswith("shard-") else None
                 if aid not in attempts:
                     continue
@@ -308,6 +354,7 @@ class Pool:
                 if not all(x.done() for _, x, _, _ in futs):
                     continue
                 attempts.pop(aid)
+                back(aid, futs)
                 results, raised = [], []
                 for w, x, stamp, sent in futs:
                     try:
