@@ -330,8 +330,7 @@ class Pool:
 
         def completed():                               # every attempt's answer, and the rested peers' turns
             while True:
-                for f in ac:
-                    yield f
+                yield from ac
                 wait = retry()
                 if wait is None and not later:
                     return
