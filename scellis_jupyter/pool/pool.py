@@ -91,6 +91,20 @@ def _local_reduce(name: str, values: dict) -> Any:
     return r.finish(level[0])
 
 
+def reducer_hash(name: str) -> str:
+    """The content hash of this process's catalog reducer `name`: BLAKE3 over its name and source text (a
+    string: a peer that is not ours sends back only plain messages)."""
+    import inspect
+
+    import blake3
+    obj = catalog_get("reducer", name).obj
+    try:
+        src = inspect.getsource(obj)
+    except (OSError, TypeError):          # defined where no source is kept: named by module and qualified name
+        src = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
+    return blake3.blake3(f"reducer\0{name}\0{src}".encode()).hexdigest()
+
+
 def _reduce_digest(name: str, acc: Any) -> str:
     """The last step of a reduction on a worker of a pool that is not ours: only its content hash comes back
     (a string: the client deserializes nothing a stranger made but bytes and plain messages)."""
@@ -426,7 +440,31 @@ class Pool:
         if self.trust == "own":
             res.value = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()})
             return res
-        # a stranger's reduction is one more result to check: the workers' tree against the client's own
+        # a stranger's reduction is one more result to check: first each worker's reducer against the client's
+        # catalog entry by content hash (a peer with another version of it is named, and the client reduces
+        # alone), then the workers' tree against the client's own
+        mine = reducer_hash(job.reduction)
+        asked = {w: self.client.submit(reducer_hash, job.reduction, workers=[w], allow_other_workers=False,
+                                       pure=False) for w in self.workers()}
+        differ = []
+        for w, f in asked.items():
+            try:
+                theirs = f.result()
+            except Exception:                  # a peer's error (not loaded) or a reducer it lacks: not the same
+                theirs = None
+            if theirs != mine:
+                differ.append(w)
+                why = (f"its reducer {job.reduction!r} is not the client's catalog entry "
+                       f"(content hash {str(theirs)[:16]}, not {mine[:16]})")
+                res.rejected.append((-1, w, why))
+        if differ:
+            try:
+                res.value = _local_reduce(job.reduction, {i: a[2] for i, a in accepted.items()})
+            except Exception as e:
+                raise PoolError(f"reduction {job.reduction!r} cannot combine these shard results: "
+                                f"{type(e).__name__}: {e}", where="Pool.run",
+                                hint="declare a reduction that matches what the shards return") from None
+            return res
         digest = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()}, digest=True)
         try:
             res.value = _local_reduce(job.reduction, {i: a[2] for i, a in accepted.items()})
