@@ -7,8 +7,9 @@ to the host for the worker-side tree reduction, the reduced gradient back). The 
 process (a module-level table keyed by run and worker address: in-process workers share one process);
 a Dask future of a small token stands for it, so each task depends on the one before it on that worker.
 
-Device names per worker: "reference" (numpy), "wgpu" (the best adapter), "wgpu:N" (the N-th wgpu adapter,
-cycling when there are fewer adapters than N+1: two workers can share one GPU), or part of an adapter's name.
+Device names per worker: "reference" (numpy), "wgpu" (the best adapter), "wgpu:N" (the N-th GPU adapter, or
+the N-th wgpu adapter where there is no GPU, cycling when there are fewer than N+1: two workers can share
+one GPU), or part of an adapter's name.
 """
 from __future__ import annotations
 
@@ -52,10 +53,17 @@ def _check_name(name: str) -> None:
                             hint='e.g. "wgpu:0"')
 
 
+def _adapters() -> list[Device]:
+    """The adapters "wgpu:N" counts: the GPUs when there are any (a software adapter beside a GPU is not
+    one of "the GPUs"), else every wgpu adapter (llvmpipe)."""
+    wgpu = [d for d in all_devices() if d.backend == "wgpu"]
+    return [d for d in wgpu if d.is_gpu] or wgpu
+
+
 def resolve(name: str) -> Device:
     """The Device a worker runs on for `name` (in this process: its adapters)."""
     if name.startswith("wgpu:"):
-        gpus = [d for d in all_devices() if d.backend == "wgpu"]
+        gpus = _adapters()
         if not gpus:
             raise PoolError(f"device {name!r}: this worker sees no wgpu adapter", where="pool devices",
                             hint="install a Vulkan driver, or run it on device='reference'")
@@ -67,7 +75,7 @@ def adapter_index(name: str) -> int | None:
     """The index of the adapter `name` lands on (after cycling), or None for anything but "wgpu:N"."""
     if not name.startswith("wgpu:"):
         return None
-    n = sum(1 for d in all_devices() if d.backend == "wgpu")
+    n = len(_adapters())
     return int(name[5:]) % n if n else None
 
 

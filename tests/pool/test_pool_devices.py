@@ -11,7 +11,7 @@ import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.pool import Pool
-from scellis_jupyter.pool.devices import parse_devices, resolve
+from scellis_jupyter.pool.devices import _adapters, parse_devices, resolve
 from scellis_jupyter.pool.parallel import DataParallel
 from scellis_jupyter.pool.sharding import RelayRun, ShardedRun
 
@@ -68,9 +68,11 @@ def test_device_names_cycle_over_the_workers_and_bad_ones_are_refused():
 
 @needs_wgpu
 def test_adapter_indices_cycle_when_there_are_fewer_adapters():
-    n = len(wgpu_devices)
+    n = len(_adapters())                                        # the GPUs, or every adapter where none is
+    assert 1 <= n <= len(wgpu_devices)
     assert resolve(f"wgpu:{n}") is resolve("wgpu:0")            # one more than there are: back to the first
     assert resolve("wgpu:0").backend == "wgpu"
+    assert resolve("wgpu:0").is_gpu or not any(d.is_gpu for d in wgpu_devices)   # a GPU before llvmpipe
 
 
 @pytest.fixture(scope="module")
