@@ -107,23 +107,24 @@ seed = 0
 
 
 def sized_demo(memory: int, device: str) -> tuple[str, object]:
-    """The narrowest wide MLP whose plan is red on one device of `memory` bytes and green sharded over two."""
+    """The narrowest wide MLP whose plan is red on one device of `memory` bytes, planned sharded over two.
+
+    An even number of equal square layers (6 per 8 GiB declared) splits the state evenly and keeps each
+    weight well under an adapter's buffer limit."""
     from scellis_jupyter.pool.sharding import pool_plan
+    layers = 1 + 6 * max(1, -(-memory // (8 << 30)))
+
+    def planned(w):
+        return pool_plan(demo_spec(w, layers), "shard", 2, memory=memory, device=device)
     lo, hi = 16, 16
-    while True:                                   # widen until one device is red
-        pp = pool_plan(demo_spec(hi), "shard", 2, memory=memory, device=device)
-        if pp.single_verdict == "red":
-            break
+    while planned(hi).single_verdict != "red":   # widen until one device is red
         lo, hi = hi, hi * 2
-    best = None
-    for _ in range(24):                           # the narrowest red-on-one width, then check two are green
+    for _ in range(24):                           # the narrowest red-on-one width
         if hi - lo <= max(1, hi // 64):
             break
         mid = (lo + hi) // 2
-        pm = pool_plan(demo_spec(mid), "shard", 2, memory=memory, device=device)
-        lo, hi = (lo, mid) if pm.single_verdict == "red" else (mid, hi)
-    best = pool_plan(demo_spec(hi), "shard", 2, memory=memory, device=device)
-    return demo_spec(hi), best
+        lo, hi = (lo, mid) if planned(mid).single_verdict == "red" else (mid, hi)
+    return demo_spec(hi, layers), planned(hi)
 
 
 def sharded_demo(memory: int, run_memory: int, devices: list, steps: int, processes: bool) -> list[str]:
