@@ -18,7 +18,8 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..backends.device import device as pick
-from ..catalog import get as catalog_get, make
+from ..catalog import get as catalog_get
+from ..catalog import make
 from ..errors import PoolError
 from ..executor.executor import execute, run_numpy
 from ..graph import functional as F
@@ -29,6 +30,7 @@ from ..program.schedule import compile_program
 from ..program.training import build_train_step
 from ..program.update import all_finite, clip_grads, donated, optimizer_update
 from ..spec import Spec
+from .devices import engine, new_run_id, parse_devices, release, resolve
 from .host import Host, own_only
 from .job import content_hash
 
@@ -82,14 +84,15 @@ def slice_gradient(spec: Spec, tier: str, replica: tuple, x: np.ndarray, y) -> d
     return {"n": len(x), "loss": float(out["loss"]), "grads": {n: out[f"grad:{n}"] for n in st.param_names}}
 
 
-def update_program(spec: Spec, tier: str, shapes: tuple):
+def update_program(spec: Spec, tier: str, shapes: tuple, backend: str = "reference"):
     """The update half of spec's step as its own Program: finite guard, clipping, optimizer update.
 
     shapes: ((name, shape), ...) in the step's parameter order. Returns (program, leaf names, output names)."""
-    return cached(("update", spec.hash, tier, shapes), lambda: _build_update(spec, tier, shapes))
+    key = ("update", spec.hash, tier, shapes) + ((backend,) if backend != "reference" else ())
+    return cached(key, lambda: _build_update(spec, tier, shapes, backend))
 
 
-def _build_update(spec: Spec, tier: str, shapes: tuple):
+def _build_update(spec: Spec, tier: str, shapes: tuple, backend: str = "reference"):
     r = spec.recipe
     cfg = dict(r.get("optimizer") or {"name": "adamw"})
     opt = make("optimizer", cfg.pop("name"), **cfg)
@@ -110,7 +113,7 @@ def _build_update(spec: Spec, tier: str, shapes: tuple):
         donated(outs, out_names, donate, ps[n], new_w, f"param:{n}")
         for slot, s in st.items():
             donated(outs, out_names, donate, s, new_st[slot], f"state:{n}.{slot}")
-    prog, leaves = compile_program(outs, "reference", tier, donate=donate)
+    prog, leaves = compile_program(outs, backend, tier, donate=donate)
     return prog, [meta[l.id][0] for l in leaves], out_names
 
 
@@ -128,6 +131,71 @@ def apply_update(spec: Spec, tier: str, shapes: tuple, replica: tuple, reduced: 
     new_p = {k[6:]: v for k, v in got.items() if k.startswith("param:")}
     new_s = {k[6:]: v for k, v in got.items() if k.startswith("state:")}
     return dict(params, **new_p), dict(state, **new_s)
+
+
+# ---- on a worker bound to a wgpu device: the replica stays in device buffers (pool/devices.py) --------------
+def _dev_grad_step(spec: Spec, b: int, tier: str, backend: str):
+    return cached(("grad", spec.hash, b, tier, backend),
+                  lambda: build_train_step(unclipped(spec), b, backend, tier, options=gradient_options(spec)))
+
+
+def dev_init(run: str, name: str, replica: tuple) -> int:
+    """On a worker: open its device for run `run` and upload the replica (weights, optimizer state)."""
+    eng = engine(run, name)
+    with eng.lock:
+        for part in replica:
+            for n, a in part.items():
+                eng.values[n] = eng.impl.from_numpy(np.asarray(a, np.float32), "f32")
+    return 0
+
+
+def dev_slice_gradient(run: str, spec: Spec, tier: str, token: int, x: np.ndarray, y) -> dict:
+    """On a worker: one slice's mean loss and gradients, computed on its device at the replica's weights
+    there; the gradients come back to the host for the tree reduction."""
+    eng = engine(run)
+    with eng.lock:
+        st = _dev_grad_step(spec, len(x), tier, eng.impl.name)
+        if any(l.name.startswith("rng:") for l in st.leaves):
+            raise PoolError("a data-parallel step with dropout would draw other masks per slice than one batch",
+                            where=f"spec {spec.name}", hint="drop the dropout layers, or train it with sc.Run")
+        feeds = {"x": x, "y": y}
+        leaves = [eng.values[l.name] if l.name in eng.values and l.name not in feeds
+                  else eng.put(f"in:{l.name}:{len(x)}", feeds[l.name], l.node.dtype, l.node.shape) for l in st.leaves]
+        got = dict(zip(st.outputs, execute(st.program, leaves, eng.impl)))
+        names = ["loss"] + [f"grad:{n}" for n in st.param_names]
+        arr = eng.impl.read_many([got[k] for k in names])
+    return {"n": len(x), "loss": float(arr[0]), "grads": {n: np.array(a) for n, a in zip(st.param_names, arr[1:])}}
+
+
+def dev_apply_update(run: str, spec: Spec, tier: str, shapes: tuple, token: int, reduced: dict, lr: float,
+                     step: float) -> int:
+    """On a worker: the update with the reduced gradients, applied to the replica in its device buffers."""
+    eng = engine(run)
+    with eng.lock:
+        prog, leaf_names, out_names = update_program(spec, tier, shapes, eng.impl.name)
+        feeds = {**{f"grad:{k}": v for k, v in reduced["grads"].items()}, "lr": lr, "step": step}
+        stor = []
+        for name, j in zip(leaf_names, prog.leaves):
+            v = prog.values[j]
+            stor.append(eng.put(f"in:{name}", feeds[name], v.dtype, v.shape) if name in feeds else eng.values[name])
+        for n, o in zip(out_names, execute(prog, stor, eng.impl)):
+            kind, _, rest = n.partition(":")
+            if kind in ("param", "state"):
+                eng.values[rest] = o
+        eng.step = token + 1
+    return token + 1
+
+
+def dev_replica(run: str, token: int, names: list, state_names: list) -> tuple:
+    """On a worker: its replica read back from the device (weights, optimizer state)."""
+    eng = engine(run)
+    with eng.lock:
+        got = eng.read(list(names) + list(state_names))
+    return {n: got[n] for n in names}, {n: got[n] for n in state_names}
+
+
+def dev_release(run: str) -> bool:
+    return release(run)
 
 
 def _loss_of(reduced: dict) -> float:
@@ -160,10 +228,14 @@ class DataParallel(Host):
     `train()` runs to the end and returns the loss history; iterate for one dict per step. Follow it live
     with `LossCurve().follow(dp)` (the same event stream a background run has). `memory` (bytes per device)
     refuses a slice whose gradient plan is red there.
+
+    `device` ("reference", default; "wgpu"; "wgpu:N"; part of an adapter's name) is every worker's device,
+    or `devices=[...]` one per worker (cycled): on a wgpu device each worker keeps its replica in device
+    buffers and runs the step's kernels there; only gradients travel, through the host (pool/devices.py).
     """
 
     def __init__(self, pool, spec, *, slices: int | None = None, steps: int | None = None, memory: int | None = None,
-                 data: dict | None = None):
+                 data: dict | None = None, device: str | None = None, devices: list | None = None):
         own_only(pool, "data-parallel training")
         super().__init__(spec, what="data-parallel training", steps=steps, data=data)
         self.pool, self.client = pool, pool.client
@@ -173,7 +245,11 @@ class DataParallel(Host):
             raise PoolError(f"slices={slices} must be between 1 and the batch size {self.batch_size}",
                             where="DataParallel", hint="give slices=2 for two workers")
         self.sizes = [len(a) for a in np.array_split(np.arange(self.batch_size), self.slices)]
-        p = make_plan(self.spec, "reference", batch_size=max(self.sizes), options=gradient_options(self.spec),
+        self.device_names = parse_devices(device, devices, len(self.workers))
+        self.on_device = self.device_names[0] != "reference"
+        plan_dev = resolve(self.device_names[0]) if self.on_device else "reference"
+        self.backend = "wgpu" if self.on_device else "reference"
+        p = make_plan(self.spec, plan_dev, batch_size=max(self.sizes), options=gradient_options(self.spec),
                       evaluation=False, fixes=False, memory=memory)
         self.tier, self.plan = p.tier, p
         if memory is not None and _verdict(p.peak_bytes, p.capacity_bytes) == "red":
@@ -183,8 +259,14 @@ class DataParallel(Host):
         self.names = list(st.param_names)
         self.shapes = tuple((n, tuple(np.shape(self.init[n]))) for n in self.names)
         replica = ({n: self.init[n] for n in self.names}, self.state0(self.names))
+        self.state_names = list(replica[1])
+        self.run_id = new_run_id()
         self.replicas = {w: self.client.scatter([replica], workers=[w], broadcast=False, hash=False)[0]   # one future
                          for w in self.workers}
+        if self.on_device:              # the replica moves into the worker's device buffers; a token stands for it
+            self.replicas = {w: self.client.submit(dev_init, self.run_id, name, rep, workers=[w], pure=False)
+                             for (w, rep), name in zip(self.replicas.items(), self.device_names)}
+            self.client.gather(list(self.replicas.values()))      # a worker without that device fails here
 
     def _worker(self, i: int) -> str:
         return self.workers[i % len(self.workers)]
@@ -197,8 +279,13 @@ class DataParallel(Host):
         futs, lo = [], 0
         for i, n in enumerate(self.sizes):
             w = self._worker(i)
-            futs.append(self.client.submit(slice_gradient, self.spec, self.tier, self.replicas[w], x[lo:lo + n],
-                                           y[lo:lo + n] if y is not None else None, workers=[w], pure=False))
+            part = (x[lo:lo + n], y[lo:lo + n] if y is not None else None)
+            if self.on_device:
+                futs.append(self.client.submit(dev_slice_gradient, self.run_id, self.spec, self.tier, self.replicas[w],
+                                               *part, workers=[w], pure=False))
+            else:
+                futs.append(self.client.submit(slice_gradient, self.spec, self.tier, self.replicas[w], *part,
+                                               workers=[w], pure=False))
             lo += n
         return tree_reduce(self.client, "grad_mean", futs)
 
@@ -207,7 +294,9 @@ class DataParallel(Host):
         for x, y in self.batches():
             s = self.step_feeds()
             red = self.gradient(x, y)
-            self.replicas = {w: self.client.submit(apply_update, self.spec, self.tier, self.shapes, rep, red, s["lr"],
+            fn = dev_apply_update if self.on_device else apply_update
+            head = (self.run_id,) if self.on_device else ()
+            self.replicas = {w: self.client.submit(fn, *head, self.spec, self.tier, self.shapes, rep, red, s["lr"],
                                                    s["step"], workers=[w], pure=False)
                              for w, rep in self.replicas.items()}
             loss = self.client.submit(_loss_of, red, pure=False).result()
@@ -223,14 +312,33 @@ class DataParallel(Host):
             pass
         return list(self.loss_history)
 
+    def _replica(self, w: str):
+        """The future of worker w's replica as host arrays (read back from its device when it has one)."""
+        r = self.replicas[w]
+        if not self.on_device:
+            return r
+        return self.client.submit(dev_replica, self.run_id, r, self.names, self.state_names, workers=[w], pure=False)
+
     def weights(self) -> dict[str, np.ndarray]:
         """The weights of the first replica (every replica holds the same: `replica_hashes`)."""
-        return dict(self.replicas[self.workers[0]].result()[0])
+        return dict(self._replica(self.workers[0]).result()[0])
 
     def replica_hashes(self) -> dict[str, str]:
         """Each worker's hash of its replica (weights and optimizer state), computed there."""
-        return {w: self.client.submit(_replica_hash, r, workers=[w], pure=False).result()
-                for w, r in self.replicas.items()}
+        return {w: self.client.submit(_replica_hash, self._replica(w), workers=[w], pure=False).result()
+                for w in self.replicas}
+
+    def devices(self) -> dict[str, dict]:
+        """What each worker's device name resolved to there (backend, adapter, memory, adapter index)."""
+        from .devices import device_info
+        return {w: self.client.submit(device_info, n, workers=[w], pure=False).result()
+                for w, n in zip(self.workers, self.device_names)}
+
+    def close(self) -> None:
+        """Release the workers' device buffers of this run (a run on the reference backend holds none)."""
+        if self.on_device:
+            self.client.gather([self.client.submit(dev_release, self.run_id, workers=[w], pure=False)
+                                for w in self.workers])
 
 
 def data_parallel(pool, spec, *, on_step: Callable[[dict], None] | None = None, **kw) -> DataParallel:

@@ -13,6 +13,8 @@ import logging
 import os
 import secrets
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -58,6 +60,10 @@ def _noop() -> None:
     return None
 
 
+class _Resting(Exception):
+    """No peer may take a shard now only because each is within its rest (Governor.max_time)."""
+
+
 _REAL = object()          # an attempt's "known answer" when it is a real shard, not a canary
 
 
@@ -83,6 +89,20 @@ def _local_reduce(name: str, values: dict) -> Any:
             nxt.append(level[-1])
         level = nxt
     return r.finish(level[0])
+
+
+def reducer_hash(name: str) -> str:
+    """The content hash of this process's catalog reducer `name`: BLAKE3 over its name and source text (a
+    string: a peer that is not ours sends back only plain messages)."""
+    import inspect
+
+    import blake3
+    obj = catalog_get("reducer", name).obj
+    try:
+        src = inspect.getsource(obj)
+    except (OSError, TypeError):          # defined where no source is kept: named by module and qualified name
+        src = f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
+    return blake3.blake3(f"reducer\0{name}\0{src}".encode()).hexdigest()
 
 
 def _reduce_digest(name: str, acc: Any) -> str:
@@ -219,6 +239,8 @@ class Pool:
         data = isinstance(job.fn, DataProgram)
         res = JobResult(job.hash, None)
         attempts: dict[str, tuple] = {}     # attempt id -> (shard, [(worker, future, stamp, sent)], known answer)
+        placed: dict[str, float] = {}       # attempt id -> when it was placed (for Governor.max_time)
+        later: list[tuple] = []             # (shard, known, only) waiting for a resting peer
         accepted: dict[int, tuple] = {}     # shard index -> (worker, future, value, method, sent)
         units = {s.index: job.work_units(s) for s in shards}
         gov = self.governor
@@ -233,6 +255,8 @@ class Pool:
             if len(ok) >= need:
                 start = next(rr)
                 return [ok[(start + i) % len(ok)] for i in range(need)]
+            if len(free) >= need and gov.resting(free, units[shard.index]) is not None:
+                raise _Resting()
             if len(free) >= need:
                 raise PoolError(f"shard {shard.index} of job {job.hash[:12]} needs {units[shard.index]} work units "
                                 f"on {need} peer(s), and no peer's budget has them", where="Pool.run",
@@ -245,7 +269,11 @@ class Pool:
 
         def submit(shard: Shard, known: Any = _REAL, only: str | None = None) -> None:
             need = job.replicas if job.verify == "quorum" and known is _REAL else 1
-            chosen = place(shard, need, only)
+            try:
+                chosen = place(shard, need, only)
+            except _Resting:                           # every peer is resting (its time share): later
+                later.append((shard, known, only))
+                return
             aid = secrets.token_hex(12)                # opaque: a peer cannot tell a canary from a shard
             futs = []
             for j, w in enumerate(chosen):
@@ -263,6 +291,24 @@ class Pool:
                 futs.append((w, f, stamp, sent))
                 ac.add(f)
             attempts[aid] = (shard, futs, known)
+            placed[aid] = time.monotonic()
+
+        def retry() -> float | None:
+            """Place the shards that waited for a resting peer; seconds until the next may be placed."""
+            todo = list(later)
+            later.clear()
+            for item in todo:
+                submit(*item)
+            if not later:
+                return None
+            return gov.resting(self.workers(), units[later[0][0].index]) or 0.05
+
+        def back(aid: str, futs: list) -> None:          # an attempt's peers are done with it: their busy time
+            t = placed.pop(aid, None)
+            if t is not None:
+                for w, x, _, _ in futs:
+                    if x.done():
+                        gov.finished(w, time.monotonic() - t)
 
         def revoke(peer: str) -> None:
             for idx in [i for i, a in accepted.items() if a[0] == peer]:
@@ -276,6 +322,7 @@ class Pool:
                 for aid, (shard, futs, known) in list(attempts.items()):
                     if any(w == peer and not x.done() for w, x, _, _ in futs):
                         attempts.pop(aid)
+                        back(aid, futs)
                         unrun = [w for w, x, _, _ in futs if not x.done()]
                         self.client.cancel([x for _, x, _, _ in futs])
                         for w in unrun:
@@ -295,12 +342,24 @@ class Pool:
         def wake() -> None:
             ac.add(self.client.submit(_noop, pure=False, key=f"wake-{secrets.token_hex(8)}"))
 
+        def completed():                               # every attempt's answer, and the rested peers' turns
+            while True:
+                yield from ac
+                wait = retry()
+                if wait is None and not later:
+                    return
+                time.sleep(min(wait or 0.05, 1.0))
+
         gov._wake = wake
         try:
             for s, known, only in order:
                 submit(s, known, only)
-            for f in ac:
+            for f in completed():
                 restop()
+                if later:
+                    wait = retry()
+                    if wait is not None:
+                        threading.Timer(min(wait, 1.0), lambda: gov._wake and gov._wake()).start()
                 aid = f.key.split("-")[1] if isinstance(f.key, str) and f.key.startswith("shard-") else None
                 if aid not in attempts:
                     continue
@@ -308,6 +367,7 @@ class Pool:
                 if not all(x.done() for _, x, _, _ in futs):
                     continue
                 attempts.pop(aid)
+                back(aid, futs)
                 results, raised = [], []
                 for w, x, stamp, sent in futs:
                     try:
@@ -380,7 +440,31 @@ class Pool:
         if self.trust == "own":
             res.value = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()})
             return res
-        # a stranger's reduction is one more result to check: the workers' tree against the client's own
+        # a stranger's reduction is one more result to check: first each worker's reducer against the client's
+        # catalog entry by content hash (a peer with another version of it is named, and the client reduces
+        # alone), then the workers' tree against the client's own
+        mine = reducer_hash(job.reduction)
+        asked = {w: self.client.submit(reducer_hash, job.reduction, workers=[w], allow_other_workers=False,
+                                       pure=False) for w in self.workers()}
+        differ = []
+        for w, f in asked.items():
+            try:
+                theirs = f.result()
+            except Exception:                  # a peer's error (not loaded) or a reducer it lacks: not the same
+                theirs = None
+            if theirs != mine:
+                differ.append(w)
+                why = (f"its reducer {job.reduction!r} is not the client's catalog entry "
+                       f"(content hash {str(theirs)[:16]}, not {mine[:16]})")
+                res.rejected.append((-1, w, why))
+        if differ:
+            try:
+                res.value = _local_reduce(job.reduction, {i: a[2] for i, a in accepted.items()})
+            except Exception as e:
+                raise PoolError(f"reduction {job.reduction!r} cannot combine these shard results: "
+                                f"{type(e).__name__}: {e}", where="Pool.run",
+                                hint="declare a reduction that matches what the shards return") from None
+            return res
         digest = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()}, digest=True)
         try:
             res.value = _local_reduce(job.reduction, {i: a[2] for i, a in accepted.items()})

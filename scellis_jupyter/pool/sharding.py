@@ -31,6 +31,7 @@ from ..program import partition
 from ..program.options import StepOptions
 from ..program.training import build_train_step
 from ..spec import Spec
+from .devices import engine, new_run_id, parse_devices, release, resolve
 from .host import Host, own_only
 from .parallel import cached
 
@@ -41,9 +42,9 @@ def _options(kind: str, index: int, count: int) -> StepOptions:
     return StepOptions(shard=(index, count)) if kind == "shard" else StepOptions(relay=(index, count))
 
 
-def _step(spec: Spec, b: int, tier: str, kind: str, index: int, count: int):
-    return cached((kind, spec.hash, b, tier, index, count),
-                  lambda: build_train_step(spec, b, "reference", tier, options=_options(kind, index, count)))
+def _step(spec: Spec, b: int, tier: str, kind: str, index: int, count: int, backend: str = "reference"):
+    key = (kind, spec.hash, b, tier, index, count) + ((backend,) if backend != "reference" else ())
+    return cached(key, lambda: build_train_step(spec, b, backend, tier, options=_options(kind, index, count)))
 
 
 @dataclass
@@ -75,10 +76,12 @@ class PoolPlan:
         return "\n".join(lines)
 
 
-def pool_plan(spec, kind: str = "shard", count: int = 2, *, memory: int | None = None, data: dict | None = None) -> PoolPlan:
+def pool_plan(spec, kind: str = "shard", count: int = 2, *, memory: int | None = None, data: dict | None = None,
+              device=None) -> PoolPlan:
     """Plan `spec` spread over `count` devices of `memory` bytes each (kind "shard" or "relay"), per device.
 
-    `kind` may also be a planner Fix (its `settings` say which and over how many)."""
+    `kind` may also be a planner Fix (its `settings` say which and over how many). `device` (a name as
+    pool/devices.py reads it, default the reference) is the kind of device each rank runs on."""
     if hasattr(kind, "settings"):
         fix = kind
         if fix.requires != "pool" or fix.kind not in FIXES:
@@ -91,18 +94,19 @@ def pool_plan(spec, kind: str = "shard", count: int = 2, *, memory: int | None =
     if count < 2:
         raise PoolError(f"spreading over {count} device(s) is no pool", where="pool_plan", hint="give count=2 or more")
     spec = Spec.of(spec, data)
-    single = make_plan(spec, "reference", memory=memory, fixes=False)
+    dev = resolve(device) if device not in (None, "reference") else pick("reference")
+    single = make_plan(spec, dev, memory=memory, fixes=False)
     cap, tier, bs = single.capacity_bytes, single.tier, single.batch_size
     out = PoolPlan(kind, count, cap, single_peak_bytes=single.peak_bytes,
                    single_verdict=_verdict(single.peak_bytes, cap), tier=tier)
-    impl = pick("reference").impl
+    impl = dev.impl
     for i in range(count):
         if kind == "shard":
-            p = make_plan(spec, "reference", memory=memory, options=_options(kind, i, count), fixes=False)
+            p = make_plan(spec, dev, memory=memory, options=_options(kind, i, count), fixes=False)
             peak, st = p.peak_bytes, p.step
             params = st.info["owned"]
         else:
-            st = _step(spec, bs, tier, kind, i, count)
+            st = _step(spec, bs, tier, kind, i, count, dev.backend)
             peak = step_peak(st, impl)[0]
             params = st.param_names
         out.devices.append({"device": i, "peak_bytes": int(peak), "verdict": _verdict(peak, cap), "params": list(params)})
@@ -161,12 +165,96 @@ def _pick(d: dict, key: str):
     return d[key]
 
 
+# ---- on a worker bound to a wgpu device: state stays in its buffers (pool/devices.py) ---------------------
+def _dev_execute(eng, st, feeds: dict) -> dict:
+    """Run step `st` on the engine: leaves from its buffers, else uploaded from `feeds`; outputs by name."""
+    if any(l.name.startswith("rng:") for l in st.leaves):
+        raise PoolError("a pooled step with dropout is not supported yet (its Philox positions are per stage)",
+                        where="pool step", hint="drop the dropout layers, or train it with sc.Run")
+    leaves = [eng.put(f"in:{l.name}:{st.batch_size}", feeds[l.name], l.node.dtype, l.node.shape)
+              if l.name in feeds else eng.values[l.name] for l in st.leaves]
+    return dict(zip(st.outputs, execute(st.program, leaves, eng.impl)))
+
+
+def dev_open(run: str, name: str, state: dict, host: dict | None = None) -> int:
+    """On a worker: open its device for run `run`, upload the optimizer state it keeps there (sharded
+    state), or keep `host` (a relay stage's weights and state) on the worker's host."""
+    eng = engine(run, name)
+    with eng.lock:
+        for n, a in state.items():
+            eng.values[n] = eng.impl.from_numpy(np.asarray(a, np.float32), "f32")
+        eng.host = {k: np.asarray(v, np.float32) for k, v in (host or {}).items()}
+    return 0
+
+
+def dev_shard_step(run: str, spec: Spec, tier: str, rank: int, world: int, token: int, owned: list, x, y,
+                   scalars: dict) -> dict:
+    """shard_step on the worker's device: every rank's parameters uploaded, its optimizer state kept there;
+    its own updated parameters come back to the host (they go to every other rank)."""
+    eng = engine(run)
+    with eng.lock:
+        st = _step(spec, len(x), tier, "shard", rank, world, eng.impl.name)
+        params = {k: v for part in owned for k, v in part.items()}
+        got = _dev_execute(eng, st, {**params, "x": x, "y": y, **scalars})
+        mine = list(st.info["owned"])
+        names = ["loss"] + [f"param:{n}" for n in mine if f"param:{n}" in got]
+        arr = dict(zip(names, eng.impl.read_many([got[k] for k in names])))
+        for k, o in got.items():
+            if k.startswith("state:"):
+                eng.values[k[6:]] = o
+        new_p = {n: np.array(arr.get(f"param:{n}", params[n])) for n in mine}
+        return {"loss": float(arr["loss"]), "params": new_p, "state": token + 1, "peak": int(eng.impl.peak)}
+
+
+def dev_relay_stage(run: str, spec: Spec, tier: str, stage: int, stages: int, token: int, inp, y, grad_out,
+                    scalars: dict) -> dict:
+    """relay_stage on the worker's device. A stage's Program updates its weights in place (donated) and a
+    stage before the last runs twice a step, so its weights and state are kept on the worker's host and
+    uploaded each run; the new ones wait (pending) until `dev_relay_commit` says every stage was finite."""
+    eng = engine(run)
+    with eng.lock:
+        st = _step(spec, len(inp), tier, "relay", stage, stages, eng.impl.name)
+        feeds = {**eng.host, **scalars, ("x" if stage == 0 else "act_in"): inp}
+        if stage == stages - 1:
+            feeds["y"] = y
+        else:
+            shape = next(l.node.shape for l in st.leaves if l.name == "grad_out")
+            feeds["grad_out"] = np.zeros(shape, np.float32) if grad_out is None else grad_out
+        got = _dev_execute(eng, st, feeds)
+        names = [k for k in got if k in ("loss", "act_out", "grad_in", "finite") or k.partition(":")[0] in
+                 ("param", "state")]
+        arr = dict(zip(names, eng.impl.read_many([got[k] for k in names])))
+        eng.pending = {k.partition(":")[2]: np.array(a) for k, a in arr.items() if k.partition(":")[0] in
+                       ("param", "state")}
+        return {"out": arr.get("loss", arr.get("act_out")), "grad_in": arr.get("grad_in"), "state": token + 1,
+                "peak": int(eng.impl.peak), "finite": bool(arr.get("finite", True))}
+
+
+def dev_relay_commit(run: str, token: int, ok: bool) -> int:
+    eng = engine(run)
+    with eng.lock:
+        if ok:
+            eng.host.update(eng.pending)
+        eng.pending = {}
+    return token + 1
+
+
+def dev_read(run: str, token: int, names: list) -> dict:
+    eng = engine(run)
+    with eng.lock:
+        return {n: np.array(eng.host[n]) for n in names} if eng.host else eng.read(list(names))
+
+
+def dev_release(run: str) -> bool:
+    return release(run)
+
+
 # ---- on the client ----------------------------------------------------------------------------------------
 class _PoolRun(Host):
     kind = ""
 
     def __init__(self, pool, spec, *, count: int = 2, memory: int | None = None, steps: int | None = None,
-                 data: dict | None = None):
+                 data: dict | None = None, device: str | None = None, devices: list | None = None):
         what = "a sharded run" if self.kind == "shard" else "a layer relay"
         own_only(pool, what)
         super().__init__(spec, what=what, steps=steps, data=data)
@@ -177,7 +265,10 @@ class _PoolRun(Host):
                             where=what, hint=f"sc.Pool(workers={count})")
         self.workers = workers[:count]
         self.count = count
-        self.pool_plan = pool_plan(self.spec, self.kind, count, memory=memory)
+        self.device_names = parse_devices(device, devices, count)
+        self.on_device = self.device_names[0] != "reference"
+        self.run_id = new_run_id()
+        self.pool_plan = pool_plan(self.spec, self.kind, count, memory=memory, device=self.device_names[0])
         if self.pool_plan.verdict == "red":
             bad = [d for d in self.pool_plan.devices if d["verdict"] == "red"]
             raise PoolError(f"{what} over {count} devices is red: device {bad[0]['device']} needs "
@@ -204,6 +295,18 @@ class _PoolRun(Host):
             pass
         return list(self.loss_history)
 
+    def _open(self, r: int, state: dict, host: dict | None = None):
+        """The token future of rank r's engine, its device opened and `state` uploaded there."""
+        return self.client.submit(dev_open, self.run_id, self.device_names[r], self._put(r, state),
+                                  self._put(r, host) if host is not None else None, workers=[self.workers[r]],
+                                  pure=False)
+
+    def close(self) -> None:
+        """Release the workers' device buffers of this run (a run on the reference backend holds none)."""
+        if self.on_device:
+            self.client.gather([self.client.submit(dev_release, self.run_id, workers=[w], pure=False)
+                                for w in self.workers])
+
     def _record(self, loss: float, lr: float) -> dict:
         self.step += 1
         self.loss_history.append(loss)
@@ -221,12 +324,17 @@ class ShardedRun(_PoolRun):
         super().__init__(pool, spec, **kw)
         owned = [d["params"] for d in self.pool_plan.devices]
         self.params = [self._put(r, {n: self.init[n] for n in owned[r]}) for r in range(self.count)]
-        self.state = [self._put(r, self.state0(owned[r])) for r in range(self.count)]
+        if self.on_device:                # each rank's optimizer state lives on its device; a token stands for it
+            self.state = [self._open(r, self.state0(owned[r])) for r in range(self.count)]
+            self.client.gather(self.state)
+        else:
+            self.state = [self._put(r, self.state0(owned[r])) for r in range(self.count)]
 
     def __iter__(self):
         for x, y in self.batches():
             s = self.step_feeds()
-            res = [self.client.submit(shard_step, self.spec, self.tier, r, self.count, self.state[r], self.params,
+            fn, head = (dev_shard_step, (self.run_id,)) if self.on_device else (shard_step, ())
+            res = [self.client.submit(fn, *head, self.spec, self.tier, r, self.count, self.state[r], self.params,
                                       x, y, s, workers=[self.workers[r]], pure=False) for r in range(self.count)]
             self.params = [self._local(r, f, "params") for r, f in enumerate(res)]
             self.state = [self._local(r, f, "state") for r, f in enumerate(res)]
@@ -249,8 +357,14 @@ class RelayRun(_PoolRun):
     def __init__(self, pool, spec, **kw):
         super().__init__(pool, spec, **kw)
         self.stage_params = [d["params"] for d in self.pool_plan.devices]
-        self.params = [self._put(k, {n: self.init[n] for n in ps}) for k, ps in enumerate(self.stage_params)]
-        self.state = [self._put(k, self.state0(ps)) for k, ps in enumerate(self.stage_params)]
+        if self.on_device:                 # a token per stage stands for the weights and state its worker keeps
+            self.state = [self._open(k, {}, {n: self.init[n] for n in ps} | self.state0(ps))
+                          for k, ps in enumerate(self.stage_params)]
+            self.params = list(self.state)
+            self.client.gather(self.state)
+        else:
+            self.params = [self._put(k, {n: self.init[n] for n in ps}) for k, ps in enumerate(self.stage_params)]
+            self.state = [self._put(k, self.state0(ps)) for k, ps in enumerate(self.stage_params)]
         self.layers = partition.relay_stages(self.spec.graph, self.count)
 
     def __iter__(self):
@@ -259,6 +373,12 @@ class RelayRun(_PoolRun):
             s = self.step_feeds()
 
             def stage(k, inp, grad_out, y=y, s=s):
+                if self.on_device:           # the stage's token orders its tasks on the worker
+                    f = self.client.submit(dev_relay_stage, self.run_id, self.spec, self.tier, k, S, self.state[k],
+                                           inp, y if k == S - 1 else None, grad_out, s, workers=[self.workers[k]],
+                                           pure=False)
+                    self.state[k] = self._local(k, f, "state")
+                    return f
                 return self.client.submit(relay_stage, self.spec, self.tier, k, S, self.params[k], self.state[k], inp,
                                           y if k == S - 1 else None, grad_out, s, workers=[self.workers[k]], pure=False)
 
@@ -277,7 +397,12 @@ class RelayRun(_PoolRun):
                 if k:
                     g = self._local(k, f, "grad_in")
             finite = [self.client.submit(_pick, f, "finite", workers=[self.workers[k]]).result() for k, f in done]
-            if all(finite):            # one stage's non-finite gradients skip every stage's update, as on one device
+            if self.on_device:
+                self.state = [self.client.submit(dev_relay_commit, self.run_id, self.state[k], all(finite),
+                                                 workers=[self.workers[k]], pure=False) for k in range(S)]
+                self.params = list(self.state)
+                self.skipped += not all(finite)
+            elif all(finite):          # one stage's non-finite gradients skip every stage's update, as on one device
                 for k, f in done:
                     self.params[k] = self._local(k, f, "params")
                     self.state[k] = self._local(k, f, "state")
@@ -288,6 +413,9 @@ class RelayRun(_PoolRun):
             yield self._record(loss, s["lr"])
 
     def weights(self) -> dict[str, np.ndarray]:
+        if self.on_device:
+            return {k: v for i, ps in enumerate(self.stage_params) for k, v in self.client.submit(
+                dev_read, self.run_id, self.state[i], ps, workers=[self.workers[i]], pure=False).result().items()}
         return {k: v for f in self.params for k, v in f.result().items()}
 
 

@@ -295,3 +295,43 @@ def test_a_peers_booby_trapped_error_is_not_loaded_on_the_client(tmp_path):
     assert not marker.exists()
     assert r.rejected and all(w == bad and "not loaded" in reason for _, w, reason in r.rejected)
     np.testing.assert_allclose(r.value, A @ B, rtol=1e-12, atol=1e-14)
+
+
+def _swap_collect():
+    """On one worker process: another `collect` reducer (a different version of the catalog entry)."""
+    from scellis_jupyter import catalog
+    catalog.get("reducer", "collect")           # the built-in entries load on first use
+    catalog.unregister("reducer", "collect")
+
+    class Collect:                 # same results, other code: a peer on another release
+        def leaf(self, index, result):
+            return {index: result}
+
+        def combine(self, a, b):
+            return {**a, **b}
+
+        def finish(self, acc):
+            return [acc[k] for k in sorted(acc)]
+    catalog.register("reducer", "collect", Collect, origin="another-release")
+    return True
+
+
+def test_reducer_hashes_name_the_catalog_entry():
+    from scellis_jupyter.pool.pool import reducer_hash
+    h = reducer_hash("collect")
+    assert h == reducer_hash("collect") and len(h) == 64
+    assert h != reducer_hash("concat_rows")
+
+
+@pytest.mark.slow
+def test_a_peer_whose_reducer_differs_is_named_and_the_client_reduces():
+    job = {"inputs": {"a": A, "b": B}, "partitioner": "row_blocks", "partition": {"blocks": 3},
+           "reduction": "collect", "verify": "freivalds", "classification": "public"}
+    with Pool(workers=2, trust="open") as p:
+        same = p.run(Job(MM, **job))                  # every worker has the client's entry: nothing to say
+        assert not same.rejected
+        odd = p.workers()[1]
+        assert p.client.run(_swap_collect, workers=[odd]) == {odd: True}
+        r = p.run(Job(MM, **job))
+    np.testing.assert_allclose(np.concatenate(r.value), A @ B, rtol=1e-12, atol=1e-14)
+    assert [w for i, w, why in r.rejected if "reducer 'collect'" in why] == [odd]

@@ -127,3 +127,22 @@ def test_a_worker_process_killed_mid_sweep_loses_nothing_and_mints_no_receipt_tw
     assert [c["params"] for c in r.value] == grid_cells(grid)
     assert r.value[5]["weights_hash"] == train_cell(grid_cells(grid)[5], spec=SPEC, steps=2)["weights_hash"]
     assert all(np.isfinite(c["final_loss"]) for c in r.value)
+
+
+def test_a_time_share_rests_each_peer_between_shards():
+    """max_time=0.4: each peer is busy at most 40% of the job's time (plus the shard it is finishing), so
+    the job takes at least (busy time of all peers) / (peers x 0.4); every shard still lands once."""
+    gov = Governor(max_time=0.4)
+    with Pool(workers=2, processes=False, governor=gov) as p:
+        t = time.monotonic()
+        r = p.run(Job(slow_cube, inputs={"items": list(range(6))}))
+        elapsed = time.monotonic() - t
+        rep = gov.report()
+    assert r.value == [cube(i) for i in range(6)]
+    busy = [d["busy_s"] for d in rep.values()]
+    assert sum(busy) >= 6 * 0.15                           # each shard sleeps 0.15 s on its peer
+    for b in busy:                                          # the share, give or take the last shard
+        assert b <= 0.4 * elapsed + 0.15 + 0.1, (busy, elapsed)
+    assert elapsed >= sum(busy) / (2 * 0.4) - 0.3, (busy, elapsed)
+    with pytest.raises(sc.PoolError, match="max_time"):
+        Governor(max_time=1.5)
