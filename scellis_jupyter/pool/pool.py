@@ -171,12 +171,20 @@ class Pool:
                 main.__spec__ = None   # multiprocessing's spawn reads it; an exec'd or embedded __main__ may lack it
             import dask      # dask: no work stealing, so a shard runs where it was sent unless that worker leaves
             tls = {"protocol": "tls://", "security": security} if security is not None else {}
-            with dask.config.set({"distributed.scheduler.work-stealing": False}):
-                self.cluster = LocalCluster(n_workers=n, processes=procs, threads_per_worker=threads_per_worker,
-                                            dashboard_address=None, silence_logs=logging.ERROR,
-                                            # Dask's scheduler always serves HTTP (health, metrics): loopback
-                                            # only, any free port, so a Pool never collides with another
-                                            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}, **tls)
+            try:
+                with dask.config.set({"distributed.scheduler.work-stealing": False}):
+                    self.cluster = LocalCluster(n_workers=n, processes=procs, threads_per_worker=threads_per_worker,
+                                                dashboard_address=None, silence_logs=logging.ERROR,
+                                                # Dask's scheduler always serves HTTP (health, metrics): loopback
+                                                # only, any free port, so a Pool never collides with another
+                                                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}, **tls)
+            except RuntimeError as e:
+                script = procs and getattr(main, "__file__", None) and sys.argv and sys.argv[0] != "-c"
+                raise PoolError(f"the pool's {n} worker process(es) did not start", where="Pool",
+                                hint=("worker processes start by re-importing your script: put the code that makes "
+                                      "the Pool under `if __name__ == \"__main__\":`" if script else
+                                      "see the worker's log above; sc.Pool() runs in-process without processes"),
+                                cause=str(e)) from None
             self.client = self._client_class(Client)(self.cluster, set_as_default=False, security=security,
                                                      **self._deserializers())
         self.ledger = ledger if isinstance(ledger, Ledger) or ledger is None else Ledger(ledger)
