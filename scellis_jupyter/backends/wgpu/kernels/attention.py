@@ -11,6 +11,7 @@ query blocks), then dq (per query block, loop over key blocks) which overwrites 
 from __future__ import annotations
 
 import math
+import os
 import struct
 
 import numpy as np
@@ -114,11 +115,47 @@ def _rows(s: Storage, isz, re, L, b0, b1, r0, r1, align):
     return window(s, 0, lo, hi, isz, align)
 
 
-def _render(name: str, section: str | None, mask: bool, subs: dict) -> tuple[str, str]:
+def _render(name: str, section: str | None, mask: bool, subs: dict, k2: bool = False) -> tuple[str, str]:
     """(pipeline key, source) of one attention kernel; the shared pieces come from kernels/attention.wgsl."""
-    src = render(name, section, flags={"MASK": mask}, **subs)
-    key = f"{name}:{section}:mask={mask}:" + ":".join(f"{k}={v}" for k, v in sorted(subs.items()))
+    src = render(name, section, flags={"MASK": mask, "K2": k2}, **subs)
+    key = f"{name}:{section}:mask={mask}:k2={k2}:" + ":".join(f"{k}={v}" for k, v in sorted(subs.items()))
     return key, src
+
+
+# Register-tiled kernels (kernels/flash_fwd.wgsl, flash_bwd.wgsl): head sizes up to FLASH_HEAD, tile
+# shapes (TY thread rows, CK key slots per thread) taken in this order, the first whose workgroup memory
+# fits the adapter's limit (48 KiB on the H200 takes the first; llvmpipe's 32 KiB a smaller one).
+FLASH_HEAD = 64
+FLASH_TILES = {"fwd": ((16, 2), (8, 2), (8, 1), (4, 1)),
+               "dq": ((8, 2), (16, 1), (8, 1), (4, 1)),
+               "dkdv": ((8, 2), (8, 1), (4, 1))}
+LOG2E = 1.4426950408889634
+
+
+def flash_smem(kind: str, ty: int, ck: int) -> int:
+    """Workgroup-memory bytes of one flash kernel (vec4 tiles; see the arrays in the .wgsl files)."""
+    rq, bk = 4 * ty, 16 * ck
+    if kind == "fwd":
+        vec4s = rq * 17 + bk * 17 + bk * 16 + bk * (ty + 1) + 16 * ty
+        return 16 * vec4s
+    if kind == "dq":
+        return 16 * (2 * rq * 17 + 2 * bk * 17 + bk * (ty + 1)) + 8 * rq
+    return 16 * (2 * rq * 17 + 2 * bk * 17 + 2 * bk * (ty + 1)) + 8 * bk
+
+
+def _flash_cfg(be, kind: str, d: int, dv: int):
+    """(TY, CK) of the register-tiled kernel, or None (head too large, or too little workgroup memory:
+    the one-row-per-thread kernels of attention_fwd/attention_bwd.wgsl run instead)."""
+    if max(d, dv) > FLASH_HEAD or os.environ.get("SCELLIS_ATTENTION_KERNEL") == "rowwise":
+        return None
+    lim = int(be.limits.get("max-compute-workgroup-storage-size", 16384))
+    inv = int(be.limits.get("max-compute-invocations-per-workgroup", 256))
+    forced = os.environ.get(f"SCELLIS_ATTENTION_TILE_{kind.upper()}")
+    cands = [tuple(int(x) for x in forced.split("x"))] if forced else FLASH_TILES[kind]
+    for ty, ck in cands:
+        if flash_smem(kind, ty, ck) <= lim and 16 * ty <= inv:
+            return ty, ck
+    return None
 
 
 def _common(v, ins):
@@ -149,12 +186,24 @@ def _attention(be, v, ins, out):
     if bh == 0 or lq == 0:
         return
     isz = dt.ITEMSIZE[t]
-    bk = _blk(be, d + dv)
-    key, src = _render("attention_fwd", None, mask is not None, dict(
-        ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, BQ=BQ, BK=bk, CAUSAL=str(causal).lower(),
-        MASK_BINDING=6, KS=max(bk * d, 1), VS=max(bk * dv, 1)))
+    cfg = _flash_cfg(be, "fwd", d, dv)
+    scale = float(v.attrs["scale"])
+    if cfg is not None:
+        ty, ck = cfg
+        rows_per = 4 * ty
+        key, src = _render("flash_fwd", None, mask is not None, dict(
+            ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, TY=ty, CK=ck, NT=16 * ty,
+            CAUSAL=str(causal).lower(), MASKED=str(mask is not None).lower(), MASK_BINDING=6), k2=ck == 2)
+        pscale = scale * LOG2E
+    else:
+        rows_per = BQ
+        bk = _blk(be, d + dv)
+        key, src = _render("attention_fwd", None, mask is not None, dict(
+            ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, BQ=BQ, BK=bk, CAUSAL=str(causal).lower(),
+            MASK_BINDING=6, KS=max(bk * d, 1), VS=max(bk * dv, 1)))
+        pscale = scale
     al = be.offset_align
-    chunks = _plan(be, bh, lq, [d * isz, dv * isz, 4], [lk * d * isz, lk * dv * isz], mask, BQ)
+    chunks = _plan(be, bh, lq, [d * isz, dv * isz, 4], [lk * d * isz, lk * dv * isz], mask, 64)
     for b0, b1, r0, r1 in chunks:
         nb, nr = b1 - b0, r1 - r0
         wq, qo = _rows(q, isz, d, lq, b0, b1, r0, r1, al)
@@ -170,9 +219,9 @@ def _attention(be, v, ins, out):
             storages.append(wm)
             mparams = mask.params(mo, mlo)
         moff, msq, msk, mrank, mshape, mstride = mparams
-        nqb = -(-nr // BQ)
+        nqb = -(-nr // rows_per)
         params = struct.pack("<IIIIIIiIfIIIIIIIIIII4I4I", nb, lq, lk, nr, r0, nqb, lk - lq, NEG_INF,
-                             float(v.attrs["scale"]), qo, ko, vo, oo, lo_, moff, b0, msq, msk, mrank, 0,
+                             pscale, qo, ko, vo, oo, lo_, moff, b0, msq, msk, mrank, 0,
                              *mshape, *mstride)
         be.launch(key, src, storages, params, nb * nqb)
 
