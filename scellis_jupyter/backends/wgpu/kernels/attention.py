@@ -264,13 +264,24 @@ def _attention_bwd(be, v, ins, out):
         raise KernelError(f"attention gradient dtype {dout.dtype} differs from q's {t}", where="op 'attention_bwd'")
     has = mask is not None
     kst, sst = _render("attention_bwd", "stats", has, dict(base, BK=1))
-    kdq, sdq = _render("attention_bwd", "dq", has, dict(base, BK=bk_dq, KS=max(bk_dq * d, 1), VS=max(bk_dq * dv, 1)))
-    kkv, skv = _render("attention_bwd", "dkdv", has, dict(base, BK=bk_kv, QS=max(bk_kv * d, 1),
-                                                          DS=max(bk_kv * dv, 1), SS=bk_kv * 2))
+    scale = float(v.attrs["scale"])
+    cdq, ckv = _flash_cfg(be, "dq", d, dv), _flash_cfg(be, "dkdv", d, dv)
+    if cdq is not None and ckv is not None:
+        fb = dict(ENABLE=base["ENABLE"], T=base["T"], D=d, DV=dv, CAUSAL=base["CAUSAL"],
+                  MASKED=str(has).lower(), MASK_BINDING=8)
+        kdq, sdq = _render("flash_bwd", "dq", has, dict(fb, TY=cdq[0], CK=cdq[1], NT=16 * cdq[0]), k2=cdq[1] == 2)
+        kkv, skv = _render("flash_bwd", "dkdv", has, dict(fb, TY=ckv[0], CK=ckv[1], NT=16 * ckv[0]),
+                           k2=ckv[1] == 2)
+        rows_dq, rows_kv, pscale = 4 * cdq[0], 4 * ckv[0], scale * LOG2E
+    else:
+        kdq, sdq = _render("attention_bwd", "dq", has, dict(base, BK=bk_dq, KS=max(bk_dq * d, 1),
+                                                            VS=max(bk_dq * dv, 1)))
+        kkv, skv = _render("attention_bwd", "dkdv", has, dict(base, BK=bk_kv, QS=max(bk_kv * d, 1),
+                                                              DS=max(bk_kv * dv, 1), SS=bk_kv * 2))
+        rows_dq, rows_kv, pscale = BQ, BQ, scale
     al = be.offset_align
     chunks = _plan(be, bh, lq, [d * isz, dv * osz, 4, dv * gsz, d * isz, 8],
-                   [lk * d * isz, lk * dv * isz] * 2, mask, BQ)
-    scale = float(v.attrs["scale"])
+                   [lk * d * isz, lk * dv * isz] * 2, mask, 64)
 
     def wins(b0, b1, r0, r1):
         w = {}
@@ -294,9 +305,9 @@ def _attention_bwd(be, v, ins, out):
 
     def params(b0, b1, r0, r1, nblk, accum, w, mp, goff, g2off):
         moff, msq, msk, mrank, mshape, mstride = mp
-        return struct.pack("<IIIIIIiIfIIIIIIIIIIIIIII4I4I", b1 - b0, lq, lk, r1 - r0, r0, nblk, lk - lq, accum,
-                           scale, w["q"][1], w["k"][1], w["v"][1], w["o"][1], w["lse"][1], w["dout"][1], goff,
-                           g2off, w["st"][1], moff, b0, msq, msk, mrank, 0, *mshape, *mstride)
+        return struct.pack("<IIIIIIiIfIIIIIIIIIIIIIIf4I4I", b1 - b0, lq, lk, r1 - r0, r0, nblk, lk - lq, accum,
+                           pscale, w["q"][1], w["k"][1], w["v"][1], w["o"][1], w["lse"][1], w["dout"][1], goff,
+                           g2off, w["st"][1], moff, b0, msq, msk, mrank, scale, *mshape, *mstride)
 
     ms = lambda w: [w["m"][0]] if mask is not None else []  # noqa: E731
     plan = [(c, wins(*c)) for c in chunks]
@@ -308,7 +319,7 @@ def _attention_bwd(be, v, ins, out):
     # 2. dk, dv: chunks of one head over query rows accumulate in order
     if lk:
         seen: set = set()
-        nkb = -(-lk // BQ)
+        nkb = -(-lk // rows_kv)
         for (b0, b1, r0, r1), (w, mp) in plan:
             accum = 1 if (b0, b1) in seen else 0
             seen.add((b0, b1))
@@ -317,7 +328,7 @@ def _attention_bwd(be, v, ins, out):
                       params(b0, b1, r0, r1, nkb, accum, w, mp, w["dk"][1], w["dv"][1]), (b1 - b0) * nkb)
     # 3. dq (overwrites the stats)
     for (b0, b1, r0, r1), (w, mp) in plan:
-        nqb = -(-(r1 - r0) // BQ)
+        nqb = -(-(r1 - r0) // rows_dq)
         be.launch(kdq, sdq, [w["q"][0], w["k"][0], w["v"][0], w["o"][0], w["lse"][0], w["dout"][0],
                              w["dq"][0]] + ms(w),
                   params(b0, b1, r0, r1, nqb, 0, w, mp, w["dq"][1], 0), (b1 - b0) * nqb)
