@@ -44,13 +44,13 @@ fn dot4(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, b: vec4<f32>
 }
 
 //=== dq
-@group(0) @binding(1) var<storage, read_write> q: array<{{T}}>;
-@group(0) @binding(2) var<storage, read_write> k: array<{{T}}>;
-@group(0) @binding(3) var<storage, read_write> v: array<{{T}}>;
-@group(0) @binding(4) var<storage, read_write> o: array<{{T}}>;
+@group(0) @binding(1) var<storage, read_write> q: array<{{TB}}>;
+@group(0) @binding(2) var<storage, read_write> k: array<{{TB}}>;
+@group(0) @binding(3) var<storage, read_write> v: array<{{TB}}>;
+@group(0) @binding(4) var<storage, read_write> o: array<{{TB}}>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
-@group(0) @binding(6) var<storage, read_write> dout: array<{{T}}>;
-@group(0) @binding(7) var<storage, read_write> dq: array<{{T}}>;
+@group(0) @binding(6) var<storage, read_write> dout: array<{{TB}}>;
+@group(0) @binding(7) var<storage, read_write> dq: array<{{TB}}>;
 #include attention:mask
 
 var<workgroup> qs: array<vec4<f32>, BR * RS>;     // [query row][d / 4], pre-scaled
@@ -60,8 +60,20 @@ var<workgroup> vs: array<vec4<f32>, BC * RS>;
 var<workgroup> dss: array<vec4<f32>, BC * PS>;    // [key][row group]
 var<workgroup> st: array<vec2<f32>, BR>;          // (lse * log2 e, delta) of the block's rows
 
+// 4 consecutive elements (e, e+1, ...) of a row of n valid elements at base of binding `which`
+// (0 q, 1 k, 2 v, 3 out, 4 dout), zero past n; VEC: one 16-byte load from a vec4 binding
 fn ld4(which: u32, base: u32, e: u32, n: u32) -> vec4<f32> {
   var r = vec4<f32>(0.0);
+#if VEC
+  if (e < n) {
+    let a = (base + e) >> 2u;
+    if (which == 0u) { r = vec4<f32>(q[a]); }
+    else if (which == 1u) { r = vec4<f32>(k[a]); }
+    else if (which == 2u) { r = vec4<f32>(v[a]); }
+    else if (which == 3u) { r = vec4<f32>(o[a]); }
+    else { r = vec4<f32>(dout[a]); }
+  }
+#else
   for (var i = 0u; i < 4u; i = i + 1u) {
     if (e + i < n) {
       let a = base + e + i;
@@ -72,7 +84,30 @@ fn ld4(which: u32, base: u32, e: u32, n: u32) -> vec4<f32> {
       else { r[i] = f32(dout[a]); }
     }
   }
+#endif
   return r;
+}
+
+// one staging slot (a vec4 of two rows), fetched into registers a block ahead
+struct Slot { a: vec4<f32>, b: vec4<f32> }
+const NL: u32 = BC * 16u / NT;        // slots per thread (1, 2 or 4)
+
+fn fetch(kbase: u32, vbase: u32, j0: u32, e: u32) -> Slot {
+  let r = e / 16u;
+  let c4 = e % 16u;
+  var f = Slot(vec4<f32>(0.0), vec4<f32>(0.0));
+  if (j0 + r < p.lk) {
+    f.a = ld4(1u, kbase + (j0 + r) * D, c4 * 4u, D);
+    f.b = ld4(2u, vbase + (j0 + r) * DV, c4 * 4u, DV);
+  }
+  return f;
+}
+
+fn put(f: Slot, e: u32) {
+  let r = e / 16u;
+  let c4 = e % 16u;
+  ks[r * RS + c4] = f.a;
+  vs[r * RS + c4] = f.b;
 }
 
 fn mask4(s: vec4<f32>, lr0: u32, j: u32, mb: u32) -> vec4<f32> {
@@ -134,21 +169,27 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var a1 = vec4<f32>(0.0);
   var a2 = vec4<f32>(0.0);
   var a3 = vec4<f32>(0.0);
+  var f0 = Slot(vec4<f32>(0.0), vec4<f32>(0.0));
+  var f1 = f0;
+  var f2 = f0;
+  var f3 = f0;
+  if (kend > 0u) {
+    f0 = fetch(kbase, vbase, 0u, t);
+    if (NL > 1u) { f1 = fetch(kbase, vbase, 0u, t + NT); }
+    if (NL > 2u) { f2 = fetch(kbase, vbase, 0u, t + 2u * NT); f3 = fetch(kbase, vbase, 0u, t + 3u * NT); }
+  }
   for (var j0 = 0u; j0 < kend; j0 = j0 + BC) {
     workgroupBarrier();
-    for (var e = t; e < BC * 16u; e = e + NT) {
-      let r = e / 16u;
-      let c4 = e % 16u;
-      var xk = vec4<f32>(0.0);
-      var xv = vec4<f32>(0.0);
-      if (j0 + r < p.lk) {
-        xk = ld4(1u, kbase + (j0 + r) * D, c4 * 4u, D);
-        xv = ld4(2u, vbase + (j0 + r) * DV, c4 * 4u, DV);
-      }
-      ks[r * RS + c4] = xk;
-      vs[r * RS + c4] = xv;
-    }
+    put(f0, t);
+    if (NL > 1u) { put(f1, t + NT); }
+    if (NL > 2u) { put(f2, t + 2u * NT); put(f3, t + 3u * NT); }
     workgroupBarrier();
+    let jn = j0 + BC;
+    if (jn < kend) {
+      f0 = fetch(kbase, vbase, jn, t);
+      if (NL > 1u) { f1 = fetch(kbase, vbase, jn, t + NT); }
+      if (NL > 2u) { f2 = fetch(kbase, vbase, jn, t + 2u * NT); f3 = fetch(kbase, vbase, jn, t + 3u * NT); }
+    }
     var s0 = vec4<f32>(0.0);
     var g0 = vec4<f32>(0.0);
 #if K2
@@ -206,21 +247,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (i == 1u) { ai = a1; }
     if (i == 2u) { ai = a2; }
     if (i == 3u) { ai = a3; }
+#if VEC
+    if (4u * tx < D) { dq[(p.goff + (rbase + lr) * D + 4u * tx) >> 2u] = {{TB}}(ai * p.nscale); }
+#else
     for (var c = 0u; c < 4u; c = c + 1u) {
       let col = 4u * tx + c;
       if (col < D) { dq[p.goff + (rbase + lr) * D + col] = {{T}}(ai[c] * p.nscale); }
     }
+#endif
   }
 }
 
 //=== dkdv
-@group(0) @binding(1) var<storage, read_write> q: array<{{T}}>;
-@group(0) @binding(2) var<storage, read_write> k: array<{{T}}>;
-@group(0) @binding(3) var<storage, read_write> v: array<{{T}}>;
+@group(0) @binding(1) var<storage, read_write> q: array<{{TB}}>;
+@group(0) @binding(2) var<storage, read_write> k: array<{{TB}}>;
+@group(0) @binding(3) var<storage, read_write> v: array<{{TB}}>;
 @group(0) @binding(4) var<storage, read_write> stats: array<f32>;
-@group(0) @binding(5) var<storage, read_write> dout: array<{{T}}>;
-@group(0) @binding(6) var<storage, read_write> dk: array<{{T}}>;
-@group(0) @binding(7) var<storage, read_write> dv: array<{{T}}>;
+@group(0) @binding(5) var<storage, read_write> dout: array<{{TB}}>;
+@group(0) @binding(6) var<storage, read_write> dk: array<{{TB}}>;
+@group(0) @binding(7) var<storage, read_write> dv: array<{{TB}}>;
 #include attention:mask
 
 var<workgroup> ks: array<vec4<f32>, BR * RS>;     // [key][d / 4], pre-scaled
@@ -231,8 +276,18 @@ var<workgroup> pt: array<vec4<f32>, BC * PS>;     // [query][key group]: P^T of 
 var<workgroup> dst: array<vec4<f32>, BC * PS>;    // dS^T likewise
 var<workgroup> st: array<vec2<f32>, BC>;          // (lse * log2 e, delta) of the staged query rows
 
+// as in dq: binding `which` (0 q, 1 k, 2 v, 3 dout)
 fn ld4(which: u32, base: u32, e: u32, n: u32) -> vec4<f32> {
   var r = vec4<f32>(0.0);
+#if VEC
+  if (e < n) {
+    let a = (base + e) >> 2u;
+    if (which == 0u) { r = vec4<f32>(q[a]); }
+    else if (which == 1u) { r = vec4<f32>(k[a]); }
+    else if (which == 2u) { r = vec4<f32>(v[a]); }
+    else { r = vec4<f32>(dout[a]); }
+  }
+#else
   for (var i = 0u; i < 4u; i = i + 1u) {
     if (e + i < n) {
       let a = base + e + i;
@@ -242,7 +297,39 @@ fn ld4(which: u32, base: u32, e: u32, n: u32) -> vec4<f32> {
       else { r[i] = f32(dout[a]); }
     }
   }
+#endif
   return r;
+}
+
+struct Slot { a: vec4<f32>, b: vec4<f32> }
+const NL: u32 = BC * 16u / NT;
+
+// a vec4 of a query row and of its dout row (local rows i0 ..), fetched a block ahead
+fn fetch(rbase: u32, i0: u32, e: u32) -> Slot {
+  let r = e / 16u;
+  let c4 = e % 16u;
+  var f = Slot(vec4<f32>(0.0), vec4<f32>(0.0));
+  if (i0 + r < p.nrows) {
+    f.a = ld4(0u, p.qoff + (rbase + i0 + r) * D, c4 * 4u, D);
+    f.b = ld4(3u, p.doff + (rbase + i0 + r) * DV, c4 * 4u, DV);
+  }
+  return f;
+}
+
+fn put(f: Slot, e: u32) {
+  let r = e / 16u;
+  let c4 = e % 16u;
+  qs[r * RS + c4] = f.a;
+  gs[r * RS + c4] = f.b;
+}
+
+fn fetch_st(rbase: u32, i0: u32, t: u32) -> vec2<f32> {
+  var sv = vec2<f32>(0.0);
+  if (t < BC && i0 + t < p.nrows) {
+    let si = p.soff + 2u * (rbase + i0 + t);
+    sv = vec2<f32>(stats[si] * LOG2E, stats[si + 1u]);
+  }
+  return sv;
 }
 
 // scores of keys kj0 .. kj0 + 3 (the lanes) against local query row qi, NEG where not allowed
@@ -290,29 +377,31 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   // query rows of this chunk that can see a key of this block (causal: i >= j - coff)
   var i0 = 0u;
   if (CAUSAL) { i0 = u32(clamp(i32(kb0) - p.coff - i32(p.r0), 0, i32(p.nrows))); }
+  var f0 = Slot(vec4<f32>(0.0), vec4<f32>(0.0));
+  var f1 = f0;
+  var f2 = f0;
+  var f3 = f0;
+  var fs = vec2<f32>(0.0);
+  if (i0 < p.nrows) {
+    f0 = fetch(rbase, i0, t);
+    if (NL > 1u) { f1 = fetch(rbase, i0, t + NT); }
+    if (NL > 2u) { f2 = fetch(rbase, i0, t + 2u * NT); f3 = fetch(rbase, i0, t + 3u * NT); }
+    fs = fetch_st(rbase, i0, t);
+  }
   for (; i0 < p.nrows; i0 = i0 + BC) {
     workgroupBarrier();
-    for (var e = t; e < BC * 16u; e = e + NT) {
-      let r = e / 16u;
-      let c4 = e % 16u;
-      var xq = vec4<f32>(0.0);
-      var xg = vec4<f32>(0.0);
-      if (i0 + r < p.nrows) {
-        xq = ld4(0u, p.qoff + (rbase + i0 + r) * D, c4 * 4u, D);
-        xg = ld4(3u, p.doff + (rbase + i0 + r) * DV, c4 * 4u, DV);
-      }
-      qs[r * RS + c4] = xq;
-      gs[r * RS + c4] = xg;
-    }
-    if (t < BC) {
-      var sv = vec2<f32>(0.0);
-      if (i0 + t < p.nrows) {
-        let si = p.soff + 2u * (rbase + i0 + t);
-        sv = vec2<f32>(stats[si] * LOG2E, stats[si + 1u]);
-      }
-      st[t] = sv;
-    }
+    put(f0, t);
+    if (NL > 1u) { put(f1, t + NT); }
+    if (NL > 2u) { put(f2, t + 2u * NT); put(f3, t + 3u * NT); }
+    if (t < BC) { st[t] = fs; }
     workgroupBarrier();
+    let inx = i0 + BC;
+    if (inx < p.nrows) {
+      f0 = fetch(rbase, inx, t);
+      if (NL > 1u) { f1 = fetch(rbase, inx, t + NT); }
+      if (NL > 2u) { f2 = fetch(rbase, inx, t + 2u * NT); f3 = fetch(rbase, inx, t + 3u * NT); }
+      fs = fetch_st(rbase, inx, t);
+    }
     var s0 = vec4<f32>(0.0);
     var g0 = vec4<f32>(0.0);
 #if K2
@@ -381,6 +470,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (i == 1u) { ki = k1; vi = v1; }
     if (i == 2u) { ki = k2; vi = v2; }
     if (i == 3u) { ki = k3; vi = v3; }
+#if VEC
+    if (4u * tx < D) {
+      let a = (p.goff + (bl * p.lk + j) * D + 4u * tx) >> 2u;
+      var x = ki * p.nscale;
+      if (p.accum != 0u) { x = x + vec4<f32>(dk[a]); }
+      dk[a] = {{TB}}(x);
+    }
+    if (4u * tx < DV) {
+      let a = (p.g2off + (bl * p.lk + j) * DV + 4u * tx) >> 2u;
+      var x = vi;
+      if (p.accum != 0u) { x = x + vec4<f32>(dv[a]); }
+      dv[a] = {{TB}}(x);
+    }
+#else
     for (var c = 0u; c < 4u; c = c + 1u) {
       let col = 4u * tx + c;
       if (col < D) {
@@ -396,5 +499,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         dv[a] = {{T}}(x);
       }
     }
+#endif
   }
 }

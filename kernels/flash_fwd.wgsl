@@ -35,10 +35,10 @@ struct Params {
   mshape: vec4<u32>, mstride: vec4<u32>,       // mask batch dims (collapsed) and their broadcast strides
 }
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> q: array<{{T}}>;
-@group(0) @binding(2) var<storage, read_write> k: array<{{T}}>;
-@group(0) @binding(3) var<storage, read_write> v: array<{{T}}>;
-@group(0) @binding(4) var<storage, read_write> o: array<{{T}}>;
+@group(0) @binding(1) var<storage, read_write> q: array<{{TB}}>;
+@group(0) @binding(2) var<storage, read_write> k: array<{{TB}}>;
+@group(0) @binding(3) var<storage, read_write> v: array<{{TB}}>;
+@group(0) @binding(4) var<storage, read_write> o: array<{{TB}}>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 #include attention:mask
 
@@ -48,21 +48,56 @@ var<workgroup> vs: array<vec4<f32>, BK * 16u>;    // [key][dv / 4]
 var<workgroup> ps: array<vec4<f32>, BK * PS>;     // [key][row group]: probabilities of 4 rows
 var<workgroup> red: array<vec4<f32>, NT>;         // [row group][tx]: per-thread row partials
 
-// 4 consecutive elements (e, e+1, ...) of a row of n valid elements at base, zero past n, as f32
+// 4 consecutive elements (e, e+1, ...) of a row of n valid elements at base, zero past n, as f32.
+// VEC: the bindings are vec4 arrays (head sizes and offsets multiples of 4), one 16-byte load.
 fn ld_q(base: u32, e: u32, n: u32) -> vec4<f32> {
   var r = vec4<f32>(0.0);
+#if VEC
+  if (e < n) { r = vec4<f32>(q[(base + e) >> 2u]); }
+#else
   for (var i = 0u; i < 4u; i = i + 1u) { if (e + i < n) { r[i] = f32(q[base + e + i]); } }
+#endif
   return r;
 }
 fn ld_k(base: u32, e: u32, n: u32) -> vec4<f32> {
   var r = vec4<f32>(0.0);
+#if VEC
+  if (e < n) { r = vec4<f32>(k[(base + e) >> 2u]); }
+#else
   for (var i = 0u; i < 4u; i = i + 1u) { if (e + i < n) { r[i] = f32(k[base + e + i]); } }
+#endif
   return r;
 }
 fn ld_v(base: u32, e: u32, n: u32) -> vec4<f32> {
   var r = vec4<f32>(0.0);
+#if VEC
+  if (e < n) { r = vec4<f32>(v[(base + e) >> 2u]); }
+#else
   for (var i = 0u; i < 4u; i = i + 1u) { if (e + i < n) { r[i] = f32(v[base + e + i]); } }
+#endif
   return r;
+}
+
+// one staging slot (a vec4 of a key row and of its value row), fetched into registers a block ahead
+struct KV { k: vec4<f32>, v: vec4<f32> }
+const NL: u32 = BK * 16u / NT;        // slots per thread (1, 2 or 4)
+
+fn fetch(kbase: u32, vbase: u32, j0: u32, e: u32) -> KV {
+  let r = e / 16u;
+  let c4 = e % 16u;
+  var f = KV(vec4<f32>(0.0), vec4<f32>(0.0));
+  if (j0 + r < p.lk) {
+    f.k = ld_k(kbase + (j0 + r) * D, c4 * 4u, D);
+    f.v = ld_v(vbase + (j0 + r) * DV, c4 * 4u, DV);
+  }
+  return f;
+}
+
+fn put(f: KV, e: u32) {
+  let r = e / 16u;
+  let c4 = e % 16u;
+  ks[r * RS + c4] = f.k;
+  vs[r * 16u + c4] = f.v;
 }
 
 // scores s (lanes: the thread's 4 rows, local rows lr0..lr0+3) against key j, NEG where not allowed
@@ -114,21 +149,28 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var o1 = vec4<f32>(0.0);
   var o2 = vec4<f32>(0.0);
   var o3 = vec4<f32>(0.0);
+  var f0 = KV(vec4<f32>(0.0), vec4<f32>(0.0));
+  var f1 = f0;
+  var f2 = f0;
+  var f3 = f0;
+  if (kend > 0u) {
+    f0 = fetch(kbase, vbase, 0u, t);
+    if (NL > 1u) { f1 = fetch(kbase, vbase, 0u, t + NT); }
+    if (NL > 2u) { f2 = fetch(kbase, vbase, 0u, t + 2u * NT); f3 = fetch(kbase, vbase, 0u, t + 3u * NT); }
+  }
   for (var j0 = 0u; j0 < kend; j0 = j0 + BK) {
     workgroupBarrier();
-    for (var e = t; e < BK * 16u; e = e + NT) {
-      let r = e / 16u;
-      let c4 = e % 16u;
-      var xk = vec4<f32>(0.0);
-      var xv = vec4<f32>(0.0);
-      if (j0 + r < p.lk) {
-        xk = ld_k(kbase + (j0 + r) * D, c4 * 4u, D);
-        xv = ld_v(vbase + (j0 + r) * DV, c4 * 4u, DV);
-      }
-      ks[r * RS + c4] = xk;
-      vs[r * 16u + c4] = xv;
-    }
+    put(f0, t);
+    if (NL > 1u) { put(f1, t + NT); }
+    if (NL > 2u) { put(f2, t + 2u * NT); put(f3, t + 3u * NT); }
     workgroupBarrier();
+    // the next block's loads are in flight while this one is computed
+    let jn = j0 + BK;
+    if (jn < kend) {
+      f0 = fetch(kbase, vbase, jn, t);
+      if (NL > 1u) { f1 = fetch(kbase, vbase, jn, t + NT); }
+      if (NL > 2u) { f2 = fetch(kbase, vbase, jn, t + 2u * NT); f3 = fetch(kbase, vbase, jn, t + 3u * NT); }
+    }
     var s0 = vec4<f32>(0.0);
 #if K2
     var s1 = vec4<f32>(0.0);
@@ -202,10 +244,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (i == 3u) { oi = o3; }
     let li = lt[i];
     let inv = select(0.0, 1.0 / li, li > 0.0);
+#if VEC
+    if (4u * tx < DV) { o[(obase + lr * DV + 4u * tx) >> 2u] = {{TB}}(oi * inv); }
+#else
     for (var c = 0u; c < 4u; c = c + 1u) {
       let col = 4u * tx + c;
       if (col < DV) { o[obase + lr * DV + col] = {{T}}(oi[c] * inv); }
     }
+#endif
     if (tx == 0u) {
       lse[p.loff + bl * p.nrows + lr] = select(bitcast<f32>(p.neg_inf), m[i] * 0.6931471805599453 + log(li), li > 0.0);
     }

@@ -115,11 +115,17 @@ def _rows(s: Storage, isz, re, L, b0, b1, r0, r1, align):
     return window(s, 0, lo, hi, isz, align)
 
 
-def _render(name: str, section: str | None, mask: bool, subs: dict, k2: bool = False) -> tuple[str, str]:
+def _render(name: str, section: str | None, mask: bool, subs: dict, k2: bool = False,
+            vec: bool = False) -> tuple[str, str]:
     """(pipeline key, source) of one attention kernel; the shared pieces come from kernels/attention.wgsl."""
-    src = render(name, section, flags={"MASK": mask, "K2": k2}, **subs)
-    key = f"{name}:{section}:mask={mask}:k2={k2}:" + ":".join(f"{k}={v}" for k, v in sorted(subs.items()))
+    src = render(name, section, flags={"MASK": mask, "K2": k2, "VEC": vec}, **subs)
+    key = f"{name}:{section}:mask={mask}:k2={k2}:vec={vec}:" + ":".join(f"{k}={v}" for k, v in sorted(subs.items()))
     return key, src
+
+
+def _tb(t: str, vec: bool) -> str:
+    """Element type of the q/k/v/out/gradient bindings: vec4 when every row and offset is 4-aligned."""
+    return f"vec4<{WGSL_TYPE[t]}>" if vec else WGSL_TYPE[t]
 
 
 # Register-tiled kernels (kernels/flash_fwd.wgsl, flash_bwd.wgsl): head sizes up to FLASH_HEAD, tile
@@ -127,7 +133,7 @@ def _render(name: str, section: str | None, mask: bool, subs: dict, k2: bool = F
 # fits the adapter's limit (48 KiB on the H200 takes the first; llvmpipe's 32 KiB a smaller one).
 FLASH_HEAD = 64
 FLASH_TILES = {"fwd": ((16, 2), (8, 2), (8, 1), (4, 1)),
-               "dq": ((8, 2), (16, 1), (8, 1), (4, 1)),
+               "dq": ((16, 1), (8, 2), (8, 1), (4, 1)),
                "dkdv": ((8, 2), (8, 1), (4, 1))}
 LOG2E = 1.4426950408889634
 
@@ -153,7 +159,8 @@ def _flash_cfg(be, kind: str, d: int, dv: int):
     forced = os.environ.get(f"SCELLIS_ATTENTION_TILE_{kind.upper()}")
     cands = [tuple(int(x) for x in forced.split("x"))] if forced else FLASH_TILES[kind]
     for ty, ck in cands:
-        if flash_smem(kind, ty, ck) <= lim and 16 * ty <= inv:
+        # the kernels stage 1, 2 or 4 vec4 slots per thread (16 CK / TY of them)
+        if flash_smem(kind, ty, ck) <= lim and 16 * ty <= inv and (16 * ck) % ty == 0 and 16 * ck // ty <= 4:
             return ty, ck
     return None
 
@@ -191,16 +198,21 @@ def _attention(be, v, ins, out):
     if cfg is not None:
         ty, ck = cfg
         rows_per = 4 * ty
-        key, src = _render("flash_fwd", None, mask is not None, dict(
-            ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, TY=ty, CK=ck, NT=16 * ty,
-            CAUSAL=str(causal).lower(), MASKED=str(mask is not None).lower(), MASK_BINDING=6), k2=ck == 2)
+        def kernel(vec):
+            return _render("flash_fwd", None, mask is not None, dict(
+                ENABLE=enable_f16(t), T=WGSL_TYPE[t], TB=_tb(t, vec), D=d, DV=dv, TY=ty, CK=ck, NT=16 * ty,
+                CAUSAL=str(causal).lower(), MASKED=str(mask is not None).lower(), MASK_BINDING=6),
+                k2=ck == 2, vec=vec)
         pscale = scale * LOG2E
     else:
         rows_per = BQ
         bk = _blk(be, d + dv)
-        key, src = _render("attention_fwd", None, mask is not None, dict(
+        rowwise = _render("attention_fwd", None, mask is not None, dict(
             ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, BQ=BQ, BK=bk, CAUSAL=str(causal).lower(),
             MASK_BINDING=6, KS=max(bk * d, 1), VS=max(bk * dv, 1)))
+
+        def kernel(vec):
+            return rowwise
         pscale = scale
     al = be.offset_align
     chunks = _plan(be, bh, lq, [d * isz, dv * isz, 4], [lk * d * isz, lk * dv * isz], mask, 64)
@@ -223,6 +235,7 @@ def _attention(be, v, ins, out):
         params = struct.pack("<IIIIIIiIfIIIIIIIIIII4I4I", nb, lq, lk, nr, r0, nqb, lk - lq, NEG_INF,
                              pscale, qo, ko, vo, oo, lo_, moff, b0, msq, msk, mrank, 0,
                              *mshape, *mstride)
+        key, src = kernel(cfg is not None and d % 4 == 0 and dv % 4 == 0 and (qo | ko | vo | oo) % 4 == 0)
         be.launch(key, src, storages, params, nb * nqb)
 
 
@@ -269,15 +282,21 @@ def _attention_bwd(be, v, ins, out):
     if cdq is not None and ckv is not None:
         fb = dict(ENABLE=base["ENABLE"], T=base["T"], D=d, DV=dv, CAUSAL=base["CAUSAL"],
                   MASKED=str(has).lower(), MASK_BINDING=8)
-        kdq, sdq = _render("flash_bwd", "dq", has, dict(fb, TY=cdq[0], CK=cdq[1], NT=16 * cdq[0]), k2=cdq[1] == 2)
-        kkv, skv = _render("flash_bwd", "dkdv", has, dict(fb, TY=ckv[0], CK=ckv[1], NT=16 * ckv[0]),
-                           k2=ckv[1] == 2)
+        def kernels(vec):
+            tb = _tb(t, vec)
+            return (_render("flash_bwd", "dq", has, dict(fb, TB=tb, TY=cdq[0], CK=cdq[1], NT=16 * cdq[0]),
+                            k2=cdq[1] == 2, vec=vec),
+                    _render("flash_bwd", "dkdv", has, dict(fb, TB=tb, TY=ckv[0], CK=ckv[1], NT=16 * ckv[0]),
+                            k2=ckv[1] == 2, vec=vec))
         rows_dq, rows_kv, pscale = 4 * cdq[0], 4 * ckv[0], scale * LOG2E
     else:
-        kdq, sdq = _render("attention_bwd", "dq", has, dict(base, BK=bk_dq, KS=max(bk_dq * d, 1),
-                                                            VS=max(bk_dq * dv, 1)))
-        kkv, skv = _render("attention_bwd", "dkdv", has, dict(base, BK=bk_kv, QS=max(bk_kv * d, 1),
-                                                              DS=max(bk_kv * dv, 1), SS=bk_kv * 2))
+        rowwise = (_render("attention_bwd", "dq", has, dict(base, BK=bk_dq, KS=max(bk_dq * d, 1),
+                                                            VS=max(bk_dq * dv, 1))),
+                   _render("attention_bwd", "dkdv", has, dict(base, BK=bk_kv, QS=max(bk_kv * d, 1),
+                                                              DS=max(bk_kv * dv, 1), SS=bk_kv * 2)))
+
+        def kernels(vec):
+            return rowwise
         rows_dq, rows_kv, pscale = BQ, BQ, scale
     al = be.offset_align
     chunks = _plan(be, bh, lq, [d * isz, dv * osz, 4, dv * gsz, d * isz, 8],
@@ -311,6 +330,10 @@ def _attention_bwd(be, v, ins, out):
 
     ms = lambda w: [w["m"][0]] if mask is not None else []  # noqa: E731
     plan = [(c, wins(*c)) for c in chunks]
+    # vec4 bindings when every row and window offset is 4-aligned (flash kernels only)
+    vec = (cdq is not None and ckv is not None and d % 4 == 0 and dv % 4 == 0
+           and all(w[n][1] % 4 == 0 for _, (w, _) in plan for n in ("q", "k", "v", "o", "dout", "dq", "dk", "dv")))
+    (kdq, sdq), (kkv, skv) = kernels(vec)
     # 1. stats for every chunk (before any dq is written over them)
     for (b0, b1, r0, r1), (w, mp) in plan:
         n = (b1 - b0) * (r1 - r0)
