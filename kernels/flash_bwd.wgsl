@@ -8,7 +8,8 @@
 //         loops over staged key blocks of 16 CK keys: dq += dS k. It computes delta = rowsum(dout * out)
 //         itself (the stats live in the dq region, which it overwrites).
 // with p = exp2(s * scale * log2 e - lse * log2 e) on allowed pairs, ds = p * (dout . v - delta), and
-// the gradients' factor `scale` applied once at the end. Tiles are f32 vec4 rows in workgroup memory
+// the gradients' factor `scale` applied once at the end. With DROP (attention.wgsl:dropout) the same
+// keep factors z as the forward: dv += (p z)^T dout, ds = p * (z (dout . v) - delta). Tiles are f32 vec4 rows in workgroup memory
 // (head size padded to 64 with zeros, rows strided 17 vec4). Causal blocks that see nothing are never
 // visited; the per-element mask runs only on blocks that need it. Fixed summation order, no atomics.
 {{ENABLE}}
@@ -36,6 +37,7 @@ struct Params {
   g2off: u32, soff: u32, moff: u32, bh0: u32,  // dv, stats, mask (window offset - footprint low), first head
   msq: u32, msk: u32, mrank: u32, nscale: f32, // nscale: the attention scale itself
   mshape: vec4<u32>, mstride: vec4<u32>,
+  dctr: vec4<u32>, dprob: vec4<f32>,           // dropout: word offset (lo, hi), Philox key; (p, 1 / (1 - p))
 }
 @group(0) @binding(0) var<uniform> p: Params;
 
@@ -52,6 +54,9 @@ fn dot4(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, b: vec4<f32>
 @group(0) @binding(6) var<storage, read_write> dout: array<{{TB}}>;
 @group(0) @binding(7) var<storage, read_write> dq: array<{{TB}}>;
 #include attention:mask
+#if DROP
+#include attention:dropout
+#endif
 
 var<workgroup> qs: array<vec4<f32>, BR * RS>;     // [query row][d / 4], pre-scaled
 var<workgroup> gs: array<vec4<f32>, BR * RS>;     // dout rows
@@ -224,6 +229,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       s1 = mask4(s1, lr0, j0 + tx + 16u, mb);
 #endif
     }
+#if DROP
+    g0 = g0 * keep_rows(p.bh0 + bl, p.r0 + lr0, j0 + tx);
+#if K2
+    g1 = g1 * keep_rows(p.bh0 + bl, p.r0 + lr0, j0 + tx + 16u);
+#endif
+#endif
     let p0 = select(exp2(s0 - lse4), vec4<f32>(0.0), s0 <= vec4<f32>(NEG));
     dss[tx * PS + ty] = p0 * (g0 - dl4);
 #if K2
@@ -267,6 +278,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 @group(0) @binding(6) var<storage, read_write> dk: array<{{TB}}>;
 @group(0) @binding(7) var<storage, read_write> dv: array<{{TB}}>;
 #include attention:mask
+#if DROP
+#include attention:dropout
+#endif
 
 var<workgroup> ks: array<vec4<f32>, BR * RS>;     // [key][d / 4], pre-scaled
 var<workgroup> vs: array<vec4<f32>, BR * RS>;
@@ -438,13 +452,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let c0 = st[tx];
     let p0 = select(exp2(s0 - c0.x), vec4<f32>(0.0), s0 <= vec4<f32>(NEG));
+#if DROP
+    let z0 = keep_keys(p.bh0 + bl, p.r0 + i0 + tx, kj0);
+    pt[tx * PS + ty] = p0 * z0;
+    dst[tx * PS + ty] = p0 * (g0 * z0 - c0.y);
+#else
     pt[tx * PS + ty] = p0;
     dst[tx * PS + ty] = p0 * (g0 - c0.y);
+#endif
 #if K2
     let c1 = st[tx + 16u];
     let p1 = select(exp2(s1 - c1.x), vec4<f32>(0.0), s1 <= vec4<f32>(NEG));
+#if DROP
+    let z1 = keep_keys(p.bh0 + bl, p.r0 + i0 + tx + 16u, kj0);
+    pt[(tx + 16u) * PS + ty] = p1 * z1;
+    dst[(tx + 16u) * PS + ty] = p1 * (g1 * z1 - c1.y);
+#else
     pt[(tx + 16u) * PS + ty] = p1;
     dst[(tx + 16u) * PS + ty] = p1 * (g1 - c1.y);
+#endif
 #endif
     workgroupBarrier();
     for (var c = 0u; c < BC; c = c + 1u) {

@@ -9,7 +9,8 @@
 // passes scale * log2(e)). Causal blocks past the diagonal are never visited; a block needs the
 // per-element mask only where it crosses the diagonal, the key end, or a bool mask is bound.
 // Writes out = acc / l (0 for a row with no allowed key) and lse = ln(sum exp(s)) (-inf for such a
-// row). Every sum runs in a fixed order and nothing uses atomics (deterministic).
+// row). With DROP, attention dropout (attention.wgsl:dropout) scales the probabilities that weight v
+// (not the row sums), so the backward can regenerate the same mask. Every sum runs in a fixed order and nothing uses atomics (deterministic).
 {{ENABLE}}
 const D: u32 = {{D}}u;                // q/k head size (<= 64)
 const DV: u32 = {{DV}}u;              // v head size (<= 64)
@@ -33,6 +34,7 @@ struct Params {
   ooff: u32, loff: u32, moff: u32, bh0: u32,   // moff: (window offset - footprint low) mod 2^32; bh0: first head
   msq: u32, msk: u32, mrank: u32, _p: u32,     // mask strides along query / key, collapsed batch rank
   mshape: vec4<u32>, mstride: vec4<u32>,       // mask batch dims (collapsed) and their broadcast strides
+  dctr: vec4<u32>, dprob: vec4<f32>,           // dropout: word offset (lo, hi), Philox key; (p, 1 / (1 - p))
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> q: array<{{TB}}>;
@@ -41,6 +43,9 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> o: array<{{TB}}>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 #include attention:mask
+#if DROP
+#include attention:dropout
+#endif
 
 var<workgroup> qs: array<vec4<f32>, BQ * RS>;     // [query row][d / 4], pre-scaled
 var<workgroup> ks: array<vec4<f32>, BK * RS>;     // [key][d / 4]
@@ -205,12 +210,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let mm = select(mn, vec4<f32>(0.0), mn <= vec4<f32>(NEG));
     let corr = exp2(m - mm);
     m = mn;
+    // the row sums take the probabilities before dropout; the values get the dropped ones
     let p0 = exp2(s0 - mm);
+#if DROP
+    ps[tx * PS + ty] = p0 * keep_rows(p.bh0 + bl, p.r0 + lr0, j0 + tx);
+#else
     ps[tx * PS + ty] = p0;
+#endif
     var ls = p0;
 #if K2
     let p1 = exp2(s1 - mm);
+#if DROP
+    ps[(tx + 16u) * PS + ty] = p1 * keep_rows(p.bh0 + bl, p.r0 + lr0, j0 + tx + 16u);
+#else
     ps[(tx + 16u) * PS + ty] = p1;
+#endif
     ls = ls + p1;
 #endif
     l = l * corr + ls;

@@ -105,3 +105,93 @@ def test_flash_is_deterministic():
     _flash_ran(True)
     for x, y in zip(a, b):
         assert np.array_equal(x, y)
+
+
+# ---- dropout --------------------------------------------------------------------------------------
+from scellis_jupyter.rng.generator import Generator, Stream, base_words  # noqa: E402
+from scellis_jupyter.rng.philox import bits_to_uniform, stream_bits  # noqa: E402
+
+
+def _keep(key, offset, nh, lq, lk, p):
+    """Keep factors [nh, lq, lk] straight from the project's numpy Philox: word (h*lq + i)*lk + j."""
+    u = bits_to_uniform(stream_bits(key, offset, nh * lq * lk)).reshape(nh, lq, lk)
+    return np.where(u >= np.float32(p), np.float32(1.0 / (1.0 - p)), np.float32(0.0))
+
+
+def _dropped_dense(q, k, v, g, causal, mask, scale, z):
+    """dense() with the probabilities that weight v multiplied by z (the softmax itself unchanged)."""
+    q, k, v, g = (np.asarray(a, np.float64) for a in (q, k, v, g))
+    lq, lk = q.shape[-2], k.shape[-2]
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    allow = np.ones(s.shape, bool)
+    if causal:
+        allow &= np.tril(np.ones((lq, lk), bool), k=lk - lq)
+    if mask is not None:
+        allow &= np.broadcast_to(mask, s.shape)
+    s = np.where(allow, s, -np.inf)
+    mx = np.max(s, axis=-1, keepdims=True)
+    e = np.where(allow, np.exp(s - np.where(np.isfinite(mx), mx, 0.0)), 0.0)
+    den = e.sum(-1, keepdims=True)
+    p = np.where(den > 0, e / np.where(den > 0, den, 1.0), 0.0)
+    pz = p * z.reshape(p.shape)
+    o = pz @ v
+    dp = (g @ np.swapaxes(v, -1, -2)) * z.reshape(p.shape)
+    ds = p * (dp - np.sum(g * o, -1, keepdims=True))
+    return o, ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(pz, -1, -2) @ g
+
+
+def _run_drop(q, k, v, g, causal, mask, p, stream):
+    ts = [sc.tensor(a, device=WG, requires_grad=True) for a in (q, k, v)]
+    m = sc.tensor(mask, device=WG) if mask is not None else None
+    o = ops.attention(*ts, causal=causal, mask=m, dropout=p, gen=stream)
+    o.backward(sc.tensor(g, device=WG))
+    return [o.numpy()] + [t.grad.numpy() if hasattr(t.grad, "numpy") else sc.Tensor(t.grad, WG).numpy() for t in ts]
+
+
+@pytest.mark.parametrize("based", [False, True], ids=["offset", "step-base"])
+def test_dropout_matches_dense_with_the_philox_mask(based):
+    """Forward and every gradient against float64 with the mask drawn from numpy Philox; the backward
+    can only match if it regenerates the forward's mask. step-base: the stream position comes from a
+    device input past 2^32 (64-bit word offsets with carry)."""
+    (q, k, v, g), mask = _case(21, (2, 2), 70, 53, 64, 64, (70, 53))
+    p, gen = 0.25, Generator(11)
+    gen.positions["attn"] = 6
+    pos = 2 ** 32 + 5 if based else 0
+    stream = Stream(gen, "attn", base=sc.tensor(base_words(pos), device=WG).node) if based else gen.stream("attn")
+    key = stream.key
+    got = _run_drop(q, k, v, g, True, mask, p, stream)
+    _flash_ran(True)
+    z = _keep(key, 6 + pos, 4, 70, 53, p)
+    want = _dropped_dense(q, k, v, g, True, mask, 1.0 / 8.0, z)
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, want):
+        np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5, err_msg=what)
+
+
+def test_dropout_statistics_and_forward_backward_agree():
+    """q = k = 0 makes every probability 1/Lk and v = I puts pair (i, j)'s keep factor into out[i, j] * Lk:
+    the dropped fraction is p within 5 binomial sigmas, kept entries are exactly 1/(1-p), and dv (with
+    dout = 1) is the column sums of that same mask over Lk."""
+    nh, lq, lk, p = 4, 96, 64, 0.4
+    q = np.zeros((nh, lq, 64), np.float32)
+    k = np.zeros((nh, lk, 64), np.float32)
+    v = np.broadcast_to(np.eye(lk, 64, dtype=np.float32), (nh, lk, 64)).copy()
+    g = np.ones((nh, lq, 64), np.float32)
+    out, _, _, dv = _run_drop(q, k, v, g, False, None, p, Generator(3).stream("attn"))
+    z = out * lk
+    kept = z != 0
+    n = kept.size
+    assert abs((~kept).mean() - p) < 5 * np.sqrt(p * (1 - p) / n), (~kept).mean()
+    np.testing.assert_allclose(z[kept], 1.0 / (1.0 - p), rtol=1e-6)
+    np.testing.assert_allclose(dv[:, :, 0], z.sum(axis=1) / lk, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(kept, _keep(Generator(3).stream("attn").key, 0, nh, lq, lk, p) != 0)
+    # a different stream position draws a different mask
+    gen = Generator(3)
+    gen.positions["attn"] = nh * lq * lk
+    out2 = _run_drop(q, k, v, g, False, None, p, gen.stream("attn"))[0]
+    assert not np.array_equal(out2 != 0, kept)
+
+
+def test_dropout_needs_a_stream():
+    (q, k, v, _), _ = _case(1, (1,), 4, 4, 8, 8, None)
+    with pytest.raises(sc.ScellisError, match="random stream"):
+        ops.attention(*[sc.tensor(a, device=WG) for a in (q, k, v)], dropout=0.1)

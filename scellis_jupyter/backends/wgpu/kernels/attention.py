@@ -116,11 +116,41 @@ def _rows(s: Storage, isz, re, L, b0, b1, r0, r1, align):
 
 
 def _render(name: str, section: str | None, mask: bool, subs: dict, k2: bool = False,
-            vec: bool = False) -> tuple[str, str]:
-    """(pipeline key, source) of one attention kernel; the shared pieces come from kernels/attention.wgsl."""
-    src = render(name, section, flags={"MASK": mask, "K2": k2, "VEC": vec}, **subs)
-    key = f"{name}:{section}:mask={mask}:k2={k2}:vec={vec}:" + ":".join(f"{k}={v}" for k, v in sorted(subs.items()))
+            vec: bool = False, drop: tuple = (False, False)) -> tuple[str, str]:
+    """(pipeline key, source) of one attention kernel; the shared pieces come from kernels/attention.wgsl.
+    drop: (dropout on, stream position bound)."""
+    flags = {"MASK": mask, "K2": k2, "VEC": vec, "DROP": drop[0], "BASED": drop[1]}
+    src = render(name, section, flags=flags, **subs)
+    key = (f"{name}:{section}:mask={mask}:k2={k2}:vec={vec}:drop={drop[0]}:based={drop[1]}:"
+           + ":".join(f"{k}={v}" for k, v in sorted(subs.items())))
     return key, src
+
+
+def _extras(v, ins, n: int):
+    """(mask, stream position) storages among the inputs after the first n (either may be absent)."""
+    based = bool(v.attrs.get("based"))
+    rest = list(ins[n:])
+    sbase = rest.pop() if based else None
+    return (rest[0] if rest else None), sbase
+
+
+def _dropout(be, v, flash: bool, nbind: int) -> tuple[tuple, bytes]:
+    """((DROP, BASED) flags, the params tail: word offset lo/hi, Philox key, (p, 1 / (1 - p)))."""
+    p = float(v.attrs.get("dropout", 0.0))
+    tail = struct.pack("<4I4f", 0, 0, 0, 0, 0.0, 1.0, 0.0, 0.0)
+    if not p:
+        return (False, False), tail
+    if not flash:
+        raise KernelError(f"attention dropout runs in the flash kernels only (head sizes up to {FLASH_HEAD} and "
+                          f"enough workgroup memory)", where=f"op {v.op!r}", hint="use dropout=0 or smaller heads")
+    lim = int(be.limits.get("max-storage-buffers-per-shader-stage", 8))
+    if nbind > lim:
+        raise KernelError(f"attention dropout needs {nbind} storage bindings, the adapter allows {lim}",
+                          where=f"op {v.op!r}")
+    off = int(v.attrs["offset"])
+    k0, k1 = (int(x) & 0xFFFFFFFF for x in v.attrs["key"])
+    tail = struct.pack("<4I4f", off & 0xFFFFFFFF, (off >> 32) & 0xFFFFFFFF, k0, k1, p, 1.0 / (1.0 - p), 0.0, 0.0)
+    return (True, bool(v.attrs.get("based"))), tail
 
 
 def _tb(t: str, vec: bool) -> str:
@@ -186,7 +216,8 @@ def _attention(be, v, ins, out):
     batch, bh, lq, lk, d, dv, t = _common(v, ins)
     q, k, val = ins[:3]
     causal = bool(v.attrs["causal"])
-    mask = _Mask(ins[3], batch, lq, lk) if len(ins) == 4 else None
+    mraw, sbase = _extras(v, ins, 3)
+    mask = _Mask(mraw, batch, lq, lk) if mraw is not None else None
     (oshape, lshape), (odt, ldt) = v.shape, v.dtype
     o = out.sub(0, oshape, odt, dt.nbytes(oshape, odt))
     lse = out.sub(multi_offset(v.shape, v.dtype, 1), lshape, ldt, dt.nbytes(lshape, ldt))
@@ -195,14 +226,15 @@ def _attention(be, v, ins, out):
     isz = dt.ITEMSIZE[t]
     cfg = _flash_cfg(be, "fwd", d, dv)
     scale = float(v.attrs["scale"])
+    drop, dtail = _dropout(be, v, cfg is not None, 5 + (mask is not None) + (sbase is not None))
     if cfg is not None:
         ty, ck = cfg
         rows_per = 4 * ty
         def kernel(vec):
             return _render("flash_fwd", None, mask is not None, dict(
                 ENABLE=enable_f16(t), T=WGSL_TYPE[t], TB=_tb(t, vec), D=d, DV=dv, TY=ty, CK=ck, NT=16 * ty,
-                CAUSAL=str(causal).lower(), MASKED=str(mask is not None).lower(), MASK_BINDING=6),
-                k2=ck == 2, vec=vec)
+                CAUSAL=str(causal).lower(), MASKED=str(mask is not None).lower(), MASK_BINDING=6,
+                BASE_BINDING=6 + (mask is not None)), k2=ck == 2, vec=vec, drop=drop)
         pscale = scale * LOG2E
     else:
         rows_per = BQ
@@ -230,11 +262,13 @@ def _attention(be, v, ins, out):
             wm, mo = window(mask.m, 0, mlo, mhi, 4, al)
             storages.append(wm)
             mparams = mask.params(mo, mlo)
+        if drop[1]:
+            storages.append(sbase)
         moff, msq, msk, mrank, mshape, mstride = mparams
         nqb = -(-nr // rows_per)
         params = struct.pack("<IIIIIIiIfIIIIIIIIIII4I4I", nb, lq, lk, nr, r0, nqb, lk - lq, NEG_INF,
                              pscale, qo, ko, vo, oo, lo_, moff, b0, msq, msk, mrank, 0,
-                             *mshape, *mstride)
+                             *mshape, *mstride) + dtail
         key, src = kernel(cfg is not None and d % 4 == 0 and dv % 4 == 0 and (qo | ko | vo | oo) % 4 == 0)
         be.launch(key, src, storages, params, nb * nqb)
 
@@ -253,7 +287,8 @@ def _attention_bwd(be, v, ins, out):
     batch, bh, lq, lk, d, dv, t = _common(v, ins)
     q, k, val, o, lse, dout = ins[:6]
     causal = bool(v.attrs["causal"])
-    mask = _Mask(ins[6], batch, lq, lk) if len(ins) == 7 else None
+    mraw, sbase = _extras(v, ins, 6)
+    mask = _Mask(mraw, batch, lq, lk) if mraw is not None else None
     shapes, dts = v.shape, v.dtype
     g = [out.sub(multi_offset(shapes, dts, i), shapes[i], dts[i], dt.nbytes(shapes[i], dts[i])) for i in range(3)]
     dq, dk, dvv = g
@@ -279,15 +314,16 @@ def _attention_bwd(be, v, ins, out):
     kst, sst = _render("attention_bwd", "stats", has, dict(base, BK=1))
     scale = float(v.attrs["scale"])
     cdq, ckv = _flash_cfg(be, "dq", d, dv), _flash_cfg(be, "dkdv", d, dv)
+    drop, dtail = _dropout(be, v, cdq is not None and ckv is not None, 7 + has + (sbase is not None))
     if cdq is not None and ckv is not None:
         fb = dict(ENABLE=base["ENABLE"], T=base["T"], D=d, DV=dv, CAUSAL=base["CAUSAL"],
-                  MASKED=str(has).lower(), MASK_BINDING=8)
+                  MASKED=str(has).lower(), MASK_BINDING=8, BASE_BINDING=8 + has)
         def kernels(vec):
             tb = _tb(t, vec)
             return (_render("flash_bwd", "dq", has, dict(fb, TB=tb, TY=cdq[0], CK=cdq[1], NT=16 * cdq[0]),
-                            k2=cdq[1] == 2, vec=vec),
+                            k2=cdq[1] == 2, vec=vec, drop=drop),
                     _render("flash_bwd", "dkdv", has, dict(fb, TB=tb, TY=ckv[0], CK=ckv[1], NT=16 * ckv[0]),
-                            k2=ckv[1] == 2, vec=vec))
+                            k2=ckv[1] == 2, vec=vec, drop=drop))
         rows_dq, rows_kv, pscale = 4 * cdq[0], 4 * ckv[0], scale * LOG2E
     else:
         rowwise = (_render("attention_bwd", "dq", has, dict(base, BK=bk_dq, KS=max(bk_dq * d, 1),
@@ -326,9 +362,9 @@ def _attention_bwd(be, v, ins, out):
         moff, msq, msk, mrank, mshape, mstride = mp
         return struct.pack("<IIIIIIiIfIIIIIIIIIIIIIIf4I4I", b1 - b0, lq, lk, r1 - r0, r0, nblk, lk - lq, accum,
                            pscale, w["q"][1], w["k"][1], w["v"][1], w["o"][1], w["lse"][1], w["dout"][1], goff,
-                           g2off, w["st"][1], moff, b0, msq, msk, mrank, scale, *mshape, *mstride)
+                           g2off, w["st"][1], moff, b0, msq, msk, mrank, scale, *mshape, *mstride) + dtail
 
-    ms = lambda w: [w["m"][0]] if mask is not None else []  # noqa: E731
+    ms = lambda w: ([w["m"][0]] if mask is not None else []) + ([sbase] if drop[1] else [])  # noqa: E731
     plan = [(c, wins(*c)) for c in chunks]
     # vec4 bindings when every row and window offset is 4-aligned (flash kernels only)
     vec = (cdq is not None and ckv is not None and d % 4 == 0 and dv % 4 == 0
