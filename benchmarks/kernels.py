@@ -200,7 +200,7 @@ def _attn_shapes(args):
     return [s for s in shapes if not lens or s[2] in lens]
 
 
-def _attn_case(ctx, args, q, k, v, g, dtype, causal, bwd) -> dict:
+def _attn_case(ctx, args, q, k, v, g, dtype, causal, bwd, drop=0.0) -> dict:
     """One row: scellis (compiled Program) next to torch SDPA on the same inputs; FLOPs of the full
     (non-causal) score matrix halved for causal, fwd 4*B*H*L^2*D and bwd 10*B*H*L^2*D."""
     from scellis_jupyter.graph import functional as F
@@ -208,7 +208,11 @@ def _attn_case(ctx, args, q, k, v, g, dtype, causal, bwd) -> dict:
     sc = ctx.sc
     b, h, l, d = q.shape
     tq, tk, tv, tg = (sc.tensor(x, dtype=dtype, device=ctx.dev) for x in (q, k, v, g))
-    out = F.attention(tq.node, tk.node, tv.node, causal=causal)
+    gen = None
+    if drop:
+        from scellis_jupyter.rng.generator import Generator
+        gen = Generator(0).stream("attention")
+    out = F.attention(tq.node, tk.node, tv.node, causal=causal, dropout=drop, gen=gen)
     nodes = [out] if not bwd else list(grad([out], [tq.node, tk.node, tv.node], [tg.node])) + [out]
     run, sync = wgpu_program(ctx, [sc.Tensor(n, ctx.dev) for n in nodes])
     run()
@@ -222,7 +226,7 @@ def _attn_case(ctx, args, q, k, v, g, dtype, causal, bwd) -> dict:
         xg = _t(ctx, g, tdt)
         if bwd:
             def fn():
-                o = sdpa(xq, xk, xv, is_causal=causal)
+                o = sdpa(xq, xk, xv, is_causal=causal, dropout_p=drop)
                 return torch.autograd.grad(o, (xq, xk, xv), xg)
             sync_t = (lambda: torch.cuda.synchronize()) if ctx.tdev == "cuda" else (lambda: None)
             want = fn()
@@ -232,12 +236,14 @@ def _attn_case(ctx, args, q, k, v, g, dtype, causal, bwd) -> dict:
                 return sdpa(xq, xk, xv, is_causal=causal)
             want = (fn(),)
             tsec = torch_time(ctx, fn, args.iters, args.warmup, args.budget)
-        terr = max(_relerr(np.asarray(a, np.float32)[:, :, :64], w[:, :, :64].float().cpu().numpy())
-                   for a, w in zip(got, want))
+        if not drop:
+            terr = max(_relerr(np.asarray(a, np.float32)[:, :, :64], w[:, :, :64].float().cpu().numpy())
+                       for a, w in zip(got, want))
     sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
     flops = (14.0 if bwd else 4.0) * b * h * l * l * d * (0.5 if causal else 1.0)
-    what = "attention fwd+bwd" if bwd else "attention fwd"
-    return row(what + (" causal" if causal else ""), dtype, f"B{b} H{h} L{l} D{d}", sec, flops, "TFLOP/s",
+    what = ("attention fwd+bwd" if bwd else "attention fwd") + (" causal" if causal else "")
+    what += f" dropout {drop:g}" if drop else ""
+    return row(what, dtype, f"B{b} H{h} L{l} D{d}", sec, flops, "TFLOP/s",
                tsec, terr, note="FLOPs 4*B*H*L^2*D fwd, 14* fwd+bwd, halved when causal; err: worst of "
                                 "out (fwd) or dq, dk, dv (fwd+bwd) vs torch")
 
@@ -258,6 +264,8 @@ def bench_attention(ctx: Ctx, args) -> list[dict]:
         rows.append(_attn_case(ctx, args, q, k, v, g, "f32", True, True))
         if f16:
             rows.append(_attn_case(ctx, args, q, k, v, g, "f16", False, True))
+        if l == 4096 or args.quick:   # dropout (different masks from torch's: no error column)
+            rows.append(_attn_case(ctx, args, q, k, v, g, "f32", False, True, drop=0.1))
     return rows
 
 
