@@ -27,6 +27,11 @@ const PS: u32 = TY + 1u;
 const CAUSAL: bool = {{CAUSAL}};
 const MASKED: bool = {{MASKED}};
 const NEG: f32 = -3.0e38;
+#if VEC
+alias TB = vec4<{{T}}>;               // element type of the q/k/v/out/gradient bindings: 16-byte rows
+#else
+alias TB = {{T}};
+#endif
 const LOG2E: f32 = 1.4426950408889634;
 
 struct Params {
@@ -46,13 +51,13 @@ fn dot4(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, b: vec4<f32>
 }
 
 //=== dq
-@group(0) @binding(1) var<storage, read_write> q: array<{{TB}}>;
-@group(0) @binding(2) var<storage, read_write> k: array<{{TB}}>;
-@group(0) @binding(3) var<storage, read_write> v: array<{{TB}}>;
-@group(0) @binding(4) var<storage, read_write> o: array<{{TB}}>;
+@group(0) @binding(1) var<storage, read_write> q: array<TB>;
+@group(0) @binding(2) var<storage, read_write> k: array<TB>;
+@group(0) @binding(3) var<storage, read_write> v: array<TB>;
+@group(0) @binding(4) var<storage, read_write> o: array<TB>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
-@group(0) @binding(6) var<storage, read_write> dout: array<{{TB}}>;
-@group(0) @binding(7) var<storage, read_write> dq: array<{{TB}}>;
+@group(0) @binding(6) var<storage, read_write> dout: array<TB>;
+@group(0) @binding(7) var<storage, read_write> dq: array<TB>;
 #include attention:mask
 #if DROP
 #include attention:dropout
@@ -259,7 +264,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (i == 2u) { ai = a2; }
     if (i == 3u) { ai = a3; }
 #if VEC
-    if (4u * tx < D) { dq[(p.goff + (rbase + lr) * D + 4u * tx) >> 2u] = {{TB}}(ai * p.nscale); }
+    if (4u * tx < D) { dq[(p.goff + (rbase + lr) * D + 4u * tx) >> 2u] = TB(ai * p.nscale); }
 #else
     for (var c = 0u; c < 4u; c = c + 1u) {
       let col = 4u * tx + c;
@@ -270,13 +275,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 }
 
 //=== dkdv
-@group(0) @binding(1) var<storage, read_write> q: array<{{TB}}>;
-@group(0) @binding(2) var<storage, read_write> k: array<{{TB}}>;
-@group(0) @binding(3) var<storage, read_write> v: array<{{TB}}>;
+@group(0) @binding(1) var<storage, read_write> q: array<TB>;
+@group(0) @binding(2) var<storage, read_write> k: array<TB>;
+@group(0) @binding(3) var<storage, read_write> v: array<TB>;
 @group(0) @binding(4) var<storage, read_write> stats: array<f32>;
-@group(0) @binding(5) var<storage, read_write> dout: array<{{TB}}>;
-@group(0) @binding(6) var<storage, read_write> dk: array<{{TB}}>;
-@group(0) @binding(7) var<storage, read_write> dv: array<{{TB}}>;
+@group(0) @binding(5) var<storage, read_write> dout: array<TB>;
+@group(0) @binding(6) var<storage, read_write> dk: array<TB>;
+@group(0) @binding(7) var<storage, read_write> dv: array<TB>;
 #include attention:mask
 #if DROP
 #include attention:dropout
@@ -501,13 +506,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       let a = (p.goff + (bl * p.lk + j) * D + 4u * tx) >> 2u;
       var x = ki * p.nscale;
       if (p.accum != 0u) { x = x + vec4<f32>(dk[a]); }
-      dk[a] = {{TB}}(x);
+      dk[a] = TB(x);
     }
     if (4u * tx < DV) {
       let a = (p.g2off + (bl * p.lk + j) * DV + 4u * tx) >> 2u;
       var x = vi;
       if (p.accum != 0u) { x = x + vec4<f32>(dv[a]); }
-      dv[a] = {{TB}}(x);
+      dv[a] = TB(x);
     }
 #else
     for (var c = 0u; c < 4u; c = c + 1u) {

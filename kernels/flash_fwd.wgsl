@@ -26,6 +26,11 @@ const PS: u32 = TY + 1u;              // vec4 stride of a key's column of probab
 const CAUSAL: bool = {{CAUSAL}};
 const MASKED: bool = {{MASKED}};      // a bool mask is bound
 const NEG: f32 = -3.0e38;             // "minus infinity" inside the kernel (exp2(NEG - m) == 0)
+#if VEC
+alias TB = vec4<{{T}}>;               // element type of the q/k/v/out/gradient bindings: 16-byte rows
+#else
+alias TB = {{T}};
+#endif
 
 struct Params {
   nbh: u32, lq: u32, lk: u32, nrows: u32,      // heads in this chunk, full lengths, query rows per head here
@@ -37,10 +42,10 @@ struct Params {
   dctr: vec4<u32>, dprob: vec4<f32>,           // dropout: word offset (lo, hi), Philox key; (p, 1 / (1 - p))
 }
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> q: array<{{TB}}>;
-@group(0) @binding(2) var<storage, read_write> k: array<{{TB}}>;
-@group(0) @binding(3) var<storage, read_write> v: array<{{TB}}>;
-@group(0) @binding(4) var<storage, read_write> o: array<{{TB}}>;
+@group(0) @binding(1) var<storage, read_write> q: array<TB>;
+@group(0) @binding(2) var<storage, read_write> k: array<TB>;
+@group(0) @binding(3) var<storage, read_write> v: array<TB>;
+@group(0) @binding(4) var<storage, read_write> o: array<TB>;
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 #include attention:mask
 #if DROP
@@ -259,7 +264,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let li = lt[i];
     let inv = select(0.0, 1.0 / li, li > 0.0);
 #if VEC
-    if (4u * tx < DV) { o[(obase + lr * DV + 4u * tx) >> 2u] = {{TB}}(oi * inv); }
+    if (4u * tx < DV) { o[(obase + lr * DV + 4u * tx) >> 2u] = TB(oi * inv); }
 #else
     for (var c = 0u; c < 4u; c = c + 1u) {
       let col = 4u * tx + c;

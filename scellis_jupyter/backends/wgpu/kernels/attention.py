@@ -7,6 +7,13 @@ heads (BH). A chunk of heads (or of query rows of one head) is dispatched per la
 fits `binding_limit`; k and v of one head must fit. The backward is three deterministic kernels in
 fixed order, no atomics: stats (lse, delta) into the dq region, then dk/dv (per key block, loop over
 query blocks), then dq (per query block, loop over key blocks) which overwrites the stats.
+
+Two kernel families: for head sizes up to 64 the register-tiled flash kernels (kernels/flash_fwd.wgsl,
+flash_bwd.wgsl: 4 rows x 16 CK keys per thread in named vec4s, tiles sized from the adapter's
+workgroup memory, vec4 loads when rows and offsets are 4-aligned, the next tile prefetched into
+registers), which also carry attention dropout; above that the one-row-per-thread kernels of
+attention_fwd.wgsl / attention_bwd.wgsl. SCELLIS_ATTENTION_KERNEL=rowwise forces the latter and
+SCELLIS_ATTENTION_TILE_{FWD,DQ,DKDV}=TYxCK a tile shape (benchmarking).
 """
 from __future__ import annotations
 
@@ -153,10 +160,6 @@ def _dropout(be, v, flash: bool, nbind: int) -> tuple[tuple, bytes]:
     return (True, bool(v.attrs.get("based"))), tail
 
 
-def _tb(t: str, vec: bool) -> str:
-    """Element type of the q/k/v/out/gradient bindings: vec4 when every row and offset is 4-aligned."""
-    return f"vec4<{WGSL_TYPE[t]}>" if vec else WGSL_TYPE[t]
-
 
 # Register-tiled kernels (kernels/flash_fwd.wgsl, flash_bwd.wgsl): head sizes up to FLASH_HEAD, tile
 # shapes (TY thread rows, CK key slots per thread) taken in this order, the first whose workgroup memory
@@ -232,7 +235,7 @@ def _attention(be, v, ins, out):
         rows_per = 4 * ty
         def kernel(vec):
             return _render("flash_fwd", None, mask is not None, dict(
-                ENABLE=enable_f16(t), T=WGSL_TYPE[t], TB=_tb(t, vec), D=d, DV=dv, TY=ty, CK=ck, NT=16 * ty,
+                ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, TY=ty, CK=ck, NT=16 * ty,
                 CAUSAL=str(causal).lower(), MASKED=str(mask is not None).lower(), MASK_BINDING=6,
                 BASE_BINDING=6 + (mask is not None)), k2=ck == 2, vec=vec, drop=drop)
         pscale = scale * LOG2E
@@ -319,10 +322,9 @@ def _attention_bwd(be, v, ins, out):
         fb = dict(ENABLE=base["ENABLE"], T=base["T"], D=d, DV=dv, CAUSAL=base["CAUSAL"],
                   MASKED=str(has).lower(), MASK_BINDING=8, BASE_BINDING=8 + has)
         def kernels(vec):
-            tb = _tb(t, vec)
-            return (_render("flash_bwd", "dq", has, dict(fb, TB=tb, TY=cdq[0], CK=cdq[1], NT=16 * cdq[0]),
+            return (_render("flash_bwd", "dq", has, dict(fb, TY=cdq[0], CK=cdq[1], NT=16 * cdq[0]),
                             k2=cdq[1] == 2, vec=vec, drop=drop),
-                    _render("flash_bwd", "dkdv", has, dict(fb, TB=tb, TY=ckv[0], CK=ckv[1], NT=16 * ckv[0]),
+                    _render("flash_bwd", "dkdv", has, dict(fb, TY=ckv[0], CK=ckv[1], NT=16 * ckv[0]),
                             k2=ckv[1] == 2, vec=vec, drop=drop))
         rows_dq, rows_kv, pscale = 4 * cdq[0], 4 * ckv[0], scale * LOG2E
     else:
