@@ -98,8 +98,8 @@ def wgpu_program(ctx: Ctx, tensors):
         s = box["out"][0]
         be.to_numpy(s.sub(0, (1,), s.dtype, min(s.nbytes, 4))) if s.nbytes else be.flush()
 
-    def result():
-        return be.to_numpy(box["out"][0])
+    def result(i=0):
+        return be.to_numpy(box["out"][i])
     run.result = result
     return run, sync
 
@@ -201,55 +201,77 @@ def bench_matmul(ctx: Ctx, args) -> list[dict]:
 def _attn_shapes(args):
     if args.quick:
         return [(1, 2, 128, 32), (1, 2, 256, 64)]
-    return [(4, 16, 1024, 64), (2, 16, 4096, 64), (1, 8, 8192, 64)]
+    shapes = [(4, 16, 1024, 64), (2, 16, 4096, 64), (1, 8, 8192, 64), (1, 8, 16384, 64)]
+    lens = getattr(args, "attn_lengths", None)
+    return [s for s in shapes if not lens or s[2] in lens]
+
+
+def _attn_case(ctx, args, q, k, v, g, dtype, causal, bwd, drop=0.0) -> dict:
+    """One row: scellis (compiled Program) next to torch SDPA on the same inputs; FLOPs of the full
+    (non-causal) score matrix halved for causal, fwd 4*B*H*L^2*D and bwd 10*B*H*L^2*D."""
+    from scellis_jupyter.graph import functional as F
+    from scellis_jupyter.graph.autodiff import grad
+    sc = ctx.sc
+    b, h, l, d = q.shape
+    tq, tk, tv, tg = (sc.tensor(x, dtype=dtype, device=ctx.dev) for x in (q, k, v, g))
+    gen = None
+    if drop:
+        from scellis_jupyter.rng.generator import Generator
+        gen = Generator(0).stream("attention")
+    out = F.attention(tq.node, tk.node, tv.node, causal=causal, dropout=drop, gen=gen)
+    nodes = [out] if not bwd else list(grad([out], [tq.node, tk.node, tv.node], [tg.node])) + [out]
+    run, sync = wgpu_program(ctx, [sc.Tensor(n, ctx.dev) for n in nodes])
+    run()
+    got = [run.result(i) for i in range(len(nodes) - 1 if bwd else 1)]    # out, or dq, dk, dv
+    tsec = terr = None
+    if ctx.torch is not None:
+        torch = ctx.torch
+        tdt = torch.float16 if dtype == "f16" else torch.float32
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        xq, xk, xv = (_t(ctx, x, tdt).requires_grad_(bwd) for x in (q, k, v))
+        xg = _t(ctx, g, tdt)
+        if bwd:
+            def fn():
+                o = sdpa(xq, xk, xv, is_causal=causal, dropout_p=drop)
+                return torch.autograd.grad(o, (xq, xk, xv), xg)
+            sync_t = (lambda: torch.cuda.synchronize()) if ctx.tdev == "cuda" else (lambda: None)
+            want = fn()
+            tsec = time_loop(fn, sync_t, args.iters, args.warmup, args.budget)
+        else:
+            def fn():
+                return sdpa(xq, xk, xv, is_causal=causal)
+            want = (fn(),)
+            tsec = torch_time(ctx, fn, args.iters, args.warmup, args.budget)
+        if not drop:
+            terr = max(_relerr(np.asarray(a, np.float32)[:, :, :64], w[:, :, :64].float().cpu().numpy())
+                       for a, w in zip(got, want))
+    sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
+    flops = (14.0 if bwd else 4.0) * b * h * l * l * d * (0.5 if causal else 1.0)
+    what = ("attention fwd+bwd" if bwd else "attention fwd") + (" causal" if causal else "")
+    what += f" dropout {drop:g}" if drop else ""
+    return row(what, dtype, f"B{b} H{h} L{l} D{d}", sec, flops, "TFLOP/s",
+               tsec, terr, note="FLOPs 4*B*H*L^2*D fwd, 14* fwd+bwd, halved when causal; err: worst of "
+                                "out (fwd) or dq, dk, dv (fwd+bwd) vs torch")
 
 
 @section("attention")
 def bench_attention(ctx: Ctx, args) -> list[dict]:
-    """Forward, and forward+backward (dq, dk, dv for an upstream gradient), f32, non-causal."""
-    from scellis_jupyter.graph import functional as F
-    from scellis_jupyter.graph.autodiff import grad
-    sc = ctx.sc
+    """f32 forward, forward+backward (dq, dk, dv for an upstream gradient), causal forward+backward;
+    f16 forward+backward where the adapter grants shader-f16 and f16 is among --dtypes."""
     rows = []
     rng = np.random.default_rng(1)
+    f16 = "f16" in args.dtypes and ctx.be.has_f16
     for (b, h, l, d) in _attn_shapes(args):
         q, k, v, g = (rng.standard_normal((b, h, l, d), dtype=np.float32) for _ in range(4))
-        tq, tk, tv, tg = (sc.tensor(x, device=ctx.dev) for x in (q, k, v, g))
-        out = F.attention(tq.node, tk.node, tv.node)
-        shape = f"B{b} H{h} L{l} D{d}"
-        flops_f = 4.0 * b * h * l * l * d
-        run, sync = wgpu_program(ctx, [sc.Tensor(out, ctx.dev)])
-        run()
-        got = run.result()
-        tsec = terr = None
-        if ctx.torch is not None:
-            torch = ctx.torch
-            xq, xk, xv, xg = (_t(ctx, x) for x in (q, k, v, g))
-            sdpa = torch.nn.functional.scaled_dot_product_attention
-            terr = _relerr(got[:, :, :64], sdpa(xq, xk, xv)[:, :, :64].cpu().numpy())
-            tsec = torch_time(ctx, lambda: sdpa(xq, xk, xv), args.iters, args.warmup, args.budget)
-        sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
-        rows.append(row("attention fwd", "f32", shape, sec, flops_f, "TFLOP/s", tsec, terr))
-        # forward + backward: the Program computes out and the three gradients
-        gq, gk, gv = grad([out], [tq.node, tk.node, tv.node], [tg.node])
-        run, sync = wgpu_program(ctx, [sc.Tensor(n, ctx.dev) for n in (gq, gk, gv, out)])
-        run()
-        got = run.result()       # dq
-        tsec = terr = None
-        if ctx.torch is not None:
-            torch = ctx.torch
-            xq, xk, xv = (_t(ctx, x).requires_grad_(True) for x in (q, k, v))
-            xg = _t(ctx, g)
-
-            def fb():
-                o = sdpa(xq, xk, xv)
-                return torch.autograd.grad(o, (xq, xk, xv), xg)
-            terr = _relerr(got[:, :, :64], fb()[0][:, :, :64].cpu().numpy())
-            sync_t = (lambda: torch.cuda.synchronize()) if ctx.tdev == "cuda" else (lambda: None)
-            tsec = time_loop(fb, sync_t, args.iters, args.warmup, args.budget)
-        sec = time_loop(run, sync, args.iters, args.warmup, args.budget)
-        rows.append(row("attention fwd+bwd", "f32", shape, sec, 3.5 * flops_f, "TFLOP/s", tsec, terr,
-                        note="FLOPs counted 14*B*H*L^2*D (fwd 4, bwd 10)"))
+        if not ctx.fits(4 * q.nbytes * 3, q.nbytes):
+            continue
+        rows.append(_attn_case(ctx, args, q, k, v, g, "f32", False, False))
+        rows.append(_attn_case(ctx, args, q, k, v, g, "f32", False, True))
+        rows.append(_attn_case(ctx, args, q, k, v, g, "f32", True, True))
+        if f16:
+            rows.append(_attn_case(ctx, args, q, k, v, g, "f16", False, True))
+        if l == 4096 or args.quick:   # dropout (different masks from torch's: no error column)
+            rows.append(_attn_case(ctx, args, q, k, v, g, "f32", False, True, drop=0.1))
     return rows
 
 
@@ -492,6 +514,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=5.0, help="seconds per measurement at most (iters shrink)")
     ap.add_argument("--quick", action="store_true", help="small sizes, few iterations (CI / llvmpipe)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--attn-lengths", default="", help="attention: only these sequence lengths (comma list)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args(argv)
     if args.quick:
@@ -500,6 +523,7 @@ def main(argv=None) -> int:
         args.iters, args.warmup, args.budget = min(args.iters, 3), 1, min(args.budget, 1.0)
     args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
     args.dtypes = [d for d in args.dtypes.split(",") if d]
+    args.attn_lengths = [int(x) for x in args.attn_lengths.split(",") if x]
     names = [s for s in args.sections.split(",") if s]
     for s in names:
         if s not in SECTIONS:

@@ -633,11 +633,33 @@ def _attn_mask(v, q, k_, mask):
     return allow
 
 
+def _attn_extra(v, extra):
+    """(mask, stream base) from the inputs after q, k, v (and out, lse, dout in the backward)."""
+    based = bool(v.attrs.get("based"))
+    base = extra[-1] if based else None
+    rest = extra[:-1] if based else extra
+    return (rest[0] if rest else None), base
+
+
+def _attn_keep(v, base, lead, lq, lk, i0, i1, dtype):
+    """Dropout keep factors [*lead, i1 - i0, lk] (0 or 1 / (1 - p)) of query rows i0..i1, or None: word
+    (h * lq + i) * lk + j of the op's Philox block for flattened head h (kernels/attention.wgsl:dropout)."""
+    p = float(v.attrs.get("dropout", 0.0))
+    if not p:
+        return None
+    off = _philox_offset(v, base)
+    nh = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    rows = [stream_bits(v.attrs["key"], off + (h * lq + i0) * lk, (i1 - i0) * lk) for h in range(nh)]
+    u = bits_to_uniform(np.stack(rows) if rows else np.zeros((0, (i1 - i0) * lk), np.uint32))
+    z = np.where(u >= np.float32(p), np.float32(1.0 / (1.0 - p)), np.float32(0.0)).astype(dtype)
+    return z.reshape(tuple(lead) + (i1 - i0, lk))
+
+
 @k("attention")
-def _attention(v, q, k_, val, *mask, prog):
+def _attention(v, q, k_, val, *extra, prog):
     """Reference attention in blocks of query rows, so the full score matrix is never held either."""
     q, k_, val = _acc(q), _acc(k_), _acc(val)
-    m = mask[0] if mask else None
+    m, base = _attn_extra(v, extra)
     scale = v.attrs["scale"]
     out = np.zeros(q.shape[:-1] + (val.shape[-1],), q.dtype)
     lse = np.zeros(q.shape[:-1], q.dtype)
@@ -655,15 +677,17 @@ def _attention(v, q, k_, val, *mask, prog):
         den = np.sum(e, axis=-1, keepdims=True)
         with np.errstate(all="ignore"):
             # a query row that may attend to no key gets 0 (like torch), not 0/0; its lse is -inf
-            out[..., i0:i1, :] = np.where(den > 0, np.matmul(e, val) / np.where(den > 0, den, 1), 0)
+            z = _attn_keep(v, base, q.shape[:-2], lq, lk, i0, i1, q.dtype)
+            ez = e if z is None else e * z
+            out[..., i0:i1, :] = np.where(den > 0, np.matmul(ez, val) / np.where(den > 0, den, 1), 0)
             lse[..., i0:i1] = (mx + np.log(den))[..., 0]
     return out, lse
 
 
 @k("attention_bwd")
-def _attention_bwd(v, q, k_, val, out, lse, dout, *mask, prog):
+def _attention_bwd(v, q, k_, val, out, lse, dout, *extra, prog):
     q, k_, val, out, dout = (_acc(a) for a in (q, k_, val, out, dout))
-    m = mask[0] if mask else None
+    m, base = _attn_extra(v, extra)
     scale = q.dtype.type(v.attrs["scale"])
     dq = np.zeros_like(q)
     dk = np.zeros(k_.shape, q.dtype)
@@ -678,8 +702,11 @@ def _attention_bwd(v, q, k_, val, out, lse, dout, *mask, prog):
             p = np.exp(s - lse[..., i0:i1, None])
         if m is not None or v.attrs["causal"]:
             p = np.where(_attn_mask(v, q, k_, m)[..., i0:i1, :], p, 0)
-        dv += np.matmul(np.swapaxes(p, -1, -2), dout[..., i0:i1, :])
+        z = _attn_keep(v, base, q.shape[:-2], lq, lk, i0, i1, q.dtype)
+        dv += np.matmul(np.swapaxes(p if z is None else p * z, -1, -2), dout[..., i0:i1, :])
         dp = np.matmul(dout[..., i0:i1, :], np.swapaxes(val, -1, -2))
+        if z is not None:
+            dp = dp * z
         ds = p * (dp - delta[..., i0:i1, :]) * scale
         dq[..., i0:i1, :] = np.matmul(ds, k_)
         dk += np.matmul(np.swapaxes(ds, -1, -2), q[..., i0:i1, :])

@@ -399,10 +399,11 @@ def _(n, gs):
     ins = list(n.inputs)
     g_out = gs[0]
     out, lse = F.item(n, 0), F.item(n, 1)
+    extra = {a: n.attrs[a] for a in ("dropout", "key", "offset", "based") if a in n.attrs}
     bwd = make("attention_bwd", ins[:3] + [out, lse, g_out] + ins[3:], causal=n.attrs["causal"],
-               scale=n.attrs["scale"])
+               scale=n.attrs["scale"], **extra)
     grads = [F.item(bwd, i) for i in range(3)]
-    return tuple(grads) + ((None,) if len(ins) == 4 else ())
+    return tuple(grads) + (None,) * (len(ins) - 3)      # no gradient for the mask or the stream position
 
 
 @rule("nf4_dequant")

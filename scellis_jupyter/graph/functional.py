@@ -433,11 +433,27 @@ def linear(x: Node, w: Node, b: Node | None = None) -> Node:
 
 
 def attention(q: Node, k: Node, v: Node, causal: bool = False, mask: Node | None = None,
-              scale: float | None = None) -> Node:
-    """Memory-efficient attention: softmax(q k^T * scale [+ mask]) v, never forming the score matrix."""
+              scale: float | None = None, dropout: float = 0.0, gen: Stream | None = None) -> Node:
+    """Memory-efficient attention: softmax(q k^T * scale [+ mask]) v, never forming the score matrix.
+
+    dropout > 0 (training) drops probabilities with that chance and scales the rest by 1 / (1 - p), as
+    torch's scaled_dot_product_attention(dropout_p=p): pair (row i, key j) of flattened head h keeps
+    when the uniform of word (h * Lq + i) * Lk + j of the taken block of `gen`'s stream is >= p, so the
+    backward (and every backend) regenerates the same mask without storing it."""
     scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     ins = [q, k, v] + ([mask] if mask is not None else [])
-    node = make("attention", ins, causal=bool(causal), scale=scale)
+    attrs = dict(causal=bool(causal), scale=scale)
+    if dropout:
+        if not 0.0 <= dropout < 1.0:
+            raise ShapeError(f"dropout probability must be in [0, 1), got {dropout}", where="op 'attention'")
+        if gen is None:
+            raise ShapeError("attention dropout needs a random stream (gen=)", where="op 'attention'",
+                             hint="pass the layer's generator stream, e.g. ctx.gen(name)")
+        n = math.prod(q.shape[:-1]) * k.shape[-2]
+        attrs.update(dropout=float(dropout), key=tuple(gen.key), offset=gen.take(n), based=gen.base is not None)
+        if gen.base is not None:
+            ins.append(gen.base)
+    node = make("attention", ins, **attrs)
     return item(node, 0)
 
 

@@ -373,7 +373,7 @@ def _inf_attention(inputs, attrs):
         raise ShapeError(f"q, k, v must be [..., L, D] with matching batch dims, k and v the same length "
                          f"and q, k the same head size; got {_fmt(inputs[:3])}", where="op 'attention'")
     _float_check("attention", inputs[:3])
-    if len(inputs) == 4:
+    if len(inputs) - int(bool(attrs.get("based"))) == 4:    # a step's stream position comes last
         m = inputs[3]
         if m.dtype != "bool":
             raise DTypeError(f"mask must be bool (True = attend), got {m.dtype}", where="op 'attention'")

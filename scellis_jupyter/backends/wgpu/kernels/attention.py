@@ -7,10 +7,18 @@ heads (BH). A chunk of heads (or of query rows of one head) is dispatched per la
 fits `binding_limit`; k and v of one head must fit. The backward is three deterministic kernels in
 fixed order, no atomics: stats (lse, delta) into the dq region, then dk/dv (per key block, loop over
 query blocks), then dq (per query block, loop over key blocks) which overwrites the stats.
+
+Two kernel families: for head sizes up to 64 the register-tiled flash kernels (kernels/flash_fwd.wgsl,
+flash_bwd.wgsl: 4 rows x 16 CK keys per thread in named vec4s, tiles sized from the adapter's
+workgroup memory, vec4 loads when rows and offsets are 4-aligned, the next tile prefetched into
+registers), which also carry attention dropout; above that the one-row-per-thread kernels of
+attention_fwd.wgsl / attention_bwd.wgsl. SCELLIS_ATTENTION_KERNEL=rowwise forces the latter and
+SCELLIS_ATTENTION_TILE_{FWD,DQ,DKDV}=TYxCK a tile shape (benchmarking).
 """
 from __future__ import annotations
 
 import math
+import os
 import struct
 
 import numpy as np
@@ -114,11 +122,80 @@ def _rows(s: Storage, isz, re, L, b0, b1, r0, r1, align):
     return window(s, 0, lo, hi, isz, align)
 
 
-def _render(name: str, section: str | None, mask: bool, subs: dict) -> tuple[str, str]:
-    """(pipeline key, source) of one attention kernel; the shared pieces come from kernels/attention.wgsl."""
-    src = render(name, section, flags={"MASK": mask}, **subs)
-    key = f"{name}:{section}:mask={mask}:" + ":".join(f"{k}={v}" for k, v in sorted(subs.items()))
+def _render(name: str, section: str | None, mask: bool, subs: dict, k2: bool = False,
+            vec: bool = False, drop: tuple = (False, False)) -> tuple[str, str]:
+    """(pipeline key, source) of one attention kernel; the shared pieces come from kernels/attention.wgsl.
+    drop: (dropout on, stream position bound)."""
+    flags = {"MASK": mask, "K2": k2, "VEC": vec, "DROP": drop[0], "BASED": drop[1]}
+    src = render(name, section, flags=flags, **subs)
+    key = (f"{name}:{section}:mask={mask}:k2={k2}:vec={vec}:drop={drop[0]}:based={drop[1]}:"
+           + ":".join(f"{k}={v}" for k, v in sorted(subs.items())))
     return key, src
+
+
+def _extras(v, ins, n: int):
+    """(mask, stream position) storages among the inputs after the first n (either may be absent)."""
+    based = bool(v.attrs.get("based"))
+    rest = list(ins[n:])
+    sbase = rest.pop() if based else None
+    return (rest[0] if rest else None), sbase
+
+
+def _dropout(be, v, flash: bool, nbind: int) -> tuple[tuple, bytes]:
+    """((DROP, BASED) flags, the params tail: word offset lo/hi, Philox key, (p, 1 / (1 - p)))."""
+    p = float(v.attrs.get("dropout", 0.0))
+    tail = struct.pack("<4I4f", 0, 0, 0, 0, 0.0, 1.0, 0.0, 0.0)
+    if not p:
+        return (False, False), tail
+    if not flash:
+        raise KernelError(f"attention dropout runs in the flash kernels only (head sizes up to {FLASH_HEAD} and "
+                          f"enough workgroup memory)", where=f"op {v.op!r}", hint="use dropout=0 or smaller heads")
+    lim = int(be.limits.get("max-storage-buffers-per-shader-stage", 8))
+    if nbind > lim:
+        raise KernelError(f"attention dropout needs {nbind} storage bindings, the adapter allows {lim}",
+                          where=f"op {v.op!r}")
+    off = int(v.attrs["offset"])
+    k0, k1 = (int(x) & 0xFFFFFFFF for x in v.attrs["key"])
+    tail = struct.pack("<4I4f", off & 0xFFFFFFFF, (off >> 32) & 0xFFFFFFFF, k0, k1, p, 1.0 / (1.0 - p), 0.0, 0.0)
+    return (True, bool(v.attrs.get("based"))), tail
+
+
+
+# Register-tiled kernels (kernels/flash_fwd.wgsl, flash_bwd.wgsl): head sizes up to FLASH_HEAD, tile
+# shapes (TY thread rows, CK key slots per thread) taken in this order, the first whose workgroup memory
+# fits the adapter's limit (48 KiB on the H200 takes the first; llvmpipe's 32 KiB a smaller one).
+FLASH_HEAD = 64
+FLASH_TILES = {"fwd": ((16, 2), (8, 2), (8, 1), (4, 1)),
+               "dq": ((16, 1), (8, 2), (8, 1), (4, 1)),
+               "dkdv": ((8, 2), (8, 1), (4, 1))}
+LOG2E = 1.4426950408889634
+
+
+def flash_smem(kind: str, ty: int, ck: int) -> int:
+    """Workgroup-memory bytes of one flash kernel (vec4 tiles; see the arrays in the .wgsl files)."""
+    rq, bk = 4 * ty, 16 * ck
+    if kind == "fwd":
+        vec4s = rq * 17 + bk * 17 + bk * 16 + bk * (ty + 1) + 16 * ty
+        return 16 * vec4s
+    if kind == "dq":
+        return 16 * (2 * rq * 17 + 2 * bk * 17 + bk * (ty + 1)) + 8 * rq
+    return 16 * (2 * rq * 17 + 2 * bk * 17 + 2 * bk * (ty + 1)) + 8 * bk
+
+
+def _flash_cfg(be, kind: str, d: int, dv: int):
+    """(TY, CK) of the register-tiled kernel, or None (head too large, or too little workgroup memory:
+    the one-row-per-thread kernels of attention_fwd/attention_bwd.wgsl run instead)."""
+    if max(d, dv) > FLASH_HEAD or os.environ.get("SCELLIS_ATTENTION_KERNEL") == "rowwise":
+        return None
+    lim = int(be.limits.get("max-compute-workgroup-storage-size", 16384))
+    inv = int(be.limits.get("max-compute-invocations-per-workgroup", 256))
+    forced = os.environ.get(f"SCELLIS_ATTENTION_TILE_{kind.upper()}")
+    cands = [tuple(int(x) for x in forced.split("x"))] if forced else FLASH_TILES[kind]
+    for ty, ck in cands:
+        # the kernels stage 1, 2 or 4 vec4 slots per thread (16 CK / TY of them)
+        if flash_smem(kind, ty, ck) <= lim and 16 * ty <= inv and (16 * ck) % ty == 0 and 16 * ck // ty <= 4:
+            return ty, ck
+    return None
 
 
 def _common(v, ins):
@@ -142,19 +219,38 @@ def _attention(be, v, ins, out):
     batch, bh, lq, lk, d, dv, t = _common(v, ins)
     q, k, val = ins[:3]
     causal = bool(v.attrs["causal"])
-    mask = _Mask(ins[3], batch, lq, lk) if len(ins) == 4 else None
+    mraw, sbase = _extras(v, ins, 3)
+    mask = _Mask(mraw, batch, lq, lk) if mraw is not None else None
     (oshape, lshape), (odt, ldt) = v.shape, v.dtype
     o = out.sub(0, oshape, odt, dt.nbytes(oshape, odt))
     lse = out.sub(multi_offset(v.shape, v.dtype, 1), lshape, ldt, dt.nbytes(lshape, ldt))
     if bh == 0 or lq == 0:
         return
     isz = dt.ITEMSIZE[t]
-    bk = _blk(be, d + dv)
-    key, src = _render("attention_fwd", None, mask is not None, dict(
-        ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, BQ=BQ, BK=bk, CAUSAL=str(causal).lower(),
-        MASK_BINDING=6, KS=max(bk * d, 1), VS=max(bk * dv, 1)))
+    cfg = _flash_cfg(be, "fwd", d, dv)
+    scale = float(v.attrs["scale"])
+    drop, dtail = _dropout(be, v, cfg is not None, 5 + (mask is not None) + (sbase is not None))
+    if cfg is not None:
+        ty, ck = cfg
+        rows_per = 4 * ty
+        def kernel(vec):
+            return _render("flash_fwd", None, mask is not None, dict(
+                ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, TY=ty, CK=ck, NT=16 * ty,
+                CAUSAL=str(causal).lower(), MASKED=str(mask is not None).lower(), MASK_BINDING=6,
+                BASE_BINDING=6 + (mask is not None)), k2=ck == 2, vec=vec, drop=drop)
+        pscale = scale * LOG2E
+    else:
+        rows_per = BQ
+        bk = _blk(be, d + dv)
+        rowwise = _render("attention_fwd", None, mask is not None, dict(
+            ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv, BQ=BQ, BK=bk, CAUSAL=str(causal).lower(),
+            MASK_BINDING=6, KS=max(bk * d, 1), VS=max(bk * dv, 1)))
+
+        def kernel(vec):
+            return rowwise
+        pscale = scale
     al = be.offset_align
-    chunks = _plan(be, bh, lq, [d * isz, dv * isz, 4], [lk * d * isz, lk * dv * isz], mask, BQ)
+    chunks = _plan(be, bh, lq, [d * isz, dv * isz, 4], [lk * d * isz, lk * dv * isz], mask, 64)
     for b0, b1, r0, r1 in chunks:
         nb, nr = b1 - b0, r1 - r0
         wq, qo = _rows(q, isz, d, lq, b0, b1, r0, r1, al)
@@ -169,11 +265,14 @@ def _attention(be, v, ins, out):
             wm, mo = window(mask.m, 0, mlo, mhi, 4, al)
             storages.append(wm)
             mparams = mask.params(mo, mlo)
+        if drop[1]:
+            storages.append(sbase)
         moff, msq, msk, mrank, mshape, mstride = mparams
-        nqb = -(-nr // BQ)
+        nqb = -(-nr // rows_per)
         params = struct.pack("<IIIIIIiIfIIIIIIIIIII4I4I", nb, lq, lk, nr, r0, nqb, lk - lq, NEG_INF,
-                             float(v.attrs["scale"]), qo, ko, vo, oo, lo_, moff, b0, msq, msk, mrank, 0,
-                             *mshape, *mstride)
+                             pscale, qo, ko, vo, oo, lo_, moff, b0, msq, msk, mrank, 0,
+                             *mshape, *mstride) + dtail
+        key, src = kernel(cfg is not None and d % 4 == 0 and dv % 4 == 0 and (qo | ko | vo | oo) % 4 == 0)
         be.launch(key, src, storages, params, nb * nqb)
 
 
@@ -191,7 +290,8 @@ def _attention_bwd(be, v, ins, out):
     batch, bh, lq, lk, d, dv, t = _common(v, ins)
     q, k, val, o, lse, dout = ins[:6]
     causal = bool(v.attrs["causal"])
-    mask = _Mask(ins[6], batch, lq, lk) if len(ins) == 7 else None
+    mraw, sbase = _extras(v, ins, 6)
+    mask = _Mask(mraw, batch, lq, lk) if mraw is not None else None
     shapes, dts = v.shape, v.dtype
     g = [out.sub(multi_offset(shapes, dts, i), shapes[i], dts[i], dt.nbytes(shapes[i], dts[i])) for i in range(3)]
     dq, dk, dvv = g
@@ -215,13 +315,30 @@ def _attention_bwd(be, v, ins, out):
         raise KernelError(f"attention gradient dtype {dout.dtype} differs from q's {t}", where="op 'attention_bwd'")
     has = mask is not None
     kst, sst = _render("attention_bwd", "stats", has, dict(base, BK=1))
-    kdq, sdq = _render("attention_bwd", "dq", has, dict(base, BK=bk_dq, KS=max(bk_dq * d, 1), VS=max(bk_dq * dv, 1)))
-    kkv, skv = _render("attention_bwd", "dkdv", has, dict(base, BK=bk_kv, QS=max(bk_kv * d, 1),
-                                                          DS=max(bk_kv * dv, 1), SS=bk_kv * 2))
+    scale = float(v.attrs["scale"])
+    cdq, ckv = _flash_cfg(be, "dq", d, dv), _flash_cfg(be, "dkdv", d, dv)
+    drop, dtail = _dropout(be, v, cdq is not None and ckv is not None, 7 + has + (sbase is not None))
+    if cdq is not None and ckv is not None:
+        fb = dict(ENABLE=base["ENABLE"], T=base["T"], D=d, DV=dv, CAUSAL=base["CAUSAL"],
+                  MASKED=str(has).lower(), MASK_BINDING=8, BASE_BINDING=8 + has)
+        def kernels(vec):
+            return (_render("flash_bwd", "dq", has, dict(fb, TY=cdq[0], CK=cdq[1], NT=16 * cdq[0]),
+                            k2=cdq[1] == 2, vec=vec, drop=drop),
+                    _render("flash_bwd", "dkdv", has, dict(fb, TY=ckv[0], CK=ckv[1], NT=16 * ckv[0]),
+                            k2=ckv[1] == 2, vec=vec, drop=drop))
+        rows_dq, rows_kv, pscale = 4 * cdq[0], 4 * ckv[0], scale * LOG2E
+    else:
+        rowwise = (_render("attention_bwd", "dq", has, dict(base, BK=bk_dq, KS=max(bk_dq * d, 1),
+                                                            VS=max(bk_dq * dv, 1))),
+                   _render("attention_bwd", "dkdv", has, dict(base, BK=bk_kv, QS=max(bk_kv * d, 1),
+                                                              DS=max(bk_kv * dv, 1), SS=bk_kv * 2)))
+
+        def kernels(vec):
+            return rowwise
+        rows_dq, rows_kv, pscale = BQ, BQ, scale
     al = be.offset_align
     chunks = _plan(be, bh, lq, [d * isz, dv * osz, 4, dv * gsz, d * isz, 8],
-                   [lk * d * isz, lk * dv * isz] * 2, mask, BQ)
-    scale = float(v.attrs["scale"])
+                   [lk * d * isz, lk * dv * isz] * 2, mask, 64)
 
     def wins(b0, b1, r0, r1):
         w = {}
@@ -245,12 +362,16 @@ def _attention_bwd(be, v, ins, out):
 
     def params(b0, b1, r0, r1, nblk, accum, w, mp, goff, g2off):
         moff, msq, msk, mrank, mshape, mstride = mp
-        return struct.pack("<IIIIIIiIfIIIIIIIIIIIIIII4I4I", b1 - b0, lq, lk, r1 - r0, r0, nblk, lk - lq, accum,
-                           scale, w["q"][1], w["k"][1], w["v"][1], w["o"][1], w["lse"][1], w["dout"][1], goff,
-                           g2off, w["st"][1], moff, b0, msq, msk, mrank, 0, *mshape, *mstride)
+        return struct.pack("<IIIIIIiIfIIIIIIIIIIIIIIf4I4I", b1 - b0, lq, lk, r1 - r0, r0, nblk, lk - lq, accum,
+                           pscale, w["q"][1], w["k"][1], w["v"][1], w["o"][1], w["lse"][1], w["dout"][1], goff,
+                           g2off, w["st"][1], moff, b0, msq, msk, mrank, scale, *mshape, *mstride) + dtail
 
-    ms = lambda w: [w["m"][0]] if mask is not None else []  # noqa: E731
+    ms = lambda w: ([w["m"][0]] if mask is not None else []) + ([sbase] if drop[1] else [])  # noqa: E731
     plan = [(c, wins(*c)) for c in chunks]
+    # vec4 bindings when every row and window offset is 4-aligned (flash kernels only)
+    vec = (cdq is not None and ckv is not None and d % 4 == 0 and dv % 4 == 0
+           and all(w[n][1] % 4 == 0 for _, (w, _) in plan for n in ("q", "k", "v", "o", "dout", "dq", "dk", "dv")))
+    (kdq, sdq), (kkv, skv) = kernels(vec)
     # 1. stats for every chunk (before any dq is written over them)
     for (b0, b1, r0, r1), (w, mp) in plan:
         n = (b1 - b0) * (r1 - r0)
@@ -259,7 +380,7 @@ def _attention_bwd(be, v, ins, out):
     # 2. dk, dv: chunks of one head over query rows accumulate in order
     if lk:
         seen: set = set()
-        nkb = -(-lk // BQ)
+        nkb = -(-lk // rows_kv)
         for (b0, b1, r0, r1), (w, mp) in plan:
             accum = 1 if (b0, b1) in seen else 0
             seen.add((b0, b1))
@@ -268,7 +389,7 @@ def _attention_bwd(be, v, ins, out):
                       params(b0, b1, r0, r1, nkb, accum, w, mp, w["dk"][1], w["dv"][1]), (b1 - b0) * nkb)
     # 3. dq (overwrites the stats)
     for (b0, b1, r0, r1), (w, mp) in plan:
-        nqb = -(-(r1 - r0) // BQ)
+        nqb = -(-(r1 - r0) // rows_dq)
         be.launch(kdq, sdq, [w["q"][0], w["k"][0], w["v"][0], w["o"][0], w["lse"][0], w["dout"][0],
                              w["dq"][0]] + ms(w),
                   params(b0, b1, r0, r1, nqb, 0, w, mp, w["dq"][1], 0), (b1 - b0) * nqb)
