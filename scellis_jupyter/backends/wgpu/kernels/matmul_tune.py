@@ -23,14 +23,19 @@ from pathlib import Path
 
 from ....errors import KernelError
 
-# name: (TM, TN, RM, RN, BK)
+# name: (TM, TN, RM, RN, BK, PREFETCH): PREFETCH loads the next k-tile into registers during the
+# current one's products (global latency hidden behind the FMAs; same summation order)
 VARIANTS = {
-    "big": (128, 128, 8, 8, 8),     # 256 threads, 16 vec4 accumulators each
-    "big16": (128, 128, 8, 8, 16),  # same tile, deeper k step (16 KiB of workgroup memory)
-    "tall": (128, 64, 8, 4, 16),    # 256 threads, 8 accumulators: twice the workgroups of `big`
-    "wide": (64, 128, 4, 8, 16),
-    "mid": (64, 64, 4, 4, 16),      # 256 threads, 4 vec4 accumulators each
-    "small": (32, 32, 4, 4, 16),    # 64 threads
+    "big": (128, 128, 8, 8, 8, False),     # 256 threads, 16 vec4 accumulators each
+    "big16": (128, 128, 8, 8, 16, False),  # same tile, deeper k step (16 KiB of workgroup memory)
+    "tall": (128, 64, 8, 4, 16, False),    # 256 threads, 8 accumulators: twice the workgroups of `big`
+    "wide": (64, 128, 4, 8, 16, False),
+    "mid": (64, 64, 4, 4, 16, False),      # 256 threads, 4 vec4 accumulators each
+    "small": (32, 32, 4, 4, 16, False),    # 64 threads
+    "big_pf": (128, 128, 8, 8, 8, True),   # 8x8 per thread, register-prefetched k-tiles
+    "big16_pf": (128, 128, 8, 8, 16, True),
+    "tall_pf": (128, 64, 8, 4, 16, True),
+    "wide_pf": (64, 128, 4, 8, 16, True),
 }
 SPLITS = (1, 2, 4, 8)
 
@@ -42,6 +47,13 @@ def default_config(m: int, n: int, batch: int) -> tuple[str, int]:
     if m >= 48 and n >= 48:
         return "mid", 1
     return "small", 1
+
+
+def packed_f16(dtype: str, tier) -> bool:
+    """Whether an f16 matmul takes the packed-f16 path (vec4<f16> products and sums over at most BK
+    k-steps, folded into f32 accumulators): under prod and fast. debug, and a program of unknown tier,
+    keep f16 storage with f32 math, the bit-stable path."""
+    return dtype == "f16" and tier in ("prod", "fast")
 
 
 def _bucket(x: int) -> int:
@@ -113,7 +125,8 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
     tuner = getattr(be, "_matmul_tuner", None)
     if tuner is None:
         tuner = be._matmul_tuner = Tuner(be)
-    key = shape_class(dtype, m, n, k, batch) + (":det" if tier == "debug" else "") + ("" if whole else ":chunk")
+    key = (shape_class(dtype, m, n, k, batch) + (":det" if tier == "debug" else "") + ("" if whole else ":chunk")
+           + (":h16" if packed_f16(dtype, tier) else ""))
     got = tuner.table.get(key)
     if got is None:
         got = tuner.table[key] = autotune(be, dtype, m, n, k, batch, whole, tier, timer)
