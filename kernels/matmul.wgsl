@@ -147,6 +147,11 @@ let b{{H}} = Bs[{{I}}u + tx];
 // component C of a{{G}} times b{{H}} into row R's accumulator of column group H (c: f32, h: f16 partial)
 {{ACC}}{{R}}_{{H}} += a{{G}}.{{C}} * b{{H}};
 
+//=== fma_fused
+// the same update as one explicit fused multiply-add (a single rounding): SPIR-V from naga carries a
+// separate multiply and add, which a driver need not contract
+{{ACC}}{{R}}_{{H}} = fma(vec4<{{ST}}>(a{{G}}.{{C}}), b{{H}}, {{ACC}}{{R}}_{{H}});
+
 //=== hacc
 // f16 partial accumulator of row R, column group H (packed path)
 var h{{R}}_{{H}} = vec4<f16>(0.0);

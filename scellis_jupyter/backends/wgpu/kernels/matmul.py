@@ -42,7 +42,8 @@ def pick_variant(m: int, n: int, batch: int) -> str:
 def source(variant: str, dtype: str, packed: bool = False) -> str:
     """WGSL of one tile variant. `packed` (f16 only): vec4<f16> math into f16 partials folded into f32
     accumulators every BK k-steps; otherwise f32 math on widened operands."""
-    tm, tn, rm, rn, bk, prefetch = VARIANTS[variant]
+    tm, tn, rm, rn, bk, flags = VARIANTS[variant]
+    prefetch = "pf" in flags
     if packed and dtype != "f16":
         raise KernelError("packed-f16 matmul needs f16 operands", where="op 'matmul'")
     txn, tym = tn // rn, tm // rm
@@ -54,6 +55,10 @@ def source(variant: str, dtype: str, packed: bool = False) -> str:
     assert a_slots * threads * 4 == tm * bk and b_slots * threads * 4 == tn * bk
     t = WGSL_TYPE[dtype]
     st = "f16" if packed else "f32"
+    # "pad": each k-row of As one vec4 longer when that fits the 16 KiB default, so the k-major stores
+    # of a warp's threads (TM/4 vec4s apart) fall in different banks
+    vb = 8 if packed else 16
+    astr = tm // 4 + (1 if "pad" in flags and (bk * (tm // 4 + 1) + bk * tn // 4) * vb <= 16384 else 0)
     sn_ = functools.partial(snippet, "matmul")
     accs = [(r, h) for r in range(rm) for h in range(gn)]
 
@@ -64,15 +69,16 @@ def source(variant: str, dtype: str, packed: bool = False) -> str:
     decl += [sn_("stage_b", J=j, ST=st) for j in range(b_slots)]
     fetch = [sn_("fetch_a", J=j, E0=j * threads, BK=bk, ST=st) for j in range(a_slots)]
     fetch += [sn_("fetch_b", J=j, E0=j * threads, TN4=tn // 4, ST=st) for j in range(b_slots)]
-    put = [sn_("put_a", J=j, E0=j * threads, BK=bk, TM4=tm // 4) for j in range(a_slots)]
+    put = [sn_("put_a", J=j, E0=j * threads, BK=bk, TM4=astr) for j in range(a_slots)]
     put += [sn_("put_b", J=j, E0=j * threads) for j in range(b_slots)]
     acc = "h" if packed else "c"
+    fma = "fma_fused" if "fma" in flags else "fma"
     comp = []
     for kk in range(bk):
-        fmas = [" ".join(sn_("fma", ACC=acc, R=g * 4 + i, G=g, C=XYZW[i], H=h) for h in range(gn))
+        fmas = [" ".join(sn_(fma, ACC=acc, ST=st, R=g * 4 + i, G=g, C=XYZW[i], H=h) for h in range(gn))
                 for g in range(gm) for i in range(4)]
         comp.append(sn_("k_step",
-                        A_REGS="\n".join(sn_("a_reg", G=g, I=kk * tm // 4 + g * sm // 4) for g in range(gm)),
+                        A_REGS="\n".join(sn_("a_reg", G=g, I=kk * astr + g * sm // 4) for g in range(gm)),
                         B_REGS="\n".join(sn_("b_reg", H=h, I=kk * tn // 4 + h * sn // 4) for h in range(gn)),
                         FMAS="\n".join(fmas)))
     fold = [sn_("fold", R=r, H=h) for r, h in accs] if packed else []
@@ -83,7 +89,7 @@ def source(variant: str, dtype: str, packed: bool = False) -> str:
              for g in range(gm) for i in range(4)]
 
     return render("matmul", ENABLE=enable_f16(dtype), T=t, ST=st, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
-                  THREADS=threads, TXN=txn, AS_LEN=bk * tm // 4, BS_LEN=bk * tn // 4,
+                  THREADS=threads, TXN=txn, AS_LEN=bk * astr, BS_LEN=bk * tn // 4,
                   DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store))
 
 

@@ -23,19 +23,26 @@ from pathlib import Path
 
 from ....errors import KernelError
 
-# name: (TM, TN, RM, RN, BK, PREFETCH): PREFETCH loads the next k-tile into registers during the
-# current one's products (global latency hidden behind the FMAs; same summation order)
+# name: (TM, TN, RM, RN, BK, FLAGS). FLAGS: "pf" loads the next k-tile into registers during the current
+# one's products (global latency hidden behind the FMAs); "fma" writes each update as an explicit fma()
+# (one rounding; naga's SPIR-V otherwise carries a multiply and an add the driver may or may not fuse);
+# "pad" pads As rows by a vec4 (bank-conflict-free k-major stores) when that fits 16 KiB. None of them
+# changes the order in which an output element sums over k.
 VARIANTS = {
-    "big": (128, 128, 8, 8, 8, False),     # 256 threads, 16 vec4 accumulators each
-    "big16": (128, 128, 8, 8, 16, False),  # same tile, deeper k step (16 KiB of workgroup memory)
-    "tall": (128, 64, 8, 4, 16, False),    # 256 threads, 8 accumulators: twice the workgroups of `big`
-    "wide": (64, 128, 4, 8, 16, False),
-    "mid": (64, 64, 4, 4, 16, False),      # 256 threads, 4 vec4 accumulators each
-    "small": (32, 32, 4, 4, 16, False),    # 64 threads
-    "big_pf": (128, 128, 8, 8, 8, True),   # 8x8 per thread, register-prefetched k-tiles
-    "big16_pf": (128, 128, 8, 8, 16, True),
-    "tall_pf": (128, 64, 8, 4, 16, True),
-    "wide_pf": (64, 128, 4, 8, 16, True),
+    "big": (128, 128, 8, 8, 8, ()),      # 256 threads, 16 vec4 accumulators each
+    "big16": (128, 128, 8, 8, 16, ()),   # same tile, deeper k step (16 KiB of workgroup memory)
+    "tall": (128, 64, 8, 4, 16, ()),     # 256 threads, 8 accumulators: twice the workgroups of `big`
+    "wide": (64, 128, 4, 8, 16, ()),
+    "mid": (64, 64, 4, 4, 16, ()),       # 256 threads, 4 vec4 accumulators each
+    "small": (32, 32, 4, 4, 16, ()),     # 64 threads
+    "big_f": (128, 128, 8, 8, 8, ("fma",)),
+    "big_p": (128, 128, 8, 8, 8, ("pf", "pad")),
+    "big_pf": (128, 128, 8, 8, 8, ("pf", "pad", "fma")),
+    "big16_pf": (128, 128, 8, 8, 16, ("pf", "pad", "fma")),
+    "tall_pf": (128, 64, 8, 4, 16, ("pf", "pad", "fma")),
+    "wide_pf": (64, 128, 4, 8, 16, ("pf", "pad", "fma")),
+    "mid_pf": (64, 64, 4, 4, 16, ("pf", "pad", "fma")),
+    "huge_pf": (128, 256, 8, 16, 8, ("pf", "pad", "fma")),   # 8x16 per thread, 32 vec4 accumulators
 }
 SPLITS = (1, 2, 4, 8)
 
