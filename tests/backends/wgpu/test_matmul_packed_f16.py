@@ -82,9 +82,9 @@ def test_packed_f16_every_variant_odd_shapes_and_batches(variant, monkeypatch):
     assert f"matmul:{variant}:f16+h16" in WG.impl._pipelines      # the packed kernel of this tile ran
 
 
-@pytest.mark.parametrize("variant", [v for v in sorted(VARIANTS) if VARIANTS[v][5]]   # every variant with a flag)
-def test_prefetch_variants_f32(variant, monkeypatch):
-    """The register-prefetch tiles in f32 (and the debug f16 path) on shapes that end mid-tile and mid-k."""
+@pytest.mark.parametrize("variant", [v for v in sorted(VARIANTS) if VARIANTS[v][5]])   # every flagged variant
+def test_flagged_variants_f32(variant, monkeypatch):
+    """The prefetch / fma / padded tiles in f32 on shapes that end mid-tile and mid-k, batched."""
     _fresh(monkeypatch, variant)
     for sa, sb in ODD + [((2, 3, 40, 33), (3, 33, 70))]:
         a = R.standard_normal(sa).astype(np.float32)
