@@ -148,3 +148,21 @@ def test_packed_f16_in_autodiff_transposes(monkeypatch):
         err = np.abs(got.astype(np.float64) - want)
         assert np.all(err <= tol), float((err / tol).max())
     assert sum(k.startswith("matmul:") and k.endswith(":f16+h16") for k in keys) >= 3   # fwd and both grads
+
+
+@pytest.mark.parametrize("tier,packed", [("debug", False), ("prod", True), ("fast", True)])
+def test_tier_picks_the_f16_path(tier, packed, monkeypatch):
+    """debug: f16 storage with f32 math; prod and fast: the packed-f16 kernel (and f32 never packs)."""
+    _need_f16()
+    _fresh(monkeypatch, "off")
+    keys = []
+    real = WG.impl.launch
+    monkeypatch.setattr(WG.impl, "launch", lambda key, *rest, **kw: (keys.append(key), real(key, *rest, **kw))[1])
+    a = R.standard_normal((33, 20)).astype(np.float16)
+    b = R.standard_normal((20, 17)).astype(np.float16)
+    check_packed(mm16(a, b, tier), a, b, 16)
+    with sc.tier(tier):
+        (sc.tensor(a.astype(np.float32), device=WG) @ sc.tensor(b.astype(np.float32), device=WG)).numpy()
+    mm_keys = [k for k in keys if k.startswith("matmul:")]
+    assert [k.endswith(":f16+h16") for k in mm_keys if ":f16" in k] == [packed]
+    assert any(k.endswith(":f32") for k in mm_keys)
