@@ -9,6 +9,11 @@
 // K-split (p.kc > 0): workgroup z = batch * splits + s computes the partial product over
 // k in [s*kc, min(K, (s+1)*kc)) into C + s * p.sc.w (a f32 partial buffer); matmul_ksplit.wgsl then
 // sums the partials in increasing s, a fixed order (deterministic, but not the unsplit order).
+// Staged type ST: f32 (f32 math; f16 operands are widened on load), or f16 for the packed-f16
+// path: vec4<f16> products and sums into NAMED f16 partial accumulators h*, folded into the f32
+// accumulators c* after every staged tile (BK k-steps), so an f16 partial sums at most BK products.
+// Prefetch variants (loop_prefetch) load the next tile from global memory into registers while the
+// current one is being multiplied; the summation order is the same as the plain loop's.
 {{ENABLE}}
 struct Params {
   M: u32, N: u32, K: u32, acc: u32,
@@ -24,8 +29,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> B: array<{{T}}>;
 @group(0) @binding(3) var<storage, read_write> C: array<{{T}}>;
 
-var<workgroup> As: array<vec4<f32>, {{AS_LEN}}>;   // [BK][TM/4]
-var<workgroup> Bs: array<vec4<f32>, {{BS_LEN}}>;   // [BK][TN/4]
+var<workgroup> As: array<vec4<{{ST}}>, {{AS_LEN}}>;   // [BK][TM/4]
+var<workgroup> Bs: array<vec4<{{ST}}>, {{BS_LEN}}>;   // [BK][TN/4]
 
 @compute @workgroup_size({{THREADS}})
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -48,45 +53,81 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
   let bbase = p.off.y + i0 * p.sb.x + i1 * p.sb.y + i2 * p.sb.z;
   let cbase = p.off.z + i0 * p.sc.x + i1 * p.sc.y + i2 * p.sc.z + split * p.sc.w;
   {{DECL}}
-  for (var k0 = kbeg; k0 < kend; k0 = k0 + {{BK}}u) {
-    {{LOAD}}
-    workgroupBarrier();
-    {{COMPUTE}}
-    workgroupBarrier();
-  }
+  {{MAINLOOP}}
   {{STORE}}
+}
+
+//=== loop
+// stage a tile, multiply it, fold the f16 partials (packed path only), next tile
+for (var k0 = kbeg; k0 < kend; k0 = k0 + {{BK}}u) {
+  {{FETCH}}
+  {{PUT}}
+  workgroupBarrier();
+  {{COMPUTE}}
+  {{FOLD}}
+  workgroupBarrier();
+}
+
+//=== loop_prefetch
+// the first tile into registers; then: registers to workgroup memory, fetch the next tile (its global
+// loads in flight while this one is multiplied), multiply
+var k0 = kbeg;
+{{FETCH}}
+while (k0 < kend) {
+  {{PUT}}
+  workgroupBarrier();
+  k0 = k0 + {{BK}}u;
+  {{FETCH}}
+  {{COMPUTE}}
+  {{FOLD}}
+  workgroupBarrier();
 }
 
 //=== acc
 // accumulator of output row R (within the thread's RM rows), column group H (4 columns)
 var c{{R}}_{{H}} = vec4<f32>(0.0);
 
-//=== load_a
-// A load slot: element E0 + t of the tile, 4 rows x 1 k of A into As (k-major); zero outside A
+//=== stage_a
+// register of A load slot J, filled by fetch_a, written to workgroup memory by put_a
+var pa{{J}} = vec4<{{ST}}>(0.0);
+
+//=== stage_b
+var pb{{J}} = vec4<{{ST}}>(0.0);
+
+//=== fetch_a
+// A load slot: element E0 + t of the tile, 4 rows x 1 k of A into pa J; zero outside A
 { let e = t + {{E0}}u; let kk = e % {{BK}}u; let r4 = e / {{BK}}u;
   let gk = k0 + kk; let gr = m0 + r4 * 4u;
-  var v = vec4<f32>(0.0);
+  var v = vec4<{{ST}}>(0.0);
   if (gk < kend) {
-    if (gr + 0u < p.M) { v.x = f32(A[abase + (gr + 0u) * p.lda + gk]); }
-    if (gr + 1u < p.M) { v.y = f32(A[abase + (gr + 1u) * p.lda + gk]); }
-    if (gr + 2u < p.M) { v.z = f32(A[abase + (gr + 2u) * p.lda + gk]); }
-    if (gr + 3u < p.M) { v.w = f32(A[abase + (gr + 3u) * p.lda + gk]); }
+    if (gr + 0u < p.M) { v.x = {{ST}}(A[abase + (gr + 0u) * p.lda + gk]); }
+    if (gr + 1u < p.M) { v.y = {{ST}}(A[abase + (gr + 1u) * p.lda + gk]); }
+    if (gr + 2u < p.M) { v.z = {{ST}}(A[abase + (gr + 2u) * p.lda + gk]); }
+    if (gr + 3u < p.M) { v.w = {{ST}}(A[abase + (gr + 3u) * p.lda + gk]); }
   }
-  As[kk * {{TM4}}u + r4] = v; }
+  pa{{J}} = v; }
 
-//=== load_b
-// B load slot: 1 k x 4 columns of B into Bs; zero outside B
+//=== put_a
+// A slot J into As (k-major)
+{ let e = t + {{E0}}u; As[(e % {{BK}}u) * {{TM4}}u + e / {{BK}}u] = pa{{J}}; }
+
+//=== fetch_b
+// B load slot: 1 k x 4 columns of B into pb J; zero outside B
 { let e = t + {{E0}}u; let kk = e / {{TN4}}u; let c4 = e % {{TN4}}u;
   let gk = k0 + kk; let gc = n0 + c4 * 4u;
-  var v = vec4<f32>(0.0);
+  var v = vec4<{{ST}}>(0.0);
   if (gk < kend) {
     let row = bbase + gk * p.ldb + gc;
-    if (gc + 0u < p.N) { v.x = f32(B[row + 0u]); }
-    if (gc + 1u < p.N) { v.y = f32(B[row + 1u]); }
-    if (gc + 2u < p.N) { v.z = f32(B[row + 2u]); }
-    if (gc + 3u < p.N) { v.w = f32(B[row + 3u]); }
+    if (gc + 0u < p.N) { v.x = {{ST}}(B[row + 0u]); }
+    if (gc + 1u < p.N) { v.y = {{ST}}(B[row + 1u]); }
+    if (gc + 2u < p.N) { v.z = {{ST}}(B[row + 2u]); }
+    if (gc + 3u < p.N) { v.w = {{ST}}(B[row + 3u]); }
   }
-  Bs[kk * {{TN4}}u + c4] = v; }
+  pb{{J}} = v; }
+
+//=== put_b
+// B slot J into Bs
+Bs[t + {{E0}}u] = pb{{J}};
 
 //=== k_step
 // one k of the staged tiles: the thread's A and B vec4s, then every accumulator's update
@@ -103,8 +144,21 @@ let a{{G}} = As[{{I}}u + ty];
 let b{{H}} = Bs[{{I}}u + tx];
 
 //=== fma
-// component C of a{{G}} times b{{H}} into row R's accumulator of column group H
-c{{R}}_{{H}} += a{{G}}.{{C}} * b{{H}};
+// component C of a{{G}} times b{{H}} into row R's accumulator of column group H (c: f32, h: f16 partial)
+{{ACC}}{{R}}_{{H}} += a{{G}}.{{C}} * b{{H}};
+
+//=== fma_fused
+// the same update as one explicit fused multiply-add (a single rounding): SPIR-V from naga carries a
+// separate multiply and add, which a driver need not contract
+{{ACC}}{{R}}_{{H}} = fma(vec4<{{ST}}>(a{{G}}.{{C}}), b{{H}}, {{ACC}}{{R}}_{{H}});
+
+//=== hacc
+// f16 partial accumulator of row R, column group H (packed path)
+var h{{R}}_{{H}} = vec4<f16>(0.0);
+
+//=== fold
+// the f16 partial (at most BK products) into the f32 accumulator, then restart it
+c{{R}}_{{H}} += vec4<f32>(h{{R}}_{{H}}); h{{R}}_{{H}} = vec4<f16>(0.0);
 
 //=== store_row
 { let row = m0 + {{ROW}}u + ty * 4u;

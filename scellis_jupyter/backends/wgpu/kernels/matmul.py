@@ -26,7 +26,7 @@ from .... import dtypes as dt
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from ...storage import Storage
-from .matmul_tune import VARIANTS, choose, default_config, time_direct
+from .matmul_tune import VARIANTS, choose, default_config, packed_f16, time_direct
 from .registry import launcher
 from .strided import collapse, contiguous_strides, window
 
@@ -39,8 +39,13 @@ def pick_variant(m: int, n: int, batch: int) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def source(variant: str, dtype: str) -> str:
-    tm, tn, rm, rn, bk = VARIANTS[variant]
+def source(variant: str, dtype: str, packed: bool = False) -> str:
+    """WGSL of one tile variant. `packed` (f16 only): vec4<f16> math into f16 partials folded into f32
+    accumulators every BK k-steps; otherwise f32 math on widened operands."""
+    tm, tn, rm, rn, bk, flags = VARIANTS[variant]
+    prefetch = "pf" in flags
+    if packed and dtype != "f16":
+        raise KernelError("packed-f16 matmul needs f16 operands", where="op 'matmul'")
     txn, tym = tn // rn, tm // rm
     threads = txn * tym
     gm, gn = rm // 4, rn // 4                 # vec4 groups per thread along m and n
@@ -49,26 +54,43 @@ def source(variant: str, dtype: str) -> str:
     b_slots = bk * tn // 4 // threads         # vec4 (1 k x 4 cols) B loads per thread per k-step
     assert a_slots * threads * 4 == tm * bk and b_slots * threads * 4 == tn * bk
     t = WGSL_TYPE[dtype]
+    st = "f16" if packed else "f32"
+    # "pad": each k-row of As one vec4 longer when that fits the 16 KiB default, so the k-major stores
+    # of a warp's threads (TM/4 vec4s apart) fall in different banks
+    vb = 8 if packed else 16
+    astr = tm // 4 + (1 if "pad" in flags and (bk * (tm // 4 + 1) + bk * tn // 4) * vb <= 16384 else 0)
     sn_ = functools.partial(snippet, "matmul")
+    accs = [(r, h) for r in range(rm) for h in range(gn)]
 
-    decl = [sn_("acc", R=r, H=h) for r in range(rm) for h in range(gn)]
-    load = [sn_("load_a", E0=j * threads, BK=bk, TM4=tm // 4) for j in range(a_slots)]
-    load += [sn_("load_b", E0=j * threads, TN4=tn // 4) for j in range(b_slots)]
+    decl = [sn_("acc", R=r, H=h) for r, h in accs]
+    if packed:
+        decl += [sn_("hacc", R=r, H=h) for r, h in accs]
+    decl += [sn_("stage_a", J=j, ST=st) for j in range(a_slots)]
+    decl += [sn_("stage_b", J=j, ST=st) for j in range(b_slots)]
+    fetch = [sn_("fetch_a", J=j, E0=j * threads, BK=bk, ST=st) for j in range(a_slots)]
+    fetch += [sn_("fetch_b", J=j, E0=j * threads, TN4=tn // 4, ST=st) for j in range(b_slots)]
+    put = [sn_("put_a", J=j, E0=j * threads, BK=bk, TM4=astr) for j in range(a_slots)]
+    put += [sn_("put_b", J=j, E0=j * threads) for j in range(b_slots)]
+    acc = "h" if packed else "c"
+    fma = "fma_fused" if "fma" in flags else "fma"
     comp = []
     for kk in range(bk):
-        fmas = [" ".join(sn_("fma", R=g * 4 + i, G=g, C=XYZW[i], H=h) for h in range(gn))
+        fmas = [" ".join(sn_(fma, ACC=acc, ST=st, R=g * 4 + i, G=g, C=XYZW[i], H=h) for h in range(gn))
                 for g in range(gm) for i in range(4)]
         comp.append(sn_("k_step",
-                        A_REGS="\n".join(sn_("a_reg", G=g, I=kk * tm // 4 + g * sm // 4) for g in range(gm)),
+                        A_REGS="\n".join(sn_("a_reg", G=g, I=kk * astr + g * sm // 4) for g in range(gm)),
                         B_REGS="\n".join(sn_("b_reg", H=h, I=kk * tn // 4 + h * sn // 4) for h in range(gn)),
                         FMAS="\n".join(fmas)))
+    fold = [sn_("fold", R=r, H=h) for r, h in accs] if packed else []
+    mainloop = sn_("loop_prefetch" if prefetch else "loop", BK=bk, FETCH="\n".join(fetch), PUT="\n".join(put),
+                   COMPUTE="\n".join(comp), FOLD="\n".join(fold))
     store = [sn_("store_row", ROW=g * sm + i,
                  COLS="\n".join(sn_("store_cols", COL=h * sn, R=g * 4 + i, H=h, T=t) for h in range(gn)))
              for g in range(gm) for i in range(4)]
 
-    return render("matmul", ENABLE=enable_f16(dtype), T=t, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
-                  THREADS=threads, TXN=txn, AS_LEN=bk * tm // 4, BS_LEN=bk * tn // 4,
-                  DECL="\n".join(decl), LOAD="\n".join(load), COMPUTE="\n".join(comp), STORE="\n".join(store))
+    return render("matmul", ENABLE=enable_f16(dtype), T=t, ST=st, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
+                  THREADS=threads, TXN=txn, AS_LEN=bk * astr, BS_LEN=bk * tn // 4,
+                  DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store))
 
 
 def _batch_strides(shape, out_batch):
@@ -194,6 +216,7 @@ def _matmul(be, v, ins, out):
     else:
         bshape, sa, sb, sc = (1,), (0,), (0,), (0,)
     plan = _Plan(be, a, b, out, tuple(bshape), (tuple(sa), tuple(sb), tuple(sc)), m, n, k, isz)
+    packed = packed_f16(d, getattr(be, "tier", None))
     mb, nb, kb = _matrix_blocks(plan)
     for bstart, bsize in _batch_boxes(plan, mb, nb, kb):
         nbat = math.prod(bsize)
@@ -213,7 +236,7 @@ def _matmul(be, v, ins, out):
                 cm, cn, ck = m1 - m0, n1 - n0, min(k, kb)
 
                 def timer(variant, splits, _b=(bstart, bsize, m0, m1, n0, n1)):
-                    return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat)
+                    return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat, packed)
                 variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer)
                 if splits > 1:
                     _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1)
@@ -222,7 +245,7 @@ def _matmul(be, v, ins, out):
                     k1 = min(k, k0 + kb)
                     wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, k0, k1)
                     _launch_tile(be, d, variant, wins, _params(m1 - m0, n1 - n0, k1 - k0, 1 if ki else 0, k, n, n,
-                                                               0, offs, dims, nbat, st3, 0), nbat)
+                                                               0, offs, dims, nbat, st3, 0), nbat, packed)
 
 
 def _params(m, n, k, acc, lda, ldb, ldc, kc, offs, dims, nbat, st3, psplit) -> bytes:
@@ -248,9 +271,13 @@ def _groups(variant, m, n, z):
     return gx, gy, z
 
 
-def _launch_tile(be, d, variant, wins, params, z):
+def _key(variant: str, d: str, packed: bool) -> str:
+    return f"matmul:{variant}:{d}" + ("+h16" if packed else "")
+
+
+def _launch_tile(be, d, variant, wins, params, z, packed=False):
     m, n = struct.unpack_from("<2I", params)
-    be.launch(f"matmul:{variant}:{d}", source(variant, d), wins, params, _groups(variant, m, n, z))
+    be.launch(_key(variant, d, packed), source(variant, d, packed), wins, params, _groups(variant, m, n, z))
 
 
 def _ksplit_partials(be, m, n, splits) -> Storage:
@@ -282,7 +309,7 @@ def ksplit_source(dtype: str) -> str:
     return render("matmul_ksplit", ENABLE=enable_f16(dtype), T=WGSL_TYPE[dtype])
 
 
-def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat) -> float:
+def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=False) -> float:
     """Seconds per run of this chunk under (variant, splits), run on scratch copies outside any program
     (autotuning: the real operands may not hold data yet)."""
     bstart, bsize, m0, m1, n0, n1 = box
@@ -312,7 +339,7 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat) -> float:
         s3 = [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
         if nbat > 1:
             s3 = [[0, 0, m * k], [0, 0, k * n], [0, 0, m * n]]
-        add(f"matmul:{variant}:{d}", source(variant, d), bufs,
+        add(_key(variant, d, packed), source(variant, d, packed), bufs,
             _params(m, n, k, 0, k, n, n, 0, (0, 0, 0), [1, 1, nbat], nbat, s3, 0), _groups(variant, m, n, nbat))
     be.flush()
     return time_direct(be, bufs[2], dispatches)

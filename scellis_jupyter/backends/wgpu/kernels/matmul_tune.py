@@ -23,14 +23,26 @@ from pathlib import Path
 
 from ....errors import KernelError
 
-# name: (TM, TN, RM, RN, BK)
+# name: (TM, TN, RM, RN, BK, FLAGS). FLAGS: "pf" loads the next k-tile into registers during the current
+# one's products (global latency hidden behind the FMAs); "fma" writes each update as an explicit fma()
+# (one rounding; naga's SPIR-V otherwise carries a multiply and an add the driver may or may not fuse);
+# "pad" pads As rows by a vec4 (bank-conflict-free k-major stores) when that fits 16 KiB. None of them
+# changes the order in which an output element sums over k.
 VARIANTS = {
-    "big": (128, 128, 8, 8, 8),     # 256 threads, 16 vec4 accumulators each
-    "big16": (128, 128, 8, 8, 16),  # same tile, deeper k step (16 KiB of workgroup memory)
-    "tall": (128, 64, 8, 4, 16),    # 256 threads, 8 accumulators: twice the workgroups of `big`
-    "wide": (64, 128, 4, 8, 16),
-    "mid": (64, 64, 4, 4, 16),      # 256 threads, 4 vec4 accumulators each
-    "small": (32, 32, 4, 4, 16),    # 64 threads
+    "big": (128, 128, 8, 8, 8, ()),      # 256 threads, 16 vec4 accumulators each
+    "big16": (128, 128, 8, 8, 16, ()),   # same tile, deeper k step (16 KiB of workgroup memory)
+    "tall": (128, 64, 8, 4, 16, ()),     # 256 threads, 8 accumulators: twice the workgroups of `big`
+    "wide": (64, 128, 4, 8, 16, ()),
+    "mid": (64, 64, 4, 4, 16, ()),       # 256 threads, 4 vec4 accumulators each
+    "small": (32, 32, 4, 4, 16, ()),     # 64 threads
+    "big_f": (128, 128, 8, 8, 8, ("fma",)),
+    "big_p": (128, 128, 8, 8, 8, ("pf", "pad")),
+    "big_pf": (128, 128, 8, 8, 8, ("pf", "pad", "fma")),
+    "big16_pf": (128, 128, 8, 8, 16, ("pf", "pad", "fma")),
+    "tall_pf": (128, 64, 8, 4, 16, ("pf", "pad", "fma")),
+    "wide_pf": (64, 128, 4, 8, 16, ("pf", "pad", "fma")),
+    "mid_pf": (64, 64, 4, 4, 16, ("pf", "pad", "fma")),
+    "huge_pf": (128, 256, 8, 16, 8, ("pf", "pad", "fma")),   # 8x16 per thread, 32 vec4 accumulators
 }
 SPLITS = (1, 2, 4, 8)
 
@@ -42,6 +54,15 @@ def default_config(m: int, n: int, batch: int) -> tuple[str, int]:
     if m >= 48 and n >= 48:
         return "mid", 1
     return "small", 1
+
+
+def packed_f16(dtype: str, tier) -> bool:
+    """Whether an f16 matmul takes the packed-f16 path (vec4<f16> products and sums over at most BK
+    k-steps, folded into f32 accumulators): under prod and fast. debug, and a program of unknown tier,
+    keep f16 storage with f32 math, the bit-stable path. Range: a partial of BK products is held in f16,
+    so it overflows to inf where |sum of BK products| > 65504 (e.g. BK=16 products of 64 x 64), where
+    f32 accumulation would not; error bound and measurements: tests/backends/wgpu/test_matmul_packed_f16.py."""
+    return dtype == "f16" and tier in ("prod", "fast")
 
 
 def _bucket(x: int) -> int:
@@ -113,7 +134,8 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
     tuner = getattr(be, "_matmul_tuner", None)
     if tuner is None:
         tuner = be._matmul_tuner = Tuner(be)
-    key = shape_class(dtype, m, n, k, batch) + (":det" if tier == "debug" else "") + ("" if whole else ":chunk")
+    key = (shape_class(dtype, m, n, k, batch) + (":det" if tier == "debug" else "") + ("" if whole else ":chunk")
+           + (":h16" if packed_f16(dtype, tier) else ""))
     got = tuner.table.get(key)
     if got is None:
         got = tuner.table[key] = autotune(be, dtype, m, n, k, batch, whole, tier, timer)

@@ -1,0 +1,168 @@
+"""Packed-f16 matmul (prod/fast: vec4<f16> products and sums, folded into f32 every BK k-steps) and the
+register-prefetch tile variants, on wgpu (llvmpipe grants shader-f16) against float64 numpy and torch.
+
+Numerics of the packed path: each output is sum over K/BK chunks (f32) of an f16 partial of at most
+BK <= 16 products, each product and each partial add rounded to f16 (unit roundoff u = 2^-11). The
+standard worst-case bound (Higham, gamma_n = n u / (1 - n u)) for one chunk is gamma_{BK} * sum |a b|,
+so the whole element is within
+
+    tol = u |exact| (output rounding)  +  gamma_{BK+1} * sum_k |a_k b_k|  +  1e-6 * sum_k |a_k b_k| (f32 adds)
+
+against float64 products of the f16 inputs. That bound can fail (it is what the kernel guarantees);
+we also check the typical error: the packed path's RMS error is within 8x of torch's CPU f16 matmul's
+(which accumulates in f32) on the same inputs, and within 8x of our debug-tier f16 path's.
+"""
+import os
+
+import numpy as np
+import pytest
+
+import scellis_jupyter as sc
+
+try:
+    WG = sc.device("wgpu")
+except sc.ScellisError:  # pragma: no cover
+    WG = None
+pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+R = np.random.default_rng(11)
+U16 = 2.0 ** -11
+
+from scellis_jupyter.backends.wgpu.kernels.matmul_tune import VARIANTS  # noqa: E402
+
+
+def _need_f16():
+    if not WG.impl.has_f16:
+        pytest.skip("adapter lacks shader-f16")
+
+
+def _fresh(monkeypatch, tune):
+    monkeypatch.setenv("SCELLIS_MATMUL_TUNE", tune)
+    WG.impl.flush()
+    WG.impl._records.clear()
+    WG.impl._prog_params.clear()
+
+
+def mm16(a, b, tier):
+    with sc.tier(tier):
+        ta = sc.tensor(a, device=WG).to("f16")
+        tb = sc.tensor(b, device=WG).to("f16")
+        return (ta @ tb).numpy()
+
+
+def bound(a16, b16, bk):
+    a64, b64 = a16.astype(np.float64), b16.astype(np.float64)
+    exact = np.matmul(a64, b64)
+    absum = np.matmul(np.abs(a64), np.abs(b64))
+    n = bk + 1
+    gamma = n * U16 / (1 - n * U16)
+    return exact, U16 * np.abs(exact) + gamma * absum + 1e-6 * absum + 1e-7
+
+
+def check_packed(got, a16, b16, bk):
+    exact, tol = bound(a16, b16, bk)
+    assert got.dtype == np.float16 and got.shape == exact.shape
+    err = np.abs(got.astype(np.float64) - exact)
+    assert np.all(err <= tol), float((err / tol).max())
+    return exact
+
+
+ODD = [((129, 257), (257, 65)), ((1, 1), (1, 1)), ((3, 130, 9), (9, 131)), ((2, 1, 5, 7), (3, 7, 4)),
+       ((67, 300), (300, 259))]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_packed_f16_every_variant_odd_shapes_and_batches(variant, monkeypatch):
+    _need_f16()
+    _fresh(monkeypatch, variant)
+    bk = VARIANTS[variant][4]
+    for sa, sb in ODD:
+        a = R.standard_normal(sa).astype(np.float16)
+        b = R.standard_normal(sb).astype(np.float16)
+        check_packed(mm16(a, b, "prod"), a, b, bk)
+    assert f"matmul:{variant}:f16+h16" in WG.impl._pipelines      # the packed kernel of this tile ran
+
+
+@pytest.mark.parametrize("variant", [v for v in sorted(VARIANTS) if VARIANTS[v][5]])   # every flagged variant
+def test_flagged_variants_f32(variant, monkeypatch):
+    """The prefetch / fma / padded tiles in f32 on shapes that end mid-tile and mid-k, batched."""
+    _fresh(monkeypatch, variant)
+    for sa, sb in ODD + [((2, 3, 40, 33), (3, 33, 70))]:
+        a = R.standard_normal(sa).astype(np.float32)
+        b = R.standard_normal(sb).astype(np.float32)
+        got = (sc.tensor(a, device=WG) @ sc.tensor(b, device=WG)).numpy()
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        mag = np.sqrt(np.matmul(a64 * a64, b64 * b64))
+        assert np.all(np.abs(got - np.matmul(a64, b64)) <= 1e-4 * mag + 1e-30)   # test_matmul.py's f32 bound
+    assert f"matmul:{variant}:f32" in WG.impl._pipelines
+
+
+def test_packed_error_is_near_torch_f16_and_debug_is_bit_stable(monkeypatch):
+    torch = pytest.importorskip("torch")
+    _need_f16()
+    _fresh(monkeypatch, "big16")
+    a = R.standard_normal((96, 1000)).astype(np.float16)
+    b = R.standard_normal((1000, 80)).astype(np.float16)
+    prod = mm16(a, b, "prod")
+    exact = check_packed(prod, a, b, 16)
+    dbg1, dbg2 = mm16(a, b, "debug"), mm16(a, b, "debug")
+    assert np.array_equal(dbg1, dbg2)                        # f16 storage, f32 math: same bits each run
+    assert np.array_equal(prod, mm16(a, b, "prod"))          # fixed order in the packed path too
+    theirs = torch.matmul(torch.from_numpy(a), torch.from_numpy(b)).numpy()
+
+    def rms(x):
+        return float(np.sqrt(np.mean((x.astype(np.float64) - exact) ** 2)))
+    e_prod, e_dbg, e_torch = rms(prod), rms(dbg1), rms(theirs)
+    print(f"rms error vs float64: packed {e_prod:.3g}, debug {e_dbg:.3g}, torch cpu f16 {e_torch:.3g}")
+    assert e_prod > e_dbg             # really f16 arithmetic: coarser than f32 accumulation ...
+    assert e_prod <= 8 * e_torch and e_prod <= 8 * e_dbg, (e_prod, e_dbg, e_torch)   # ... but not by much
+
+
+def test_packed_f16_in_autodiff_transposes(monkeypatch):
+    """The gradients of a @ b (grad @ b^T, a^T @ grad) run through the packed path under prod."""
+    torch = pytest.importorskip("torch")
+    _need_f16()
+    _fresh(monkeypatch, "off")
+    keys = []
+    real = WG.impl.launch
+    monkeypatch.setattr(WG.impl, "launch", lambda key, *rest, **kw: (keys.append(key), real(key, *rest, **kw))[1])
+    a = R.standard_normal((2, 37, 70)).astype(np.float16)
+    b = R.standard_normal((70, 45)).astype(np.float16)
+    g = R.standard_normal((2, 37, 45)).astype(np.float16)
+    with sc.tier("prod"):
+        ta = sc.tensor(a, device=WG, dtype="f16", requires_grad=True)
+        tb = sc.tensor(b, device=WG, dtype="f16", requires_grad=True)
+        tg = sc.tensor(g, device=WG, dtype="f16")
+        ((ta @ tb) * tg).sum().backward()
+        ga, gb = ta.grad.numpy(), tb.grad.numpy()
+    xa = torch.tensor(a.astype(np.float64), requires_grad=True)
+    xb = torch.tensor(b.astype(np.float64), requires_grad=True)
+    ((xa @ xb) * torch.tensor(g.astype(np.float64))).sum().backward()
+    # grad_a = g @ b^T (K = 45), grad_b = sum over batch of a^T @ g (K = 2 * 37); the bound as above
+    # with BK = 16 on float64 |g| |b| sums, plus the f16 rounding of the summed batch terms
+    for got, want, absum in ((ga, xa.grad.numpy(), np.abs(g.astype(np.float64)) @ np.abs(b.astype(np.float64)).T),
+                             (gb, xb.grad.numpy(), np.einsum("bmk,bmn->kn", np.abs(a.astype(np.float64)),
+                                                             np.abs(g.astype(np.float64))))):
+        n = 17
+        tol = 2 * U16 * np.abs(want) + n * U16 / (1 - n * U16) * absum + 1e-6
+        assert got.shape == want.shape
+        err = np.abs(got.astype(np.float64) - want)
+        assert np.all(err <= tol), float((err / tol).max())
+    assert sum(k.startswith("matmul:") and k.endswith(":f16+h16") for k in keys) >= 3   # fwd and both grads
+
+
+@pytest.mark.parametrize("tier,packed", [("debug", False), ("prod", True), ("fast", True)])
+def test_tier_picks_the_f16_path(tier, packed, monkeypatch):
+    """debug: f16 storage with f32 math; prod and fast: the packed-f16 kernel (and f32 never packs)."""
+    _need_f16()
+    _fresh(monkeypatch, "off")
+    keys = []
+    real = WG.impl.launch
+    monkeypatch.setattr(WG.impl, "launch", lambda key, *rest, **kw: (keys.append(key), real(key, *rest, **kw))[1])
+    a = R.standard_normal((33, 20)).astype(np.float16)
+    b = R.standard_normal((20, 17)).astype(np.float16)
+    check_packed(mm16(a, b, tier), a, b, 16)
+    with sc.tier(tier):
+        (sc.tensor(a.astype(np.float32), device=WG) @ sc.tensor(b.astype(np.float32), device=WG)).numpy()
+    mm_keys = [k for k in keys if k.startswith("matmul:")]
+    assert [k.endswith(":f16+h16") for k in mm_keys if ":f16" in k] == [packed]
+    assert any(k.endswith(":f32") for k in mm_keys)
