@@ -124,5 +124,7 @@ def test_the_sweep_magic_fills_a_heatmap_on_the_notebook_pool(ip):
     res = ip.user_ns["tiny"].sweep_result
     local = train_cell({"optimizer.lr": 1e-3, "batch_size": 64}, spec=SPEC, steps=2)
     assert res.value[1]["weights_hash"] == local["weights_hash"]
-    views = [o for o in outs if "HeatmapView" in o.get("text/plain", "")]
-    assert views and "val_accuracy by batch_size x optimizer.lr" in views[0]["text/plain"]
+    i = next(k for k, o in enumerate(outs) if "application/vnd.jupyter.widget-view+json" in o)   # the live view
+    static = outs[i + 1]                             # its static form, the next output
+    assert "val_accuracy by batch_size x optimizer.lr" in static["text/plain"]
+    assert "<table" in static["text/html"]

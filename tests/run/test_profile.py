@@ -52,7 +52,10 @@ def _check_table(prof, steps):
 
 
 def test_reference_profile_sums_to_the_step_and_ranks_the_big_matmul_first():
-    prof = sc.profile_spec(BIG.format(f=512, h=1024, b=256), device="reference", steps=2, warmup=1, top=50)
+    # batch 512 over 1024 features: the matmuls (~1.6x the fused elementwise kernels here) lead by a margin
+    # that host-clock noise does not flip; at batch 256 over 512 the two were within 10% of each other
+    spec = BIG.format(f=1024, h=512, b=512).replace("n_rows = 512", "n_rows = 1024")
+    prof = sc.profile_spec(spec, device="reference", steps=2, warmup=1, top=50)
     assert prof["method"].startswith("host clock") and prof["device"].startswith("reference")
     _check_table(prof, 2)
     assert prof["kernel_ms"] >= 0.6 * prof["step_ms"]
