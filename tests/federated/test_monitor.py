@@ -8,17 +8,9 @@ import numpy as np
 from scellis_jupyter.federated import Federation, Privacy, RoundMonitor
 from scellis_jupyter.pool import Pool
 
-SPEC = """
-name = "fed-monitor"
-[model]
-nodes = [{ name = "out", op = "linear", out = 2 }]
-[recipe]
-loss = "mse"
-optimizer = { name = "sgd", lr = 0.05 }
-batch_size = 4
-determinism = "debug"
-seed = 0
-"""
+from fixtures import spec_text
+
+SPEC = spec_text("fed_linear", name="fed-monitor")
 
 
 def test_monitor_text_and_html_follow_the_rounds():

@@ -13,17 +13,9 @@ from scellis_jupyter.federated import Federation, Privacy, PrivacyLedger
 from scellis_jupyter.federated.privacy import clip, epsilon_of, gaussian_noise
 from scellis_jupyter.pool import Pool
 
-SPEC = """
-name = "fed-dp"
-[model]
-nodes = [{ name = "out", op = "linear", out = 2 }]
-[recipe]
-loss = "mse"
-optimizer = { name = "sgd", lr = 0.05 }
-batch_size = 4
-determinism = "debug"
-seed = 0
-"""
+from fixtures import spec_text
+
+SPEC = spec_text("fed_linear", name="fed-dp")
 
 
 def data3(n=8):

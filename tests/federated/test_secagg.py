@@ -13,6 +13,8 @@ from scellis_jupyter.federated import Federation, secagg
 from scellis_jupyter.federated.site import SiteData
 from scellis_jupyter.pool import Pool
 
+from fixtures import spec_text
+
 NAMES = ["a", "b", "c", "d"]
 Q = 2.0 ** -secagg.FRACTION_BITS
 
@@ -103,17 +105,7 @@ def test_masks_come_from_chacha20():
 
 
 # ---- on the Pool -----------------------------------------------------------------------------------------
-SPEC = """
-name = "fed-secure"
-[model]
-nodes = [{ name = "out", op = "linear", out = 2 }]
-[recipe]
-loss = "mse"
-optimizer = { name = "sgd", lr = 0.05 }
-batch_size = 4
-determinism = "debug"
-seed = 0
-"""
+SPEC = spec_text("fed_linear", name="fed-secure")
 
 
 def sites3():

@@ -15,17 +15,9 @@ from scellis_jupyter import catalog
 from scellis_jupyter.federated import Federation
 from scellis_jupyter.pool import Pool
 
-SPEC = """
-name = "fed-linear"
-[model]
-nodes = [{ name = "out", op = "linear", out = 3 }]
-[recipe]
-loss = "mse"
-optimizer = { name = "sgd", lr = 0.05 }
-batch_size = 4
-determinism = "debug"
-seed = 0
-"""
+from fixtures import spec_text
+
+SPEC = spec_text("fed_linear", nodes=[{"name": "out", "op": "linear", "out": 3}])
 RTOL, ATOL = 2e-4, 2e-5
 SIZES = (6, 10, 16)
 
