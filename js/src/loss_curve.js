@@ -7,7 +7,7 @@ import { attachStore } from "./lib/store.js";
 import { throttle } from "./lib/throttle.js";
 import { h } from "./lib/cell.js";
 import { withFallback } from "./lib/fallback.js";
-import { tickValues } from "./lib/ticks.js";
+import { lrRange, tickValues } from "./lib/ticks.js";
 
 const RUN_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 const GROUPS = [["loss", "Loss"], ["metrics", "Metrics"], ["lr", "Learning rate"]];
@@ -51,13 +51,14 @@ function render({ model, el }) {
       const box = h("div", "sc-panel");
       box.dataset.group = g;
       panels.append(box);
-      const log = model.get("log_y") && g !== "metrics";
+      const log = model.get("log_y") && g === "loss";     // metrics and the lr schedule stay linear (warm-up starts at 0)
       const opts = {
-        width, height: g === "lr" ? 120 : 200, title: label,
-        scales: { x: { time: false }, y: log ? { distr: 3 } : {} },
+        width, height: g === "lr" ? 150 : 200, title: label,
+        // a learning rate is often constant: from 0 up, so a flat series still gets ticks on its axis
+        scales: { x: { time: false }, y: log ? { distr: 3 } : g === "lr" ? { range: lrRange } : {} },
         axes: [{ stroke: axisStroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, label: "step" },
           { stroke: axisStroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, size: 56,
-            values: tickValues }],
+            values: tickValues, space: g === "lr" ? 16 : 30 }],      // the short lr panel still gets 3+ ticks
         legend: { live: true },
         cursor: { drag: { x: true, y: false } },
         series: [{ label: "step" }, ...list.map((s) => ({

@@ -82,10 +82,16 @@ describe("graph layout fallback and values", () => {
   });
 });
 
-import { fmtTick } from "../src/lib/ticks.js";
+import { fmtTick, lrRange } from "../src/lib/ticks.js";
 describe("tick labels", () => {
   it("stay short on linear and log axes", () => {
     expect([0, 0.003, 1.5, 2.3456, 250, 200000, 1e-4].map(fmtTick)).toEqual(["0", "3e-3", "1.5", "2.35", "250", "2e5", "1e-4"]);
     expect(fmtTick(null)).toBe("");
   });
+});
+
+it("a constant learning rate gets a range from 0 to above it", () => {
+  expect(lrRange(null, 0.005, 0.005)).toEqual([0, 0.005 * 1.15]);
+  expect(lrRange(null, 0, 0)).toEqual([0, 1]);
+  expect(lrRange(null, -1, 2)[0]).toBeLessThan(-1);
 });

@@ -8,3 +8,11 @@ export function fmtTick(v) {
 }
 
 export const tickValues = (u, splits) => splits.map(fmtTick);
+
+// The y range of a learning-rate panel: from 0 to a little above the largest value (a constant lr, the
+// common case, would otherwise get a zero-height range and a single tick).
+export function lrRange(u, min, max) {
+  const top = Number.isFinite(max) && max > 0 ? max * 1.15 : 1;
+  const low = Number.isFinite(min) && min < 0 ? min * 1.15 : 0;
+  return [low, top];
+}
