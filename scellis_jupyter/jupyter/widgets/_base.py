@@ -11,6 +11,7 @@ re-publishes the static output (by display id) when the state worth keeping chan
 """
 from __future__ import annotations
 
+import html
 import threading
 import uuid
 from pathlib import Path
@@ -65,10 +66,12 @@ class ScellisWidget(anywidget.AnyWidget):
 
     # ---- the static form ------------------------------------------------------------------------------
     def _static_text(self) -> str:
-        raise NotImplementedError
+        """The final state as plain text; each widget says what it shows (the base names the widget)."""
+        return type(self).__name__
 
     def _static_html(self) -> str:
-        raise NotImplementedError
+        """The final state as HTML; by default the text form, escaped, in a <pre>."""
+        return f"<pre>{html.escape(self._static_text())}</pre>"
 
     def static_bundle(self) -> tuple[dict, dict]:
         """(data, metadata) of the static output: the final state as text and self-contained HTML/SVG (in a
