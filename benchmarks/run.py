@@ -6,8 +6,10 @@
 Reuses benchmarks/kernels.py's sections (each checks its result against a reference before timing and
 reports the error) and benchmarks/training.py's step timers. Warm-up: the largest matmul runs first,
 untimed, so clocks are up and pipelines built before the first measured size. Matmul is measured
-twice in the same run: with the fixed tile table (SCELLIS_MATMUL_TUNE=off, the old choice) and
-autotuned per shape class (=on, cached on disk per adapter), so both columns come from one machine state.
+twice in the same run: with the fixed tile table (SCELLIS_MATMUL_TUNE=off, the default) and autotuned
+per shape class (=on, cached on disk per adapter), so both columns come from one machine state; f16 also
+under the `fast` tier (packed vec4<f16> arithmetic). The training steps run at their specs' tier (prod),
+with the tile table and autotuned; `whole loop` is `for step in run` with streamed data, beside the step.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def _reset(ctx) -> None:
 
 def matmul_rows(ctx, args, mode: str) -> list[dict]:
     os.environ["SCELLIS_MATMUL_TUNE"] = mode
-    K.TIER = "debug" if mode == "off" else "prod"      # K-split is never chosen under debug
+    K.TIER = "debug" if mode == "off" else "prod"      # the tuner's K-splits are never chosen under debug
     _reset(ctx)
     rows = []
     for dtype, sizes in (("f32", args.sizes), ("f16", args.sizes[-1:])):
@@ -44,22 +46,37 @@ def matmul_rows(ctx, args, mode: str) -> list[dict]:
         for r in K.bench_matmul(ctx, a):
             r["op"] = f"matmul ({'tile table, debug' if mode == 'off' else 'autotuned, prod'})"
             rows.append(r)
+    if mode == "on":        # packed vec4<f16> arithmetic: only the `fast` tier takes it (matmul_tune.packed_f16)
+        K.TIER = "fast"
+        _reset(ctx)
+        a = argparse.Namespace(**{**vars(args), "sizes": args.sizes, "dtypes": ["f16"]})
+        for r in K.bench_matmul(ctx, a):
+            r["op"] = "matmul (autotuned, fast: packed f16)"
+            rows.append(r)
     return rows
 
 
-def training_rows(ctx, args) -> list[dict]:
+def training_rows(ctx, args, label: str) -> list[dict]:
+    """Step and whole-loop time of each model at its spec's tier (prod), beside torch eager f32."""
     torch = ctx.torch
     rows = []
     for m in args.models:
         a = T.ours(T.MODELS[m], ctx.dev, args.steps)
+        lp = T.loop(T.MODELS[m], ctx.dev, args.steps, "stream")
         t = T.theirs(m, T.MODELS[m], args.steps, ctx.tdev) if torch is not None else None
-        r = {"op": f"training step {m}", "dtype": "f32", "shape": f"batch {a['batch']}, {a['dispatches']} dispatches",
+        dtype = "mixed f16" if m.endswith("_mixed") else "f32"
+        r = {"op": f"training step {m} ({label})", "dtype": dtype,
+             "shape": f"batch {a['batch']}, {a['dispatches']} dispatches",
              "wgpu_ms": a["step_ms"], "wgpu_rate": a["step_ms"], "unit": "ms", "err": None, "note": ""}
+        lr = {"op": f"whole loop {m} ({label}), streamed data", "dtype": dtype,
+              "shape": f"loop / step = {lp / a['step_ms']:.2f}", "wgpu_ms": lp, "wgpu_rate": lp, "unit": "ms",
+              "err": None, "note": ""}
         if t:
             r.update(torch_ms=t["step_ms"], torch_rate=t["step_ms"])
-        print(f"{r['op']:24s} scellis {a['step_ms']:9.3f} ms  torch {t['step_ms'] if t else float('nan'):9.3f} ms",
-              flush=True)
-        rows.append(r)
+            lr.update(torch_ms=t["step_ms"], torch_rate=t["step_ms"])
+        print(f"{r['op']:40s} scellis {a['step_ms']:9.3f} ms  loop {lp:9.3f} ms  torch "
+              f"{t['step_ms'] if t else float('nan'):9.3f} ms", flush=True)
+        rows += [r, lr]
     return rows
 
 
@@ -100,13 +117,15 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes (llvmpipe / CI smoke)")
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--changed", default="matmul tile variants, K-split and per-adapter autotuning; this script")
-    ap.add_argument("--sections", default="matmul,attention,softmax,layer_norm,elementwise,dispatch,training")
+    ap.add_argument("--sections", default="matmul,attention,softmax,layer_norm,rms_norm,cross_entropy,"
+                    "reduce_sum,elementwise,dispatch,training")
     args = ap.parse_args(argv)
     q = args.quick
     args.sizes = [64, 128, 256] if q else [2048, 4096, 8192]
     args.iters, args.warmup, args.budget = (3, 1, 0.5) if q else (20, 5, 2.0)
-    args.models = ["mlp"] if q else ["mlp", "gpt"]
+    args.models = ["mlp"] if q else ["mlp", "gpt", "gpt_mixed"]
     args.steps = 3 if q else 10
+    args.dtypes = ["f32", "f16"]
     secs = args.sections.split(",")
     ctx = K.Ctx(None, True)
     print(f"# {ctx.wname}\n# {ctx.tname}", flush=True)
@@ -121,15 +140,20 @@ def main(argv=None) -> int:
         rows += matmul_rows(ctx, args, "off")
         rows += matmul_rows(ctx, args, "on")
         K.TIER = "debug"
-        os.environ["SCELLIS_MATMUL_TUNE"] = "on"
+        os.environ["SCELLIS_MATMUL_TUNE"] = "off"
         _reset(ctx)
         save()
-    for s in ("softmax", "layer_norm", "elementwise", "dispatch", "attention"):
+    for s in ("softmax", "layer_norm", "rms_norm", "cross_entropy", "reduce_sum", "elementwise", "dispatch",
+              "attention"):
         if s in secs:
             rows += K.SECTIONS[s](ctx, args)
             save()
-    if "training" in secs:
-        rows += training_rows(ctx, args)
+    if "training" in secs:            # the default tile table (what a run gets), then autotuned per shape class
+        os.environ["SCELLIS_MATMUL_TUNE"] = "off"
+        rows += training_rows(ctx, args, "tile table")
+        save()
+        os.environ["SCELLIS_MATMUL_TUNE"] = "on"
+        rows += training_rows(ctx, args, "autotuned")
     bad = [r for r in rows if r.get("err") is not None and not r["err"] < 2e-2]   # NaN fails too
     for r in bad:
         print(f"CHECK FAILED: {r['op']} {r['shape']} err {r['err']:.3g}", file=sys.stderr)

@@ -60,9 +60,12 @@ determinism = "prod"
 
 GPT = (Path(__file__).resolve().parent / "specs" / "plan_only" / "gpt_bench.toml").read_text()
 
-MODELS = {"mlp": MLP, "transformer": TRANSFORMER, "gpt": GPT}
+GPT_MIXED = GPT.replace('name = "gpt-bench"', 'name = "gpt-bench-mixed"').replace(
+    "batch_size = 64\n", 'batch_size = 64\nprecision = "mixed-f16"\n')
+MODELS = {"mlp": MLP, "transformer": TRANSFORMER, "gpt": GPT, "gpt_mixed": GPT_MIXED}
 # torch twins of the token models: (vocab, width, seq, blocks, heads, batch)
-LM_SHAPES = {"transformer": (96, 256, 128, 4, 8, 16), "gpt": (96, 384, 256, 6, 6, 64)}
+LM_SHAPES = {"transformer": (96, 256, 128, 4, 8, 16), "gpt": (96, 384, 256, 6, 6, 64),
+             "gpt_mixed": (96, 384, 256, 6, 6, 64)}   # torch stays f32: the target compares mixed f16 with torch f32
 
 
 def _time(fn, steps: int, warmup: int = 3) -> float:
