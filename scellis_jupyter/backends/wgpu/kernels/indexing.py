@@ -4,6 +4,10 @@ gather: out[c] = x[c with c[axis] = idx[c]] (torch.gather; out shape = index sha
 scatter_add: out = base, plus, for every output element, the src entries whose index along the axis
 points at it, added in increasing index position (the order of numpy's np.add.at), rounding to the
 output dtype after every add: bit-identical with the reference for f32, f16 and i32.
+Under the prod and fast tiers a long axis with few outputs (an embedding's gradient: 96 x 384 outputs
+over 16384 positions) is cut into pieces: stage 1 sums each piece's matches in position order, stage 2
+adds the pieces to base in piece order. Fixed order, so still deterministic run to run, but not the
+reference's order (f16 outputs round once per piece); debug keeps the one-stage kernel.
 
 Out-of-range indices (honest limits): the reference raises KernelError; the device kernels cannot report
 back without a readback, so on wgpu a gather index is CLAMPED to [0, size - 1] and a scatter_add entry
@@ -85,7 +89,7 @@ def _gather(be, v, ins, out):
         wi, io = window(idx, 0, s, s + m - 1, 4, be.offset_align)
         words = ([m, s, rank, ax, size, oo, io, 0] + list(idx.shape) + [1] * (MAXR - rank)
                  + list(xst) + [0] * (MAXR - rank))
-        be.launch(f"gather:{d}", src, [wo, wi, wx], pack_words(words, 32), (m + 63) // 64)
+        be.launch(f"gather:{d}", src, [wo, wi, wx], pack_words(words, 36), (m + 63) // 64)
 
 
 @launcher("scatter_add")
@@ -119,4 +123,37 @@ def _scatter_add(be, v, ins, out):
             raise KernelError("out and base windows disagree", where="op 'scatter_add'", hint="engine bug")
         words = ([m, s, rank, ax, base.shape[ax], oo, 0, 0] + list(base.shape) + [1] * (MAXR - rank)
                  + list(ist) + [0] * (MAXR - rank) + list(idx.shape) + [1] * (MAXR - rank))
-        be.launch(f"scatter_add:{d}", src, [wo, wb, wi, ws], pack_words(words, 32), (m + 63) // 64)
+        pieces = split_pieces(be, m, base.shape[ax], idx.shape[ax])
+        if pieces > 1:
+            _scatter_split(be, d, ct, words, m, pieces, -(-idx.shape[ax] // pieces), wo, wb, wi, ws)
+            continue
+        be.launch(f"scatter_add:{d}", src, [wo, wb, wi, ws], pack_words(words, 36), (m + 63) // 64)
+
+
+SPLIT_MIN_AXIS = 1024     # positions along the axis before a split pays for its second stage
+SPLIT_THREADS = 1 << 20   # about this many stage-1 threads: enough to fill a large GPU
+
+
+def split_pieces(be, m: int, out_axis: int, n_axis: int) -> int:
+    """Pieces of the index axis for a split scatter_add (1: one stage). Only off the debug tier, for long
+    axes whose outputs alone leave most of a GPU idle, with the partials within one binding."""
+    if getattr(be, "tier", None) not in ("prod", "fast") or n_axis < SPLIT_MIN_AXIS or m >= SPLIT_THREADS:
+        return 1
+    pieces = min(n_axis // 256, max(2, SPLIT_THREADS // max(m, 1)), 256)
+    while pieces > 1 and m * pieces * 4 > be.binding_limit:
+        pieces //= 2
+    return max(pieces, 1)
+
+
+def _scatter_split(be, d, ct, words, m, pieces, length, wo, wb, wi, ws) -> None:
+    from ...storage import Storage
+    n = m * pieces
+    scr = Storage(be, be.scratch("scatter-split", n * 4), 0, (n,), ct, n * 4)
+    one = render("indexing", ENABLE=enable_f16(d), BODY=snippet("indexing", "scatter_add_part", T=WGSL_TYPE[d], C=ct),
+                 BINDINGS=bindings(("out", ct), ("idx", "i32"), ("src", d)))
+    w1 = [n] + words[1:32] + [m, length]
+    be.launch(f"scatter_add_part:{d}", one, [scr, wi, ws], pack_words(w1, 36), (n + 63) // 64)
+    two = render("indexing", ENABLE=enable_f16(d), BODY=snippet("indexing", "scatter_add_sum", T=WGSL_TYPE[d], C=ct),
+                 BINDINGS=bindings(("out", d), ("base", d), ("src", ct)))
+    w2 = list(words[:32]) + [m, pieces]
+    be.launch(f"scatter_add_sum:{d}", two, [wo, wb, scr], pack_words(w2, 36), (m + 63) // 64)
