@@ -48,11 +48,14 @@ SPLITS = (1, 2, 4, 8)
 
 
 def default_config(m: int, n: int, batch: int) -> tuple[str, int]:
-    """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise."""
+    """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise.
+    Prefetching, padded variants: on the H200 (benchmarks/matmul_variants.py, 2026-12-03, f32 TFLOP/s at
+    2048/4096/8192) big_p ran 26.6/31.4/32.7 against big's 22.5/25.4/26.3, and mid_pf 22.3/25.7/23.9
+    against mid's 19.2/21.9/22.5; neither changes the order an output sums over k."""
     if m >= 128 and n >= 128 and math.ceil(m / 128) * math.ceil(n / 128) * batch >= 32:
-        return "big", 1
+        return "big_p", 1
     if m >= 48 and n >= 48:
-        return "mid", 1
+        return "mid_pf", 1
     return "small", 1
 
 
