@@ -61,7 +61,8 @@ determinism = "prod"
 GPT = (Path(__file__).resolve().parent / "specs" / "plan_only" / "gpt_bench.toml").read_text()
 
 GPT_MIXED = GPT.replace('name = "gpt-bench"', 'name = "gpt-bench-mixed"').replace(
-    "batch_size = 64\n", 'batch_size = 64\nprecision = "mixed-f16"\n')
+    "batch_size = 64\n", 'batch_size = 64\nprecision = "mixed-f16"\n').replace(
+    'determinism = "prod"', 'determinism = "fast"')   # fast: the tier whose f16 matmuls use packed f16 math
 MODELS = {"mlp": MLP, "transformer": TRANSFORMER, "gpt": GPT, "gpt_mixed": GPT_MIXED}
 # torch twins of the token models: (vocab, width, seq, blocks, heads, batch)
 LM_SHAPES = {"transformer": (96, 256, 128, 4, 8, 16), "gpt": (96, 384, 256, 6, 6, 64),
