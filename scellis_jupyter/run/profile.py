@@ -9,6 +9,7 @@ ops into one call). The step time beside it is the wall time of the whole step a
 
     profile_spec(spec, steps=3)          -> dict (kernels: name, calls, total_ms, share, mean_us)
     profile_run(run_id, store=...)       -> the same for a recorded run's spec
+    profile_of(spec | run | run id)      -> whichever of the two fits (what sc.profile's widget calls)
     profile_text(prof, by="kernel"|"shape"|"scope"), profile_html(prof)
 
 Each timed dispatch carries its kernel, op, layer (the spec node it was built in; "<layer>/bwd" for its
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import html
 import time
-from typing import Any
 
 from ..backends.profiling import dispatch_tag
 from ..errors import ProfileError, ScellisError
@@ -94,6 +94,27 @@ def profile_run(run_id: str, *, store=None, device=None, steps: int = 3, warmup:
                            hint=e.diagnostic.hint) from e
     dev = device or (rec.device or {}).get("backend") or None
     return profile_spec(spec, device=dev, steps=steps, warmup=warmup, top=top, tier=rec.tier, run_id=rec.id)
+
+
+def profile_of(target, *, store=None, device=None, steps: int = 3, warmup: int = 2, top: int = 12) -> dict:
+    """A profile of whatever a notebook has at hand: a profile dict (returned as is), a Run or Detached (its
+    recorded run), a Spec, spec text or a spec file, or a run id (or unique prefix) in the store."""
+    import os
+    kw = dict(device=device, steps=steps, warmup=warmup, top=top)
+    if isinstance(target, dict) and "kernels" in target and "method" in target:
+        return target
+    rid = getattr(target, "run_id", None)
+    if rid is not None and not isinstance(target, (str, Spec)):
+        st = store if store is not None else getattr(target, "store", None)
+        return profile_run(rid, store=st, **kw)
+    if isinstance(target, (Spec, os.PathLike)):
+        return profile_spec(target, **kw)
+    if isinstance(target, str):
+        if "\n" in target or "=" in target or target.endswith(".toml") or os.path.isfile(target):
+            return profile_spec(target, **kw)
+        return profile_run(target, store=store, **kw)
+    raise ProfileError(f"cannot profile a {type(target).__name__}", where="profile",
+                       hint="give a spec (Spec, TOML text or file), a run (sc.Run, or its id), or a profile dict")
 
 
 def _batches(run: Run):
@@ -198,7 +219,7 @@ def profile_text(prof: dict, by: str = "kernel") -> str:
     lines.append(f"kernels: {prof['kernel_ms']:.3f} ms a step ({100 * share:.1f}% of the step; the rest is host "
                  "work around the kernels)")
     tail = f"   (calls and ms: all {prof['steps']} timed steps)"
-    nums = lambda r: f"{r['calls']:>8}{r['total_ms']:>11.3f}{100 * r['share']:>10.1f}%{r['mean_us']:>10.1f}"  # noqa: E731
+    nums = lambda r: f"{r['calls']:>8}{r['total_ms']:>11.3f}{100 * r['share']:>10.1f}%{r['mean_us']:>10.1f}"
     cols = f"{'calls':>8}{'total ms':>11}{'% of step':>11}{'mean us':>10}"
     if by == "kernel":
         rows, total = prof["kernels"], prof["kernels_total"]
@@ -239,4 +260,4 @@ def profile_html(prof: dict) -> str:
             f'<table style="border-collapse:collapse">{"".join(rows)}</table></div>')
 
 
-__all__ = ["profile_spec", "profile_run", "profile_text", "profile_html", "shape_text", "BY"]
+__all__ = ["profile_spec", "profile_run", "profile_of", "profile_text", "profile_html", "shape_text", "BY"]
