@@ -4,7 +4,7 @@ import { h } from "./lib/cell.js";
 import { withFallback } from "./lib/fallback.js";
 import { LEVELS, colorOf, describe, fmtUs, icicle, inWindow, scopeLabel, starts, topRows } from "./lib/flame.js";
 
-const ROW = 18;
+const ROW = 22;
 
 function render({ model, el }) {
   const root = h("div", "sc-w sc-prof");
@@ -112,8 +112,11 @@ function render({ model, el }) {
     tip.replaceChildren(h("div", "sc-tip-title", d.title), ...d.lines.map((l) => h("div", null, l)));
     tip.dataset.hover = b.label;
     tip.style.display = "block";
+    // beside the pointer, kept inside the widget's box (it clips what overflows): above when below would not fit
     const r = root.getBoundingClientRect();
-    const x = e.clientX - r.left + 12, y = e.clientY - r.top + 14;
+    const x = e.clientX - r.left + 12;
+    let y = e.clientY - r.top + 14;
+    if (y + tip.offsetHeight > r.height - 2) y = Math.max(0, e.clientY - r.top - tip.offsetHeight - 10);
     tip.style.left = `${Math.max(0, Math.min(x, r.width - tip.offsetWidth - 4))}px`;
     tip.style.top = `${y}px`;
   }

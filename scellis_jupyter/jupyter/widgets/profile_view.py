@@ -22,7 +22,7 @@ LEVELS = ("layer", "op", "kernel", "dispatch")
 # mid-lightness colours that read under dark text in Lab's light and dark themes alike
 PALETTE = ["#8fb8de", "#f4b183", "#a9d18e", "#f7a1a1", "#c5a3e0", "#ffd966", "#9fd8d2", "#e2b0c9", "#c9c0a6",
            "#b4c7e7"]
-ROW_PX = 18
+ROW_PX = 22
 HEAD_KEYS = ("spec", "run", "device", "method", "steps", "batch_size", "step_ms", "kernel_ms", "dispatches",
              "last_step_ms", "timeline_ms")
 
