@@ -121,3 +121,43 @@ def test_profile_view_hovers_zooms_and_fits(lab, chromium_browser, artifacts, ru
         raise
     finally:
         ctx.close()
+
+
+def test_profile_static_form_shows_in_nbconvert_html_offline(chromium_browser, artifacts, tmp_path):
+    """Executed headless with widget state saved, exported by nbconvert, opened from file:// with the network
+    off: the widget view cannot load (its manager comes from a CDN), the static icicle and table show."""
+    import os
+
+    import nbclient
+    from nbconvert import HTMLExporter
+    from conftest import ROOT
+    code = SETUP.replace('dev = "wgpu" if', 'dev = "reference" if False and').replace("steps=2, warmup=2",
+                                                                                   "steps=1, warmup=1")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+    env = {"SCELLIS_DEVICE": "reference", "PYTHONPATH": str(ROOT)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True).execute()
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    assert "data-scellis-static" in body and "layer fc1/bwd: " in body, body[:3000]
+    path = tmp_path / "profile.html"
+    path.write_text(body)
+    ctx = chromium_browser.new_context(viewport={"width": 1100, "height": 900}, offline=True)
+    page = ctx.new_page()
+    try:
+        page.goto(path.as_uri())
+        static = page.locator(".scellis-profile").first
+        static.wait_for(state="visible", timeout=30_000)
+        assert "kernel (shape)" in static.inner_text() and "rows: layer, op, kernel, dispatch" in static.inner_text()
+        titles = static.locator("[title^='layer ']")
+        assert titles.count() >= 5
+        # the blocks are laid out (positioned, given a width), not a bare list of text
+        w = titles.first.evaluate("e => e.getBoundingClientRect().width")
+        assert w > 2
+        static.screenshot(path=str(artifacts / "profile-static-offline.png"))
+    finally:
+        ctx.close()

@@ -44,7 +44,10 @@ def test_sc_profile_measures_a_spec_and_shows_its_last_step(prof):
     assert {"fc1", "fc1/bwd", "fc2", "loss", "optimizer"} <= {d["scope"] for d in w.timeline}
     data, md = w.static_bundle()
     assert md["scellis"]["widget"] == "ProfileView" and w._static_id in data["text/html"]
-    assert data["text/plain"].startswith("profile of view-mlp on reference:numpy: one step")
+    text = data["text/plain"]
+    assert text.startswith("profile of view-mlp: 1 steps of batch 8 on reference:numpy")    # the kernel table
+    assert f"profile of view-mlp on reference:numpy: one step, {len(w.timeline)} dispatches" in text
+    assert "% of step" in text and "layers: " in text
 
 
 def test_icicle_rows_tile_the_step_and_nest(prof):

@@ -105,6 +105,8 @@ class ProfileView(ScellisWidget):
         tl = [{"kernel": str(d["kernel"]), "op": str(d["op"]), "scope": str(d.get("scope") or ""),
                "shape": str(d.get("shape") or ""), "us": float(d["us"])} for d in prof["timeline"]]
         super().__init__(info={k: prof.get(k) for k in HEAD_KEYS}, timeline=tl, top=top)
+        from ...run.profile import profile_text
+        self._table = profile_text(prof) if prof.get("kernels") is not None and "kernel_ms" in prof else ""
 
     @classmethod
     def of(cls, target: Any, *, top: int = 12, **kw) -> "ProfileView":
@@ -121,7 +123,9 @@ class ProfileView(ScellisWidget):
                 f"{float(i.get('last_step_ms') or 0):.3f} ms step")
 
     def _static_text(self) -> str:
-        lines = [self._head(), f"timing: {self.info.get('method')}"]
+        """The whole profile's kernel table (all timed steps), then the drawn step's top (kernel, shape) rows
+        and its time per layer."""
+        lines = ([self._table] if self._table else []) + [self._head(), f"timing: {self.info.get('method')}"]
         if not self.timeline:
             lines.append("no kernel was timed")
             return "\n".join(lines)
@@ -165,7 +169,7 @@ class ProfileView(ScellisWidget):
                  f"border:1px solid {BORDER};overflow:hidden'>{rows}</div>"
                  f"<div style='color:{FG2};font-size:11px'>rows: layer, op, kernel, dispatch; x: kernel time "
                  f"({fmt_us(total)})</div></div>")
-        rows = "".join(f"<tr><td style='font-family:monospace'>{escape(r['kernel'])}<div style='color:{FG2};"
+        rows = "".join(f"<tr><td style='font-family:monospace;text-align:left'>{escape(r['kernel'])}<div style='color:{FG2};"
                        f"font-size:10px;overflow-wrap:anywhere'>{escape(r['shape'])}</div></td>"
                        f"<td style='text-align:right;white-space:nowrap'>{fmt_us(r['us'])}</td>"
                        f"<td style='text-align:right'>{100 * r['share']:.1f}%</td></tr>"
