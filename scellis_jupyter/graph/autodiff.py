@@ -462,13 +462,14 @@ def grad(outputs: list[Node], wrt: list[Node], grad_outputs: list[Node] | None =
                 raise GraphError(f"op {n.op!r} has no gradient rule", where=f"op '{n.op}'")
             with scope(_bwd(n.scope)):
                 in_grads = VJP[n.op](n, g)
-        for inp, gi in zip(n.inputs, in_grads):
-            if gi is None or inp.id not in needs:
-                continue
-            if isinstance(gi, tuple) and gi and gi[0] == "item":
-                _, idx, gg = gi
-                d = multi.setdefault(inp.id, {})
-                d[idx] = F.add(d[idx], gg) if idx in d else gg
-                continue
-            grads[inp.id] = F.add(grads[inp.id], gi) if inp.id in grads else gi
+        with scope(_bwd(n.scope)):          # the sums of gradient contributions too
+            for inp, gi in zip(n.inputs, in_grads):
+                if gi is None or inp.id not in needs:
+                    continue
+                if isinstance(gi, tuple) and gi and gi[0] == "item":
+                    _, idx, gg = gi
+                    d = multi.setdefault(inp.id, {})
+                    d[idx] = F.add(d[idx], gg) if idx in d else gg
+                    continue
+                grads[inp.id] = F.add(grads[inp.id], gi) if inp.id in grads else gi
     return [grads.get(w.id) for w in wrt]

@@ -234,8 +234,9 @@ def profile_text(prof: dict, by: str = "kernel") -> str:
     else:
         rows = prof.get("by_scope") or []
         total = len(rows)
-        lines.append(f"  {'layer':<24}{cols}{tail}")
-        lines += [f"  {(r['scope'] or '-'):<24}{nums(r)}" for r in rows]
+        w = max([24] + [len(r["scope"]) + 2 for r in rows])
+        lines.append(f"  {'layer':<{w}}{cols}{tail}")
+        lines += [f"  {(r['scope'] or '-'):<{w}}{nums(r)}" for r in rows]
     if total > len(rows):
         lines.append(f"  ... {total - len(rows)} more rows")
     return "\n".join(lines)

@@ -7,6 +7,7 @@ are most of it (>= 60% on the reference path, where the host work around 41 disp
 """
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ try:
     WG = sc.device("wgpu")
 except sc.ScellisError:  # pragma: no cover
     WG = None
+ROOT = Path(__file__).resolve().parents[2]
 
 BIG = """
 name = "big-matmul"
@@ -221,3 +223,19 @@ def test_cli_profile_by_shape_of_a_spec_file(tmp_path, capsys):
     out = capsys.readouterr().out
     f, h, b = DIMS["f"], DIMS["h"], DIMS["b"]
     assert "shape (operands -> result)" in out and f"f32[{b},{f}] f32[{f},{h}] -> f32[{b},{h}]  [fc1]" in out
+
+
+def test_a_transformer_blocks_halves_are_layers_of_their_own():
+    spec = (ROOT / "benchmarks/specs/transformer.toml").read_text()
+    prof = sc.profile_spec(spec, device="reference", steps=1, warmup=1, top=500)
+    _check_dispatches(prof, 1)
+    ops = {}
+    for d in prof["timeline"]:
+        ops.setdefault(d["scope"], set()).add(d["op"])
+    assert "" not in ops                                    # every dispatch is some layer's (or the update's)
+    block = "2.transformer_block"
+    assert "attention" in ops[f"{block}.attn"] and "attention_bwd" in ops[f"{block}.attn/bwd"]
+    assert "gelu" in ops[f"{block}.mlp"] and "gelu" not in ops[f"{block}.attn"]
+    att = next(d for d in prof["timeline"] if d["op"] == "attention")
+    assert att["out"][0][0][0] == 4                        # batch 4 (the spec's), whatever the head layout
+    assert f"{block}.attn/bwd" in profile_text(prof, by="scope")
