@@ -109,3 +109,13 @@ def test_python_and_js_layouts_agree(prof, tmp_path):
     got = json.loads(r.stdout)
     assert got["blocks"] == [[b["level"], b["label"], b["i0"], b["i1"]] for b in icicle(w.timeline)]
     assert got["colors"] == [color_of(s) for s in labels]
+
+
+def test_sc_profile_of_a_recorded_run_and_of_its_id(tmp_path):
+    run = sc.train(SPEC, store=tmp_path / "st", device="reference", steps=2, progress=False)
+    w = sc.profile(run, steps=1, warmup=1)
+    assert w.info["run"] == run.run_id and w.info["device"].startswith("reference")
+    assert f"(run {run.run_id})" in w._static_text()
+    again = sc.profile(run.run_id[:14], store=tmp_path / "st", steps=1, warmup=1)
+    assert again.info["run"] == run.run_id
+    assert [d["scope"] for d in again.timeline] == [d["scope"] for d in w.timeline]
