@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent
 JS = ROOT / "js"
 STATIC = ROOT / "scellis_jupyter" / "static"
 WIDGETS = ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view",
-           "round_monitor")
+           "round_monitor", "profile_view")
 
 
 def _sources() -> list[Path]:

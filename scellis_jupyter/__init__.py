@@ -32,6 +32,15 @@ from .federated import Federation, Privacy, PrivacyLedger, RoundMonitor, RoundRe
 from .errors import ProfileError
 from .run.profile import profile_run, profile_spec
 
+
+
+def profile(target, **kw):
+    """A flame-style view of one measured training step of a spec or a run (a notebook widget: layer, op,
+    kernel and dispatch rows over GPU time, with the top kernels): jupyter.widgets.ProfileView.of."""
+    from .jupyter.widgets.profile_view import ProfileView   # optional: anywidget, only inside a kernel
+    return ProfileView.of(target, **kw)
+
+
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
     from .jupyter.magics import load_ipython_extension as load     # optional: IPython, only inside a kernel
@@ -55,4 +64,4 @@ __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set
            "FederatedError", "SiteUnavailable", "ModelVersionMismatch", "PrivacyBudgetExceeded",
            "SecureAggregationError",
            "Federation", "Privacy", "PrivacyLedger", "RoundMonitor", "RoundResult",
-           "ProfileError", "profile_spec", "profile_run"]
+           "ProfileError", "profile_spec", "profile_run", "profile"]

@@ -516,6 +516,8 @@ def _args_profile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=_positive, default=3, help="steps timed, after the warm-up (3)")
     p.add_argument("--warmup", type=_positive, default=2, help="steps run first, not timed (2)")
     p.add_argument("--top", type=_positive, default=12, help="kernels listed, the most time first (12)")
+    p.add_argument("--by", choices=("kernel", "shape", "scope"), default="kernel",
+                   help="rows per kernel (default), per kernel and operand shapes (which matmul), or per layer")
 
 
 def cmd_profile(args) -> int:
@@ -527,7 +529,7 @@ def cmd_profile(args) -> int:
         prof = profile_spec(Spec.from_file(args.run_id), device=args.device, **kw)
     else:
         prof = profile_run(args.run_id, store=_open_store(args), device=args.device, **kw)
-    print(json.dumps(prof, indent=2, default=str) if args.json else profile_text(prof))
+    print(json.dumps(prof, indent=2, default=str) if args.json else profile_text(prof, by=args.by))
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ import math
 from .. import dtypes as dt
 from ..errors import GraphError
 from . import functional as F
-from .node import Node, toposort
+from .node import Node, scope, toposort
 from .opset import make
 
 VJP = {}
@@ -418,6 +418,11 @@ def _(n, g):
     return ()
 
 
+def _bwd(s: str) -> str:
+    """The scope of the gradient nodes of a node made in scope `s`."""
+    return s if not s or s.endswith("/bwd") else s + "/bwd"
+
+
 def grad(outputs: list[Node], wrt: list[Node], grad_outputs: list[Node] | None = None) -> list[Node | None]:
     """Gradients of sum(outputs * grad_outputs) with respect to each node of `wrt` (None if unreachable)."""
     if grad_outputs is None:
@@ -447,21 +452,24 @@ def grad(outputs: list[Node], wrt: list[Node], grad_outputs: list[Node] | None =
             gs = [parts.get(i) for i in range(len(n.dtype))]
             if gs[0] is None:
                 gs[0] = F.zeros(n.shape[0], n.dtype[0])
-            in_grads = VJP[n.op](n, gs)
+            with scope(_bwd(n.scope)):
+                in_grads = VJP[n.op](n, gs)
         else:
             g = grads.get(n.id)
             if g is None or not n.inputs:
                 continue
             if n.op not in VJP:
                 raise GraphError(f"op {n.op!r} has no gradient rule", where=f"op '{n.op}'")
-            in_grads = VJP[n.op](n, g)
-        for inp, gi in zip(n.inputs, in_grads):
-            if gi is None or inp.id not in needs:
-                continue
-            if isinstance(gi, tuple) and gi and gi[0] == "item":
-                _, idx, gg = gi
-                d = multi.setdefault(inp.id, {})
-                d[idx] = F.add(d[idx], gg) if idx in d else gg
-                continue
-            grads[inp.id] = F.add(grads[inp.id], gi) if inp.id in grads else gi
+            with scope(_bwd(n.scope)):
+                in_grads = VJP[n.op](n, g)
+        with scope(_bwd(n.scope)):          # the sums of gradient contributions too
+            for inp, gi in zip(n.inputs, in_grads):
+                if gi is None or inp.id not in needs:
+                    continue
+                if isinstance(gi, tuple) and gi and gi[0] == "item":
+                    _, idx, gg = gi
+                    d = multi.setdefault(inp.id, {})
+                    d[idx] = F.add(d[idx], gg) if idx in d else gg
+                    continue
+                grads[inp.id] = F.add(grads[inp.id], gi) if inp.id in grads else gi
     return [grads.get(w.id) for w in wrt]

@@ -5,10 +5,33 @@ data until it is realized; a realized node keeps its inputs for autodiff but is 
 """
 from __future__ import annotations
 
+import contextvars
 import itertools
 from typing import Any
 
 _ids = itertools.count()
+# the layer (spec node key) whose forward is being built; a node records it at creation, so a profile can say
+# which layer a kernel came from ("block3.attn"); backward nodes get "<layer>/bwd" (graph.autodiff)
+_SCOPE: contextvars.ContextVar[str] = contextvars.ContextVar("scellis_scope", default="")
+
+
+class scope:
+    """`with scope("block3.attn"):` labels every node made inside it (nesting replaces, not joins: spec
+    node keys are already full paths)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self) -> "scope":
+        self._tok = _SCOPE.set(self.name)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _SCOPE.reset(self._tok)
+
+
+def current_scope() -> str:
+    return _SCOPE.get()
 
 
 def freeze(v: Any) -> Any:
@@ -22,7 +45,7 @@ def freeze(v: Any) -> Any:
 
 class Node:
     __slots__ = ("id", "op", "inputs", "attrs", "shape", "dtype", "storage", "requires_grad", "grad",
-                 "name", "tier", "after", "__weakref__")
+                 "name", "tier", "after", "scope", "__weakref__")
 
     def __init__(self, op: str, inputs: tuple, attrs: dict, shape, dtype, *, storage=None,
                  requires_grad: bool = False, name: str | None = None):
@@ -38,6 +61,7 @@ class Node:
         self.name = name
         self.tier = None            # determinism tier of the program that realized it
         self.after = ()             # control inputs: scheduled before this node, no data flows (recompute)
+        self.scope = _SCOPE.get()   # the layer being built when this node was made ("" outside any)
 
     @property
     def multi(self) -> bool:

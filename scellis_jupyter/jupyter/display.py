@@ -390,8 +390,12 @@ def text_output(text: str) -> Static:
     return Static(text, f'<pre style="white-space:pre-wrap">{html.escape(text)}</pre>')
 
 
-def profile_output(prof: dict) -> Static:
-    """A measured profile: its table as text, a static bar chart of the kernels' share of the step as HTML."""
+def profile_output(prof: dict):
+    """A measured profile: the flame-style ProfileView where the widgets are installed (its static form
+    carries the kernel table as text); else its table as text, a bar chart of the kernels' share as HTML."""
+    w = widgets()
+    if w is not None and "timeline" in prof:
+        return w.ProfileView(prof)
     from ..run.profile import profile_html, profile_text
     return Static(profile_text(prof), profile_html(prof))
 

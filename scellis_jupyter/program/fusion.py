@@ -132,9 +132,9 @@ def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tupl
         if i in groups:
             code, ext = groups[i]
             nv = Value("fused", tuple(remap[e] for e in ext), {"code": tuple(code)}, v.shape, v.dtype,
-                       "compute", v.nbytes)
+                       "compute", v.nbytes, v.scope)
         else:
-            nv = Value(v.op, tuple(remap[j] for j in v.inputs), v.attrs, v.shape, v.dtype, v.kind, v.nbytes)
+            nv = Value(v.op, tuple(remap[j] for j in v.inputs), v.attrs, v.shape, v.dtype, v.kind, v.nbytes, v.scope)
         remap[i] = len(out)
         out.append(nv)
     return out, [remap[o] for o in outputs], remap

@@ -20,6 +20,7 @@ class Value:
     dtype: object
     kind: str                   # "leaf" | "compute" | "view"
     nbytes: int = 0
+    scope: str = ""             # the layer it was built in ("block3.attn", "block3.attn/bwd", "optimizer")
 
 
 @dataclass

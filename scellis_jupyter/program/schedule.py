@@ -51,10 +51,12 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
         else:
             kind = "compute"
         v = Value(n.op if kind != "leaf" else "leaf", ins, dict(n.attrs) if kind != "leaf" else {},
-                  tuple(n.shape), n.dtype, kind, value_nbytes(n.shape, n.dtype))
+                  tuple(n.shape), n.dtype, kind, value_nbytes(n.shape, n.dtype), n.scope if kind != "leaf" else "")
         index[n.id] = len(values)
         values.append(v)
-        h.update(repr((v.op, v.inputs, sorted(v.attrs.items()), v.shape, v.dtype, v.kind)).encode())
+        # the scope is in the hash (when there is one): a cached Program names the layers of its own graph
+        h.update(repr((v.op, v.inputs, sorted(v.attrs.items()), v.shape, v.dtype, v.kind)
+                      + ((v.scope,) if v.scope else ())).encode())
     out_idx = [index[o.id] for o in outputs]
     fuse = fusion.enabled()
     want_donate = sorted((int(k), index[l.id]) for k, l in (donate or {}).items())

@@ -22,7 +22,7 @@ from ..errors import ScellisError
 from ..graph import functional as F
 from ..graph.draws import StepGenerator
 from ..graph.autodiff import grad
-from ..graph.node import Node, toposort
+from ..graph.node import Node, scope, toposort
 from . import partition
 from .recompute import checkpointed_grads
 from .options import (CHECKPOINTING, DATA_PLACEMENTS, PRECISIONS, StepOptions, with_options,  # noqa: F401
@@ -219,8 +219,9 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         new_buffers.update({f"{pname}.{slot}": v for slot, v in upd.items()})
 
     def loss_of(pred, target_pairs=None):
-        loss_v = _mixed_loss(loss, pred, pairs if target_pairs is None else target_pairs)
-        return F.mul(loss_v, scale) if mixed else loss_v
+        with scope("loss"):
+            loss_v = _mixed_loss(loss, pred, pairs if target_pairs is None else target_pairs)
+            return F.mul(loss_v, scale) if mixed else loss_v
 
     # ---- forward and backward -------------------------------------------------------------------
     info: dict = {}
@@ -296,9 +297,11 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         inv = F.reciprocal(scale)
         grads = [F.mul(F.cast(g, "f32"), inv) for g in grads]
     if opts.guard or mixed:
-        finite = all_finite(grads)
+        with scope("guard"):
+            finite = all_finite(grads)
     grad_ids = {g.id for g in grads}
-    grads = clip_grads(grads, spec.recipe.get("clip_grad_norm"), spec.recipe.get("clip_grad_value"), grad_ids)
+    with scope("clip"):
+        grads = clip_grads(grads, spec.recipe.get("clip_grad_norm"), spec.recipe.get("clip_grad_value"), grad_ids)
 
     # ---- outputs: loss / relay tensors, then the updates this rank owns -------------------------
     outs, out_names, donate = [], [], {}
@@ -336,7 +339,8 @@ def build_train_step(spec, batch_size: int, backend: str, tier: str, optimizer=N
         if reg.grad_hook is not None:
             g = reg.grad_hook(n, g, master)
         decay = (lambda new, n=n, master=master: reg.decay(n, new, master, lr)) if reg.decay is not None else None
-        new_m, st, new_st = optimizer_update(opt, n, master, g, step, lr, finite, leaves_meta, decay=decay)
+        with scope("optimizer"):
+            new_m, st, new_st = optimizer_update(opt, n, master, g, step, lr, finite, leaves_meta, decay=decay)
         if mixed:
             donated(outs, out_names, donate, master, new_m, f"master:{n}")
             donated(outs, out_names, donate, p, F.cast(new_m, "f16"), f"param:{n}")

@@ -9,14 +9,19 @@ ops into one call). The step time beside it is the wall time of the whole step a
 
     profile_spec(spec, steps=3)          -> dict (kernels: name, calls, total_ms, share, mean_us)
     profile_run(run_id, store=...)       -> the same for a recorded run's spec
-    profile_text(prof), profile_html(prof)
+    profile_of(spec | run | run id)      -> whichever of the two fits (what sc.profile's widget calls)
+    profile_text(prof, by="kernel"|"shape"|"scope"), profile_html(prof)
+
+Each timed dispatch carries its kernel, op, layer (the spec node it was built in; "<layer>/bwd" for its
+gradient, "loss", "clip", "optimizer") and its operands' and result's shapes and dtypes; `by_shape` sums per
+(kernel, shape), `by_scope` per layer, and `timeline` is the last timed step's dispatches in order.
 """
 from __future__ import annotations
 
 import html
 import time
-from typing import Any
 
+from ..backends.profiling import dispatch_tag
 from ..errors import ProfileError, ScellisError
 from ..spec import Spec
 from .records import open_store
@@ -35,8 +40,9 @@ def profile_spec(spec, *, device=None, steps: int = 3, warmup: int = 2, top: int
     batches = _batches(run)
     for _ in range(warmup):
         run._one_step(*next(batches))
-    timed: list[tuple[str, str, float]] = []
+    timed: list[dict] = []
     step_s: list[float] = []
+    first_step = 0                                  # dispatches before the last timed step's first
     gpu = run.device.backend != "reference"
     method = "host clock per dispatch (reference path, op by op)"
     if gpu:
@@ -53,6 +59,7 @@ def profile_spec(spec, *, device=None, steps: int = 3, warmup: int = 2, top: int
             t0 = time.perf_counter()
             run._one_step(x, y)                    # its loss read waits for the GPU
             step_s.append(time.perf_counter() - t0)
+            first_step = len(timed)
             timed.extend(be.stop_timing())
         elif gpu is None:
             t0 = time.perf_counter()
@@ -64,8 +71,9 @@ def profile_spec(spec, *, device=None, steps: int = 3, warmup: int = 2, top: int
                 t0 = time.perf_counter()
                 run._one_step(x, y)
                 step_s.append(time.perf_counter() - t0)
+            first_step = len(timed)
             timed.extend(got)
-    return _summary(run, timed, step_s, steps, top, method, run_id)
+    return _summary(run, timed, step_s, steps, top, method, run_id, first_step)
 
 
 def profile_run(run_id: str, *, store=None, device=None, steps: int = 3, warmup: int = 2, top: int = 12) -> dict:
@@ -88,6 +96,27 @@ def profile_run(run_id: str, *, store=None, device=None, steps: int = 3, warmup:
     return profile_spec(spec, device=dev, steps=steps, warmup=warmup, top=top, tier=rec.tier, run_id=rec.id)
 
 
+def profile_of(target, *, store=None, device=None, steps: int = 3, warmup: int = 2, top: int = 12) -> dict:
+    """A profile of whatever a notebook has at hand: a profile dict (returned as is), a Run or Detached (its
+    recorded run), a Spec, spec text or a spec file, or a run id (or unique prefix) in the store."""
+    import os
+    kw = dict(device=device, steps=steps, warmup=warmup, top=top)
+    if isinstance(target, dict) and "kernels" in target and "method" in target:
+        return target
+    rid = getattr(target, "run_id", None)
+    if rid is not None and not isinstance(target, (str, Spec)):
+        st = store if store is not None else getattr(target, "store", None)
+        return profile_run(rid, store=st, **kw)
+    if isinstance(target, (Spec, os.PathLike)):
+        return profile_spec(target, **kw)
+    if isinstance(target, str):
+        if "\n" in target or "=" in target or target.endswith(".toml") or os.path.isfile(target):
+            return profile_spec(target, **kw)
+        return profile_run(target, store=store, **kw)
+    raise ProfileError(f"cannot profile a {type(target).__name__}", where="profile",
+                       hint="give a spec (Spec, TOML text or file), a run (sc.Run, or its id), or a profile dict")
+
+
 def _batches(run: Run):
     while True:
         yield from run.loader
@@ -107,7 +136,8 @@ class _host_timed:
         def timed(value, ins, out, prog):
             t0 = time.perf_counter()
             inner(be, value, ins, out, prog)
-            got.append((value.op, value.op, time.perf_counter() - t0))
+            s = time.perf_counter() - t0
+            got.append({"kernel": value.op, **dispatch_tag(value, ins), "s": s})
         be.dispatch = timed                 # the instance's own: the class (and other runs) stay untouched
         return self
 
@@ -117,30 +147,67 @@ class _host_timed:
             self.be.replay = self.replay
 
 
-def _summary(run: Run, timed: list, step_s: list, steps: int, top: int, method: str, run_id) -> dict:
-    by: dict[str, dict[str, Any]] = {}
-    for kernel, op, s in timed:
-        r = by.setdefault(kernel, {"name": kernel, "calls": 0, "total_ms": 0.0, "ops": set()})
+def shape_text(ins: list, out: list) -> str:
+    """`f32[512,1024] f32[1024,512] -> f32[512,512]`: a dispatch's operands and result."""
+    def one(sd):
+        shape, dtype = sd
+        return f"{dtype}[{','.join(str(d) for d in shape)}]"
+    return " ".join(one(x) for x in ins) + " -> " + " ".join(one(x) for x in out)
+
+
+def _group(timed: list, key, make, all_ms: float, steps: int) -> list[dict]:
+    by: dict = {}
+    for t in timed:
+        r = by.get(key(t))
+        if r is None:
+            r = by[key(t)] = {**make(t), "calls": 0, "total_ms": 0.0, "_ops": set(), "_scopes": set()}
         r["calls"] += 1
-        r["total_ms"] += s * 1e3
-        r["ops"].add(op)
-    step_ms = 1e3 * sum(step_s) / max(1, len(step_s))
-    all_ms = step_ms * steps
+        r["total_ms"] += t["s"] * 1e3
+        r["_ops"].add(t["op"])
+        r["_scopes"].add(t["scope"])
     rows = sorted(by.values(), key=lambda r: -r["total_ms"])
     for r in rows:
-        r["ops"] = sorted(r["ops"])
+        r["ops"], r["scopes"] = sorted(r.pop("_ops")), sorted(r.pop("_scopes"))
         r["share"] = r["total_ms"] / all_ms if all_ms else 0.0
         r["mean_us"] = 1e3 * r["total_ms"] / r["calls"]
         r["calls_per_step"] = r["calls"] / steps
+    return rows
+
+
+def _summary(run: Run, timed: list, step_s: list, steps: int, top: int, method: str, run_id,
+             first_step: int = 0) -> dict:
+    """The table's rows (by kernel, by kernel and shape, by layer) over every timed step, and the last
+    timed step's dispatches in order (the timeline the notebook widget draws)."""
+    for t in timed:
+        t["shape"] = shape_text(t["ins"], t["out"])
+    step_ms = 1e3 * sum(step_s) / max(1, len(step_s))
+    all_ms = step_ms * steps
+    rows = _group(timed, lambda t: t["kernel"], lambda t: {"name": t["kernel"]}, all_ms, steps)
+    shapes = _group(timed, lambda t: (t["kernel"], t["op"], t["shape"]),
+                    lambda t: {"name": t["kernel"], "op": t["op"], "shape": t["shape"], "ins": t["ins"],
+                               "out": t["out"]}, all_ms, steps)
+    scopes = _group(timed, lambda t: t["scope"], lambda t: {"scope": t["scope"]}, all_ms, steps)
+    last = timed[first_step:]
+    timeline = [{"kernel": t["kernel"], "op": t["op"], "scope": t["scope"], "shape": t["shape"], "ins": t["ins"],
+                 "out": t["out"], "us": t["s"] * 1e6} for t in last]
     d = run.device
     return {"spec": run.spec.name, "run": run_id, "device": f"{d.backend}:{d.name}", "method": method,
             "steps": steps, "batch_size": run.batch_size, "step_ms": step_ms,
             "kernel_ms": sum(r["total_ms"] for r in rows) / steps, "dispatches": len(timed) / steps,
-            "kernels": rows[:top], "kernels_total": len(rows)}
+            "kernels": rows[:top], "kernels_total": len(rows),
+            "by_shape": shapes[:top], "by_shape_total": len(shapes),
+            "by_scope": scopes, "last_step_ms": step_s[-1] * 1e3 if step_s else 0.0,
+            "timeline": timeline, "timeline_ms": sum(t["us"] for t in timeline) / 1e3}
 
 
-def profile_text(prof: dict) -> str:
-    """The profile as a table: the top kernels by total time over the profiled steps."""
+BY = ("kernel", "shape", "scope")
+
+
+def profile_text(prof: dict, by: str = "kernel") -> str:
+    """The profile as a table of the top kernels by total time over the profiled steps; `by="shape"` splits
+    each kernel by its operands' shapes (which matmul is slow), `by="scope"` sums the time per layer."""
+    if by not in BY:
+        raise ProfileError(f"by={by!r} is not one of {', '.join(BY)}", where="profile", hint="--by kernel|shape|scope")
     head = (f"profile of {prof['spec']}" + (f" (run {prof['run']})" if prof.get("run") else "") +
             f": {prof['steps']} steps of batch {prof['batch_size']} on {prof['device']}, "
             f"{prof['step_ms']:.3f} ms a step, {prof['dispatches']:.0f} dispatches a step")
@@ -151,13 +218,27 @@ def profile_text(prof: dict) -> str:
     share = prof["kernel_ms"] / prof["step_ms"] if prof["step_ms"] else 0.0
     lines.append(f"kernels: {prof['kernel_ms']:.3f} ms a step ({100 * share:.1f}% of the step; the rest is host "
                  "work around the kernels)")
-    lines.append(f"  {'kernel':<24}{'calls':>8}{'total ms':>11}{'% of step':>11}{'mean us':>10}"
-                 f"   (calls and ms: all {prof['steps']} timed steps)")
-    for r in prof["kernels"]:
-        lines.append(f"  {r['name']:<24}{r['calls']:>8}{r['total_ms']:>11.3f}{100 * r['share']:>10.1f}%"
-                     f"{r['mean_us']:>10.1f}")
-    if prof["kernels_total"] > len(prof["kernels"]):
-        lines.append(f"  ... {prof['kernels_total'] - len(prof['kernels'])} more kernels")
+    tail = f"   (calls and ms: all {prof['steps']} timed steps)"
+    nums = lambda r: f"{r['calls']:>8}{r['total_ms']:>11.3f}{100 * r['share']:>10.1f}%{r['mean_us']:>10.1f}"
+    cols = f"{'calls':>8}{'total ms':>11}{'% of step':>11}{'mean us':>10}"
+    if by == "kernel":
+        rows, total = prof["kernels"], prof["kernels_total"]
+        lines.append(f"  {'kernel':<24}{cols}{tail}")
+        lines += [f"  {r['name']:<24}{nums(r)}" for r in rows]
+    elif by == "shape":
+        rows, total = prof.get("by_shape") or [], prof.get("by_shape_total", 0)
+        lines.append(f"  {'kernel':<24}{cols}   shape (operands -> result), layers{tail}")
+        for r in rows:
+            where = ", ".join(x or "-" for x in r["scopes"][:3]) + (" ..." if len(r["scopes"]) > 3 else "")
+            lines.append(f"  {r['name']:<24}{nums(r)}   {r['shape']}  [{where}]")
+    else:
+        rows = prof.get("by_scope") or []
+        total = len(rows)
+        w = max([24] + [len(r["scope"]) + 2 for r in rows])
+        lines.append(f"  {'layer':<{w}}{cols}{tail}")
+        lines += [f"  {(r['scope'] or '-'):<{w}}{nums(r)}" for r in rows]
+    if total > len(rows):
+        lines.append(f"  ... {total - len(rows)} more rows")
     return "\n".join(lines)
 
 
@@ -180,4 +261,4 @@ def profile_html(prof: dict) -> str:
             f'<table style="border-collapse:collapse">{"".join(rows)}</table></div>')
 
 
-__all__ = ["profile_spec", "profile_run", "profile_text", "profile_html"]
+__all__ = ["profile_spec", "profile_run", "profile_of", "profile_text", "profile_html", "shape_text", "BY"]

@@ -15,7 +15,7 @@ from .. import dtypes as dt
 from ..graph.params import ParamDecl
 from ..errors import DTypeError, GraphError, ShapeError, did_you_mean
 from ..graph import functional as F
-from ..graph.node import Node
+from ..graph.node import Node, current_scope, scope
 from ..graph.opset import conv_out
 from .schema import KNOWN, MAX_SIZE, Checker, format_path, kind_of, show
 
@@ -480,9 +480,12 @@ def _block_fwd(xs, p, a, ctx):
             return t
         return F.dropout(t, a["dropout"], ctx.gen(name), True)
 
-    h = F.add(x, drop(_mha(_norm(x, p, "ln1.", a["norm"], a["eps"]), p, "attn.", a["heads"], a["causal"]), "attn"))
-    m = _lin(_act(_lin(_norm(h, p, "ln2.", a["norm"], a["eps"]), p, "mlp.fc1."), a["activation"]), p, "mlp.fc2.")
-    return F.add(h, drop(m, "mlp"))
+    outer = current_scope()         # a profile names the block's halves: "<block>.attn", "<block>.mlp"
+    with scope(f"{outer}.attn" if outer else "attn"):
+        h = F.add(x, drop(_mha(_norm(x, p, "ln1.", a["norm"], a["eps"]), p, "attn.", a["heads"], a["causal"]), "attn"))
+    with scope(f"{outer}.mlp" if outer else "mlp"):
+        m = _lin(_act(_lin(_norm(h, p, "ln2.", a["norm"], a["eps"]), p, "mlp.fc1."), a["activation"]), p, "mlp.fc2.")
+        return F.add(h, drop(m, "mlp"))
 
 
 register(Layer(

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .. import dtypes as dt
 from ..errors import GraphError, ScellisError, ShapeError, did_you_mean
-from ..graph.node import Node
+from ..graph.node import Node, scope
 from .layers import LAYERS, Layer, LayerCtx, ParamDecl, check_attrs
 from .locate import Locator
 from .schema import NAME_RE, Checker, SpecError
@@ -191,7 +191,8 @@ class ModelGraph:
         def run(ins, loc):
             return LAYERS[n.op].forward(ins, loc, n.attrs, ctx)
         hook = (hooks or {}).get(n.key)
-        return hook(inputs, local, run) if hook is not None else run(inputs, local)
+        with scope(n.key):
+            return hook(inputs, local, run) if hook is not None else run(inputs, local)
 
     @property
     def needed(self) -> list[int]:

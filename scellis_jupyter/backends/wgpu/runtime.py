@@ -18,6 +18,7 @@ import numpy as np
 
 from ... import dtypes as dt
 from ...errors import DeviceError, DTypeError, KernelError
+from ..profiling import dispatch_tag
 from ..storage import Storage, bind
 from ...program.liveness import align
 from .kernels import LAUNCHERS
@@ -139,6 +140,7 @@ class WgpuBackend:
         self.dispatches = 0
         self.raw_replays = 0            # programs replayed through the direct wgpu-native path
         self._timing: dict | None = None     # profiling: every dispatch in its own timestamped pass
+        self._tag: dict | None = None        # profiling: the dispatch being launched (op, scope, shapes)
         self._kernel_names: dict = {}       # id(pipeline) -> kernel name (the launch key before ':')
         self._op: str = ""
         self._lost = None
@@ -408,9 +410,14 @@ class WgpuBackend:
             self._prog_params[prog.hash] = (buf, data)
             self._param_buf = buf
             p = self._open_pass()
-            for pipeline, storages, param, wg in self._pending:
+            tags = self._timing["pending"] if self._timing is not None else None
+            for k, (pipeline, storages, param, wg) in enumerate(self._pending):
+                if tags:                     # a recorded program runs at its end: each pass keeps its own tag
+                    self._tag = tags[k]
                 self._dispatch_now(p, pipeline, storages, param, wg)
             self._pending = []
+            if tags is not None:
+                tags.clear()
         self._mode = None
         if self._trace is not None and mode is not None:
             rec = self._to_record(self._trace)
@@ -575,6 +582,8 @@ class WgpuBackend:
                               hint="run it on the reference device")
         self._dtype_ok(value.dtype)
         self._op = value.op
+        if self._timing is not None:        # profiling only: what each timed pass of this dispatch was for
+            self._tag = dispatch_tag(value, ins)
         fn(self, value, ins, out)
 
     def pipeline(self, key: str, source: str):
@@ -622,6 +631,8 @@ class WgpuBackend:
         if self._mode == "record":
             self._params += chunk
             self._pending.append((pipeline, list(storages), param, wg))
+            if self._timing is not None:
+                self._timing["pending"].append(self._tag)
         elif self._mode == "replay":
             if self._param_data[self._cursor:self._cursor + len(chunk)] != chunk:
                 raise KernelError("a cached program replayed different dispatch parameters",
@@ -651,7 +662,8 @@ class WgpuBackend:
         if "timestamp-query" not in self.features:
             return False
         self.flush()
-        self._timing = {"sets": [], "names": []}
+        self._timing = {"sets": [], "names": [], "pending": []}
+        self._tag = None
         return True
 
     def _timed_pass(self, pipeline):
@@ -666,11 +678,12 @@ class WgpuBackend:
         j = 2 * (k % QUERY_PAIRS)
         self._pass = self._encoder.begin_compute_pass(timestamp_writes={
             "query_set": t["sets"][-1], "beginning_of_pass_write_index": j, "end_of_pass_write_index": j + 1})
-        t["names"].append((self._kernel_names.get(id(pipeline), "?"), self._op))
+        t["names"].append((self._kernel_names.get(id(pipeline), "?"), self._tag))
         return self._pass
 
-    def stop_timing(self) -> list[tuple[str, str, float]]:
-        """(kernel, op, GPU seconds) of every dispatch since `start_timing`, in order; timing ends."""
+    def stop_timing(self) -> list[dict]:
+        """Every dispatch since `start_timing`, in order: {kernel, op, scope, ins, out, s (GPU seconds)}, the
+        op, scope and shapes being those of the program value that launched it; timing ends."""
         t, self._timing = self._timing, None
         if t is None:
             return []
@@ -693,7 +706,9 @@ class WgpuBackend:
             qs.destroy()
             # nanoseconds (WebGPU's unit); a pass the driver reordered reads 0, not a negative time
             times.extend(max(0, int(e - b)) * 1e-9 for b, e in zip(ticks[0::2], ticks[1::2]))
-        return [(k, op, s) for (k, op), s in zip(t["names"], times)]
+        return [{"kernel": k, **(tag or {"op": "?", "scope": "", "ins": [], "out": []}), "s": s}
+                for (k, tag), s in zip(t["names"], times)]
+
 
 
 FAST_MAX = 64   # resolved replays kept (one per program and set of root buffers)

@@ -1,5 +1,5 @@
 """The notebook widgets (anywidget): plan, curves, run controls, graph, catalog, LR finder, sweep heatmap,
-federated rounds.
+federated rounds, the profile's flame-style timeline.
 
 Each has a live view (js/src/<name>.js, bundled into scellis_jupyter/static/ at install time) and a static
 `text/plain` + `text/html` form of its current state for notebooks viewed without a kernel.
@@ -13,6 +13,7 @@ from .lr_finder_view import LRFinderView
 from .plan_view import PlanView
 from .run_panel import RunPanel
 from .round_monitor import RoundMonitorView
+from .profile_view import ProfileView
 
 __all__ = ["PlanView", "LossCurve", "RunPanel", "GraphView", "CatalogBrowser", "LRFinderView", "HeatmapView",
-           "WidgetError", "RoundMonitorView"]
+           "WidgetError", "RoundMonitorView", "ProfileView"]
