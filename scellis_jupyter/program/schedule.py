@@ -11,7 +11,7 @@ import blake3
 from ..errors import GraphError
 from ..graph.node import Node, toposort
 from ..graph.opset import ELEMENTWISE
-from . import batching, fusion
+from . import batching, epilogue, fusion
 from .ir import Program, Value, multi_offset, value_nbytes  # noqa: F401 - Program is imported from here too
 from .liveness import plan_arena
 
@@ -63,7 +63,10 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
             raise GraphError(f"output {k} can only be donated into a leaf", where="compile_program")
     gates = {index[a.id] for n in order for a in n.after if a.id in index}   # control-input targets
     multi = fuse and batching.enabled()
+    epi = fuse and epilogue.enabled()
     h.update(repr(("out", out_idx, backend, tier, fuse, want_donate, sorted(gates), multi)).encode())
+    if epi:
+        h.update(b"epilogue")
     key = h.hexdigest()
     cached = _CACHE.get(key)
     if cached is not None:
@@ -73,6 +76,10 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
     if fuse:
         values, out_idx, remap = fusion.fuse(values, out_idx, keep=gates)
         leaf_idx = [remap[i] for i in leaf_idx]
+    if epi:     # matmul epilogues, on the fused schedule (gates kept where fusion kept them)
+        values, out_idx, remap2 = epilogue.absorb(values, out_idx, keep={remap[g] for g in gates if g in remap})
+        leaf_idx = [remap2[i] for i in leaf_idx]
+        remap = {i: remap2[j] for i, j in remap.items() if j in remap2}
 
     view_base: dict[int, tuple[int, int]] = {}
     for i, v in enumerate(values):
