@@ -23,6 +23,7 @@ struct Params {
   sa: vec4<u32>,       // batch strides (elements) of A, B, C over (d0, d1, d2)
   sb: vec4<u32>,
   sc: vec4<u32>,       // .w: element stride between K-split partials
+  {{EPI_PARAMS}}
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> A: array<{{T}}>;
@@ -31,6 +32,7 @@ struct Params {
 
 var<workgroup> As: array<vec4<{{ST}}>, {{AS_LEN}}>;   // [BK][TM/4]
 var<workgroup> Bs: array<vec4<{{ST}}>, {{BS_LEN}}>;   // [BK][TN/4]
+{{EPILOGUE}}
 
 @compute @workgroup_size({{THREADS}})
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -174,4 +176,46 @@ c{{R}}_{{H}} += vec4<f32>(h{{R}}_{{H}}); h{{R}}_{{H}} = vec4<f16>(0.0);
   if (col + 1u < p.N) { var v = c{{R}}_{{H}}.y; if (p.acc != 0u) { v += f32(C[base + 1u]); } C[base + 1u] = {{T}}(v); }
   if (col + 2u < p.N) { var v = c{{R}}_{{H}}.z; if (p.acc != 0u) { v += f32(C[base + 2u]); } C[base + 2u] = {{T}}(v); }
   if (col + 3u < p.N) { var v = c{{R}}_{{H}}.w; if (p.acc != 0u) { v += f32(C[base + 3u]); } C[base + 3u] = {{T}}(v); }
+}
+
+//=== epi_params
+// Epilogue (program/epilogue.py) fields of Params: en.x = columns of the product (the K-split sum's
+// row length); per epilogue input k, eb[k] = its batch strides over (d0, d1, d2) and, in .w, the element
+// at this chunk's (batch, row, column) origin; er[k] = its row and column strides
+en: vec4<u32>,
+eb: array<vec4<u32>, {{NE}}>,
+er: array<vec4<u32>, {{NE}}>,
+
+//=== epi_fn
+// The epilogue: a fused group's instruction list (as in kernels/fused.wgsl, each `let` rounded to its
+// dtype) on the product `acc` at logical element (batch i0, i1, i2; row, col of this chunk), its other
+// inputs x0.. read at that element; only the chain's result is stored. Used by every tile variant's
+// store and by the K-split sum (kernels/matmul_ksplit.wgsl), so partials never see it.
+{{BINDINGS}}
+{{HELPERS}}
+fn epilogue(acc: f32, i0: u32, i1: u32, i2: u32, row: u32, col: u32) -> {{TC}} {
+  {{OFFSETS}}
+  {{BODY}}
+  return {{TC}}(t{{LAST}});
+}
+
+//=== epi_offset
+// element of epilogue input K at (i0, i1, i2, row, col)
+let eo{{K}} = p.eb[{{K}}].w + i0 * p.eb[{{K}}].x + i1 * p.eb[{{K}}].y + i2 * p.eb[{{K}}].z + row * p.er[{{K}}].x + col * p.er[{{K}}].y;
+
+//=== epi_load
+// epilogue input K in its compute type CT
+{{CT}}(x{{K}}[eo{{K}}])
+
+//=== epi_acc
+// the product as the chain reads it: rounded to the matmul's dtype T, as its store would round it
+f32({{T}}(acc))
+
+//=== store_cols_epi
+// 4 columns of row `row` from accumulator c{{R}}_{{H}} through the epilogue (no `acc`: never K-chunked)
+{ let col = n0 + {{COL}}u + tx * 4u; let base = cbase + row * p.ldc + col;
+  if (col + 0u < p.N) { C[base + 0u] = epilogue(c{{R}}_{{H}}.x, i0, i1, i2, row, col + 0u); }
+  if (col + 1u < p.N) { C[base + 1u] = epilogue(c{{R}}_{{H}}.y, i0, i1, i2, row, col + 1u); }
+  if (col + 2u < p.N) { C[base + 2u] = epilogue(c{{R}}_{{H}}.z, i0, i1, i2, row, col + 2u); }
+  if (col + 3u < p.N) { C[base + 3u] = epilogue(c{{R}}_{{H}}.w, i0, i1, i2, row, col + 3u); }
 }

@@ -1,0 +1,116 @@
+"""`matmul_fused`: a matmul whose store runs the elementwise chain that consumed it (program/epilogue.py).
+
+Why: bias, activation, residual and dropout after a matmul otherwise cost a dispatch each and a full
+read and write of the activation. The chain's instruction list becomes a WGSL function `epilogue` (the
+pieces of kernels/matmul.wgsl `epi_*`, op expressions from kernels/ops.wgsl, each instruction rounded to
+its dtype as kernels/fused.wgsl does), called by every tile variant's store; with a K-split it runs in
+the partials' sum, after the last partial. Its other inputs bind whole, after A, B and C.
+
+Where the matmul cannot run it (K blocks added onto C under the binding limit, an epilogue input larger
+than one binding, an output dtype other than the matmul's, an empty K), the product goes to a scratch
+buffer and the chain runs as a `fused` kernel on it: two dispatches, the same values.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import struct
+from types import SimpleNamespace
+
+from .... import dtypes as dt
+from ...storage import Storage
+from ..templates import WGSL_TYPE, bindings, enable_f16, snippet
+from . import fused, matmul
+from .elementwise import compute_type
+from .registry import launcher
+from .strided import window
+
+
+@functools.lru_cache(maxsize=256)
+def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int) -> tuple[str, int, str]:
+    """(the epilogue's module-scope WGSL, its input count for Params (at least 1), the `enable` line)."""
+    lines = []
+    for j, (op, attrs, refs, shape, dtype) in enumerate(code):
+        args = []
+        for kind, k in refs:
+            if kind == "in" and k == slot:
+                args.append((snippet("matmul", "epi_acc", T=WGSL_TYPE[mm_dtype]), mm_dtype))
+            elif kind == "in":
+                e = k if k < slot else k - 1
+                args.append((snippet("matmul", "epi_load", CT=compute_type(ext_dtypes[e]), K=e), ext_dtypes[e]))
+            else:
+                args.append((snippet("fused", "temp", J=k), code[k][4]))
+        ex = fused._expr(op, dict(attrs), args, dtype)
+        if dtype == "f16":
+            ex = snippet("fused", "round_f16", EXPR=ex)
+        lines.append(snippet("fused", "let", J=j, EXPR=ex))
+    decl = bindings(*((f"x{k}", d) for k, d in enumerate(ext_dtypes)), first=first)
+    offsets = "\n".join(snippet("matmul", "epi_offset", K=k) for k in range(len(ext_dtypes)))
+    text = snippet("matmul", "epi_fn", BINDINGS=decl, HELPERS=snippet("ops", "helpers"),
+                   TC=WGSL_TYPE[code[-1][4]], OFFSETS=offsets, BODY="\n".join(lines), LAST=len(code) - 1)
+    also = [c[4] for c in code]
+    return text, max(1, len(ext_dtypes)), enable_f16(mm_dtype, *ext_dtypes, *also)
+
+
+class Epilogue:
+    """What matmul.py's launcher needs to run a chain in its store: the WGSL per kernel, the inputs'
+    bindings, and the per-chunk origins of each input (its element at the chunk's first row/column)."""
+
+    def __init__(self, be, v, others):
+        self.code, self.slot = v.attrs["code"], v.attrs["slot"]
+        self.mm_dtype = v.attrs["mm"][1]
+        self.strides = [tuple(int(x) for x in st) for st in v.attrs["strides"]]
+        self.dtypes = tuple(s.dtype for s in others)
+        self.wins, self.offs = [], []
+        for s in others:
+            n = max(1, math.prod(s.shape))
+            w, off = window(s, 0, 0, n - 1, dt.ITEMSIZE[s.dtype], be.offset_align)
+            self.wins.append(w)
+            self.offs.append(off)
+
+    def source(self, first: int) -> tuple[str, int, str]:
+        return wgsl(self.code, self.slot, self.mm_dtype, self.dtypes, first)
+
+    def batch_strides(self) -> list[tuple]:
+        return [st[:-2] for st in self.strides]
+
+    def params(self, bstart, bstrides, tails, m0: int, n0: int, ncols: int) -> bytes:
+        """en, eb[], er[] of one chunk: bstart/bstrides over the collapsed batch dims, tails the strides of
+        the kernel's three batch dims (d0, d1, d2) per input."""
+        ne = max(1, len(self.strides))
+        eb, er = [], []
+        for k, st in enumerate(self.strides):
+            rs, cs = st[-2], st[-1]
+            base = self.offs[k] + sum(a * s for a, s in zip(bstart, bstrides[k])) + m0 * rs + n0 * cs
+            eb += [*tails[k], base]
+            er += [rs, cs, 0, 0]
+        eb += [0] * (4 * ne - len(eb))
+        er += [0] * (4 * ne - len(er))
+        return struct.pack(f"<4I{4 * ne}I{4 * ne}I", ncols, 0, 0, 0, *eb, *er)
+
+
+def _fits(be, others) -> bool:
+    return all((max(s.nbytes, 4) + 3) // 4 * 4 <= be.binding_limit - be.offset_align for s in others)
+
+
+@launcher("matmul_fused")
+def _matmul_fused(be, v, ins, out):
+    a, b, *others = ins
+    mshape, mdtype = v.attrs["mm"]
+    mm = SimpleNamespace(op="matmul", attrs={}, shape=tuple(mshape), dtype=mdtype)
+    if v.dtype == mdtype and _fits(be, others):
+        if matmul._matmul(be, mm, [a, b], out, epi=Epilogue(be, v, others)):
+            return
+    _apart(be, v, mm, a, b, others, out)
+
+
+def _apart(be, v, mm, a, b, others, out) -> None:
+    """The product into scratch, then the chain as a `fused` kernel: what the two steps would do."""
+    nbytes = dt.nbytes(mm.shape, mm.dtype)
+    buf = be.scratch("matmul-epilogue", max(4, (nbytes + 3) // 4 * 4))
+    prod = Storage(be, buf, 0, tuple(mm.shape), mm.dtype, nbytes)
+    matmul._matmul(be, mm, [a, b], prod)
+    seen = Storage(be, buf, 0, tuple(v.attrs["seen"]), mm.dtype, nbytes)
+    chain = list(others)
+    chain.insert(v.attrs["slot"], seen)
+    fused._fused_one(be, SimpleNamespace(attrs={"code": v.attrs["code"]}, shape=v.shape, dtype=v.dtype), chain, out)
