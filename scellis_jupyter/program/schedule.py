@@ -144,7 +144,8 @@ def _donations(values, steps, out_idx, wanted, base) -> dict[int, int]:
         v = values[b]
         if v.kind != "compute" or b in out or li in out.values():
             continue
-        if v.op not in ELEMENTWISE_STEPS:
+        if v.op not in ELEMENTWISE_STEPS and not (   # an epilogue reads its inputs after A, B elementwise
+                v.op == "matmul_fused" and all(base(i) != li for i in v.inputs[:2])):
             continue
         lv = values[li]
         if (lv.shape, lv.dtype) != (v.shape, v.dtype) or out_idx.count(b) > 1:
