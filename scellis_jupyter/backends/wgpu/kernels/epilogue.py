@@ -13,6 +13,7 @@ buffer and the chain runs as a `fused` kernel on it: two dispatches, the same va
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import struct
 from types import SimpleNamespace
@@ -27,8 +28,9 @@ from .strided import window
 
 
 @functools.lru_cache(maxsize=256)
-def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int) -> tuple[str, int, str]:
-    """(the epilogue's module-scope WGSL, its input count for Params (at least 1), the `enable` line)."""
+def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int) -> tuple[str, int, str, str]:
+    """(the epilogue's module-scope WGSL, its input count for Params (at least 1), the `enable` line, a
+    short tag of the text for pipeline keys)."""
     lines = []
     for j, (op, attrs, refs, shape, dtype) in enumerate(code):
         args = []
@@ -49,7 +51,8 @@ def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int) -
     text = snippet("matmul", "epi_fn", BINDINGS=decl, HELPERS=snippet("ops", "helpers"),
                    TC=WGSL_TYPE[code[-1][4]], OFFSETS=offsets, BODY="\n".join(lines), LAST=len(code) - 1)
     also = [c[4] for c in code]
-    return text, max(1, len(ext_dtypes)), enable_f16(mm_dtype, *ext_dtypes, *also)
+    tag = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+    return text, max(1, len(ext_dtypes)), enable_f16(mm_dtype, *ext_dtypes, *also), tag
 
 
 class Epilogue:
@@ -68,7 +71,7 @@ class Epilogue:
             self.wins.append(w)
             self.offs.append(off)
 
-    def source(self, first: int) -> tuple[str, int, str]:
+    def source(self, first: int) -> tuple[str, int, str, str]:
         return wgsl(self.code, self.slot, self.mm_dtype, self.dtypes, first)
 
     def batch_strides(self) -> list[tuple]:

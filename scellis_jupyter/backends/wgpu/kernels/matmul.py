@@ -101,7 +101,7 @@ def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:
     """(EPILOGUE, EPI_PARAMS, ENABLE) of a kernel with epilogue `epi` (None: none)."""
     if not epi:
         return "", "", enable_f16(dtype)
-    text, ne, enable = epi
+    text, ne, enable = epi[:3]
     return text, snippet("matmul", "epi_params", NE=ne), enable or enable_f16(dtype)
 
 
@@ -302,7 +302,7 @@ def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None):
     m, n = struct.unpack_from("<2I", params)
     if ep:          # (Epilogue, its chunk params): inputs bound after A, B, C
         src = ep[0].source(4)
-        be.launch(_key(variant, d, packed) + ":epi:" + src[0], source(variant, d, packed, src),
+        be.launch(_key(variant, f"epi{src[3]}:{d}", packed), source(variant, d, packed, src),
                   list(wins) + ep[0].wins, params + ep[1], _groups(variant, m, n, z))
         return
     be.launch(_key(variant, d, packed), source(variant, d, packed), wins, params, _groups(variant, m, n, z))
@@ -330,7 +330,7 @@ def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, 
     _launch_tile(be, "f32", variant, [wins[0], wins[1], part], params, nsplit)
     if ep:          # the epilogue runs in the sum, after the last partial
         src = ep[0].source(3)
-        be.launch(f"matmul_ksplit:{d}:epi:" + src[0], ksplit_source(d, src), [part, wins[2]] + ep[0].wins,
+        be.launch(f"matmul_ksplit:epi{src[3]}:{d}", ksplit_source(d, src), [part, wins[2]] + ep[0].wins,
                   struct.pack("<4I", m * n, nsplit, 0, offs[2]) + ep[1], math.ceil(m * n / 256))
         return
     be.launch(f"matmul_ksplit:{d}", ksplit_source(d), [part, wins[2]],
