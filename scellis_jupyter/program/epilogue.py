@@ -92,6 +92,41 @@ def _code_of(v) -> tuple:
     return ((v.op, tuple(sorted(v.attrs.items())), refs, v.shape, v.dtype),)
 
 
+def _draw_inline(values, code: tuple, ext: list, users, fixed: set, shape) -> tuple[tuple, list, list]:
+    """Dropout's uniforms drawn in the epilogue: an input made by `philox_uniform` of the result's shape,
+    read by this chain alone, becomes the chain's first instructions (its word is its logical element's:
+    the same bits), its stream base (if any) an input. Returns (code, inputs, absorbed values)."""
+    draws = [k for k, e in enumerate(ext) if values[e].op == "philox_uniform" and values[e].kind == "compute"
+             and tuple(values[e].shape) == tuple(shape) and len(users[e]) == 1 and e not in fixed]
+    if not draws:
+        return code, ext, []
+    new_ext: list[int] = []
+
+    def slot_of(e: int) -> int:
+        if e not in new_ext:
+            new_ext.append(e)
+        return new_ext.index(e)
+    pre, ref = [], {}
+    for k, e in enumerate(ext):
+        if k in draws:
+            pv = values[e]
+            ref[k] = ("t", len(pre))
+            pre.append(("philox_uniform", tuple(sorted(pv.attrs.items())),
+                        tuple(("in", slot_of(i)) for i in pv.inputs), tuple(pv.shape), "f32"))
+        else:
+            ref[k] = ("in", slot_of(e))
+    body = tuple((op, attrs, tuple(ref[j] if kind == "in" else ("t", j + len(pre)) for kind, j in refs), sh, d)
+                 for op, attrs, refs, sh, d in code)
+    return tuple(pre) + body, new_ext, [ext[k] for k in draws]
+
+
+def _whole_reads(code: tuple, slot: int, n: int) -> set[int]:
+    """Inputs read only as a draw's stream base (two words, not at the element)."""
+    base = {j for op, _, refs, _, _ in code if op == "philox_uniform" for kind, j in refs if kind == "in"}
+    other = {j for op, _, refs, _, _ in code if op != "philox_uniform" for kind, j in refs if kind == "in"}
+    return base - other - {slot}
+
+
 def absorb(values: list, outputs: list[int], keep: set[int] | None = None) -> tuple[list, list[int], dict[int, int]]:
     """Rewrite `values` with matmul epilogues; returns (values, outputs, old->new) as fusion.fuse does."""
     n = len(values)
@@ -125,22 +160,28 @@ def absorb(values: list, outputs: list[int], keep: set[int] | None = None) -> tu
         ext = list(cv.inputs)
         if ext.count(seen) != 1:
             continue                                    # mul(y, y) as a plain op: one value in two slots
+        code, ext, drawn = _draw_inline(values, _code_of(cv), ext, users, fixed, cv.shape)
         slot = ext.index(seen)
         others = [e for k, e in enumerate(ext) if k != slot]
         if len(others) > MAX_EPILOGUE_INPUTS:
             continue
         strides = []
-        for e in others:
-            st = restride(cv.shape, broadcast(values[e].shape, cv.shape), v.shape)
+        whole = _whole_reads(code, slot, len(ext))
+        for k, e in enumerate(ext):
+            if k == slot:
+                continue
+            st = (0,) * len(v.shape) if k in whole else \
+                restride(cv.shape, broadcast(values[e].shape, cv.shape), v.shape)
             if st is None:
                 break
             strides.append(st)
         else:
-            attrs = {"code": _code_of(cv), "slot": slot, "mm": (tuple(v.shape), v.dtype),
+            attrs = {"code": code, "slot": slot, "mm": (tuple(v.shape), v.dtype),
                      "seen": tuple(values[seen].shape), "strides": tuple(strides)}
             replace[c] = Value("matmul_fused", tuple(v.inputs) + tuple(others), attrs, cv.shape, cv.dtype,
                                "compute", cv.nbytes)
             absorbed.update(chain)
+            absorbed.update(drawn)
     if not replace:
         return values, outputs, {i: i for i in range(n)}
     remap: dict[int, int] = {}

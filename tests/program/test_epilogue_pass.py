@@ -20,6 +20,8 @@ except sc.ScellisError:  # pragma: no cover
     WG = None
 R = np.random.default_rng(3)
 SPEC = os.path.join(os.path.dirname(__file__), "..", "fixtures", "specs", "plan_char_transformer.toml")
+# with dropout in the block: masks from the step's stream inputs, kept for the backward
+DROP_SPEC = open(SPEC).read().replace("heads = 4, causal = true", "heads = 4, causal = true, dropout = 0.1")
 
 
 def t(*shape):
@@ -84,6 +86,17 @@ def test_only_the_safe_part_fuses_when_the_pre_activation_is_kept():
     assert len(fused) == 1 and [c[0] for c in fused[0].attrs["code"]] == ["add"]
 
 
+def test_a_dropout_read_by_the_chain_alone_is_drawn_in_it():
+    x, w, b = t(4, 5), t(5, 6), t(6)
+    y = F.dropout(F.add(F.matmul(x.node, w.node), b.node), 0.5, sc.rng.Generator(1).stream("dropout"))
+    vs, _ = steps(y)
+    assert [v.op for v in vs] == ["matmul_fused"] and vs[0].attrs["code"][0][0] == "philox_uniform"
+    # a mask kept for a second reader (a backward) stays one draw, materialized once
+    u = F.uniform_node(sc.rng.Generator(1).stream("dropout"), (4, 6))
+    got = ops_of(F.add(F.matmul(x.node, w.node), u), F.mul(u, 2.0))
+    assert "philox_uniform" in got and "matmul_fused" in got
+
+
 def test_switched_off(monkeypatch):
     monkeypatch.setenv("SCELLIS_EPILOGUE", "0")
     x, w, b = t(4, 5), t(5, 6), t(6)
@@ -119,7 +132,7 @@ def test_reference_is_bit_identical_to_the_unfused_program(name, monkeypatch):
 
 def _train(device, on, monkeypatch, steps):
     monkeypatch.setenv("SCELLIS_EPILOGUE", on)
-    run = sc.train(SPEC, store=tempfile.mkdtemp(), device=device, steps=steps, progress=False)
+    run = sc.train(DROP_SPEC, store=tempfile.mkdtemp(), device=device, steps=steps, progress=False)
     return run.weights()
 
 

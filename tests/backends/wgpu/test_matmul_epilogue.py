@@ -109,7 +109,10 @@ def test_dropout_in_the_store_draws_the_unfused_mask(monkeypatch):
         A, W, B = (sc.tensor(x, device=dev) for x in (a, w, b))
         y = ops.dropout(abs(A @ W + B) + 0.5, 0.3, sc.rng.Generator(5))   # never 0 where kept
         return y.numpy()
-    got, unfused, ref = chain(WG, True), chain(WG, False), chain(REF, True)
+    d0 = WG.impl.dispatches
+    got = chain(WG, True)
+    assert WG.impl.dispatches - d0 == 1         # the uniforms are drawn in the store: no philox dispatch
+    unfused, ref = chain(WG, False), chain(REF, True)
     np.testing.assert_array_equal(got != 0, unfused != 0)
     np.testing.assert_array_equal(got != 0, ref != 0)
     keep = got != 0
@@ -117,6 +120,36 @@ def test_dropout_in_the_store_draws_the_unfused_mask(monkeypatch):
     exact = (np.abs(np.matmul(a.astype(np.float64), w.astype(np.float64)) + b) + 0.5) / 0.7
     mag = np.sqrt(np.matmul(a.astype(np.float64) ** 2, w.astype(np.float64) ** 2))
     assert np.all(np.abs(got[keep] - exact[keep]) <= (1.5e-4 * mag + 1e-6 * exact)[keep])
+
+
+@pytest.mark.parametrize("where", ["store", "apart"])
+def test_uniforms_drawn_in_the_epilogue_from_a_based_stream(where, monkeypatch):
+    """A dropout read by the chain alone draws its uniforms in the store (no philox dispatch), at a stream
+    base near 2^32 (the 64-bit carry) from a step input; `apart`: a casting chain, drawn by the philox
+    kernel into scratch first. Masks equal the unfused program's and the reference's."""
+    from scellis_jupyter.graph import functional as F
+    from scellis_jupyter.rng.generator import Generator, Stream
+    a = R.standard_normal((2, 17, 21)).astype(np.float32)
+    w, b = R.standard_normal((21, 30)).astype(np.float32), R.standard_normal(30).astype(np.float32)
+    base = np.array([0xFFFFFF00, 3], np.uint32)
+
+    def run(dev, epilogue):
+        monkeypatch.setenv("SCELLIS_EPILOGUE", "1" if epilogue else "0")
+        A, W, B = (sc.tensor(x, device=dev) for x in (a, w, b))
+        st = Stream(Generator(9), "dropout", base=sc.tensor(base, dtype="u32", device=dev).node)
+        y = F.add(F.abs_(F.add(F.matmul(A.node, W.node), B.node)), 0.5)
+        y = F.dropout(y, 0.4, st)
+        if where == "apart":
+            y = F.cast(y, "f16")
+        before = dev.impl.dispatches if dev is WG else 0
+        out = sc.Tensor(y, dev).numpy()
+        return out, (dev.impl.dispatches - before if dev is WG else 0)
+    (got, n), (unfused, n0), (ref, _) = run(WG, True), run(WG, False), run(REF, True)
+    np.testing.assert_array_equal(got != 0, unfused != 0)
+    np.testing.assert_array_equal(got != 0, ref != 0)
+    assert 0.3 < 1 - (got != 0).mean() < 0.5
+    assert n0 == 3 and n == (1 if where == "store" else 3), (n, n0)
+    np.testing.assert_allclose(got.astype(np.float64), unfused.astype(np.float64), rtol=1e-6, atol=1e-6)
 
 
 def test_a_chain_that_casts_runs_apart_with_the_same_values(monkeypatch):

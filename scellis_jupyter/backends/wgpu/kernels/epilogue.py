@@ -23,7 +23,7 @@ from ...storage import Storage
 from ..templates import WGSL_TYPE, bindings, enable_f16, snippet
 from . import fused, matmul
 from .elementwise import compute_type
-from .registry import launcher
+from .registry import LAUNCHERS, launcher
 from .strided import window
 
 
@@ -31,14 +31,21 @@ from .strided import window
 def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int) -> tuple[str, int, str, str]:
     """(the epilogue's module-scope WGSL, its input count for Params (at least 1), the `enable` line, a
     short tag of the text for pipeline keys)."""
-    lines = []
+    lines, draws = [], 0
     for j, (op, attrs, refs, shape, dtype) in enumerate(code):
+        if op == "philox_uniform":      # the logical element index is the pseudo-input after the others
+            off = (snippet("matmul", "epi_draw_off_based", J=draws, B=_ext(refs[0][1], slot)) if refs
+                   else snippet("matmul", "epi_draw_off", J=draws))
+            lines.append(snippet("fused", "let", J=j, EXPR=snippet("matmul", "epi_draw", K=len(ext_dtypes),
+                                                                 OFF=off, J=draws)))
+            draws += 1
+            continue
         args = []
         for kind, k in refs:
             if kind == "in" and k == slot:
                 args.append((snippet("matmul", "epi_acc", T=WGSL_TYPE[mm_dtype]), mm_dtype))
             elif kind == "in":
-                e = k if k < slot else k - 1
+                e = _ext(k, slot)
                 args.append((snippet("matmul", "epi_load", CT=compute_type(ext_dtypes[e]), K=e), ext_dtypes[e]))
             else:
                 args.append((snippet("fused", "temp", J=k), code[k][4]))
@@ -47,12 +54,19 @@ def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int) -
             ex = snippet("fused", "round_f16", EXPR=ex)
         lines.append(snippet("fused", "let", J=j, EXPR=ex))
     decl = bindings(*((f"x{k}", d) for k, d in enumerate(ext_dtypes)), first=first)
-    offsets = "\n".join(snippet("matmul", "epi_offset", K=k) for k in range(len(ext_dtypes)))
-    text = snippet("matmul", "epi_fn", BINDINGS=decl, HELPERS=snippet("ops", "helpers"),
+    offsets = "\n".join(snippet("matmul", "epi_offset", K=k) for k in range(len(ext_dtypes) + (1 if draws else 0)))
+    helpers = snippet("ops", "helpers") + ("\n" + snippet("matmul", "epi_philox") if draws else "")
+    text = snippet("matmul", "epi_fn", BINDINGS=decl, HELPERS=helpers,
                    TC=WGSL_TYPE[code[-1][4]], OFFSETS=offsets, BODY="\n".join(lines), LAST=len(code) - 1)
     also = [c[4] for c in code]
     tag = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-    return text, max(1, len(ext_dtypes)), enable_f16(mm_dtype, *ext_dtypes, *also), tag
+    return text, (max(1, len(ext_dtypes) + (1 if draws else 0)), max(1, draws)), \
+        enable_f16(mm_dtype, *ext_dtypes, *also), tag
+
+
+def _ext(k: int, slot: int) -> int:
+    """Binding index (x0, x1, ...) of the chain's input slot k: the product's slot is no binding."""
+    return k if k < slot else k - 1
 
 
 class Epilogue:
@@ -70,6 +84,10 @@ class Epilogue:
             w, off = window(s, 0, 0, n - 1, dt.ITEMSIZE[s.dtype], be.offset_align)
             self.wins.append(w)
             self.offs.append(off)
+        self.draws = [dict(c[1]) for c in self.code if c[0] == "philox_uniform"]
+        if self.draws:          # the logical element index: contiguous strides over the product
+            self.strides.append(_contiguous(v.attrs["mm"][0]))
+            self.offs.append(0)
 
     def source(self, first: int) -> tuple[str, int, str, str]:
         return wgsl(self.code, self.slot, self.mm_dtype, self.dtypes, first)
@@ -80,8 +98,12 @@ class Epilogue:
     def params(self, bstart, bstrides, tails, m0: int, n0: int, ncols: int) -> bytes:
         """en, eb[], er[] of one chunk: bstart/bstrides over the collapsed batch dims, tails the strides of
         the kernel's three batch dims (d0, d1, d2) per input."""
-        ne = max(1, len(self.strides))
-        eb, er = [], []
+        ne, nd = max(1, len(self.strides)), max(1, len(self.draws))
+        eb, er, eph = [], [], []
+        for d in self.draws:
+            off, (k0, k1) = int(d["offset"]), (int(k) & 0xFFFFFFFF for k in d["key"])
+            eph += [off & 0xFFFFFFFF, (off >> 32) & 0xFFFFFFFF, k0, k1]
+        eph += [0] * (4 * nd - len(eph))
         for k, st in enumerate(self.strides):
             rs, cs = st[-2], st[-1]
             base = self.offs[k] + sum(a * s for a, s in zip(bstart, bstrides[k])) + m0 * rs + n0 * cs
@@ -89,7 +111,15 @@ class Epilogue:
             er += [rs, cs, 0, 0]
         eb += [0] * (4 * ne - len(eb))
         er += [0] * (4 * ne - len(er))
-        return struct.pack(f"<4I{4 * ne}I{4 * ne}I", ncols, 0, 0, 0, *eb, *er)
+        return struct.pack(f"<4I{4 * ne}I{4 * ne}I{4 * nd}I", ncols, 0, 0, 0, *eb, *er, *eph)
+
+
+def _contiguous(shape) -> tuple[int, ...]:
+    st, acc = [], 1
+    for d in reversed(shape):
+        st.append(acc)
+        acc *= int(d)
+    return tuple(reversed(st))
 
 
 def _fits(be, others) -> bool:
@@ -116,4 +146,21 @@ def _apart(be, v, mm, a, b, others, out) -> None:
     seen = Storage(be, buf, 0, tuple(v.attrs["seen"]), mm.dtype, nbytes)
     chain = list(others)
     chain.insert(v.attrs["slot"], seen)
-    fused._fused_one(be, SimpleNamespace(attrs={"code": v.attrs["code"]}, shape=v.shape, dtype=v.dtype), chain, out)
+    code = list(v.attrs["code"])
+    bases = {k for c in code if c[0] == "philox_uniform" for _, k in c[2]}
+    read = {k for c in code if c[0] != "philox_uniform" for kind, k in c[2] if kind == "in"}
+    for j, (op, attrs, refs, shape, dtype) in enumerate(code):
+        if op == "philox_uniform":      # drawn into scratch by the philox kernel, read back as an input
+            un = dt.nbytes(shape, "f32")
+            u = Storage(be, be.scratch(f"matmul-epilogue-draw{j}", max(4, un)), 0, tuple(shape), "f32", un)
+            LAUNCHERS["philox_uniform"](be, SimpleNamespace(op=op, attrs=dict(attrs), shape=shape),
+                                        [chain[k] for _, k in refs], u)
+            code[j] = ("cast", (), (("in", len(chain)),), shape, "f32")      # f32 to f32: the value itself
+            chain.append(u)
+    if bases - read:           # a stream base the rewritten chain no longer reads: dropped, slots renumbered
+        keep = [k for k in range(len(chain)) if k not in bases - read]
+        new = {k: i for i, k in enumerate(keep)}
+        code = [(op, attrs, tuple((kind, new[k]) if kind == "in" else (kind, k) for kind, k in refs), sh, d)
+                for op, attrs, refs, sh, d in code]
+        chain = [chain[k] for k in keep]
+    fused._fused_one(be, SimpleNamespace(attrs={"code": tuple(code)}, shape=v.shape, dtype=v.dtype), chain, out)

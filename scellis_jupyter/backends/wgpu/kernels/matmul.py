@@ -101,8 +101,8 @@ def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:
     """(EPILOGUE, EPI_PARAMS, ENABLE) of a kernel with epilogue `epi` (None: none)."""
     if not epi:
         return "", "", enable_f16(dtype)
-    text, ne, enable = epi[:3]
-    return text, snippet("matmul", "epi_params", NE=ne), enable or enable_f16(dtype)
+    text, (ne, nd), enable = epi[:3]
+    return text, snippet("matmul", "epi_params", NE=ne, ND=nd), enable or enable_f16(dtype)
 
 
 def _batch_strides(shape, out_batch):
