@@ -120,7 +120,7 @@ def _draw_inline(values, code: tuple, ext: list, users, fixed: set, shape) -> tu
     return tuple(pre) + body, new_ext, [ext[k] for k in draws]
 
 
-def _whole_reads(code: tuple, slot: int, n: int) -> set[int]:
+def _whole_reads(code: tuple, slot: int) -> set[int]:
     """Inputs read only as a draw's stream base (two words, not at the element)."""
     base = {j for op, _, refs, _, _ in code if op == "philox_uniform" for kind, j in refs if kind == "in"}
     other = {j for op, _, refs, _, _ in code if op != "philox_uniform" for kind, j in refs if kind == "in"}
@@ -166,7 +166,7 @@ def absorb(values: list, outputs: list[int], keep: set[int] | None = None) -> tu
         if len(others) > MAX_EPILOGUE_INPUTS:
             continue
         strides = []
-        whole = _whole_reads(code, slot, len(ext))
+        whole = _whole_reads(code, slot)
         for k, e in enumerate(ext):
             if k == slot:
                 continue
