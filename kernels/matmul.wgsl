@@ -23,6 +23,7 @@ struct Params {
   sa: vec4<u32>,       // batch strides (elements) of A, B, C over (d0, d1, d2)
   sb: vec4<u32>,
   sc: vec4<u32>,       // .w: element stride between K-split partials
+  {{EPI_PARAMS}}
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> A: array<{{T}}>;
@@ -31,6 +32,7 @@ struct Params {
 
 var<workgroup> As: array<vec4<{{ST}}>, {{AS_LEN}}>;   // [BK][TM/4]
 var<workgroup> Bs: array<vec4<{{ST}}>, {{BS_LEN}}>;   // [BK][TN/4]
+{{EPILOGUE}}
 
 @compute @workgroup_size({{THREADS}})
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -175,3 +177,89 @@ c{{R}}_{{H}} += vec4<f32>(h{{R}}_{{H}}); h{{R}}_{{H}} = vec4<f16>(0.0);
   if (col + 2u < p.N) { var v = c{{R}}_{{H}}.z; if (p.acc != 0u) { v += f32(C[base + 2u]); } C[base + 2u] = {{T}}(v); }
   if (col + 3u < p.N) { var v = c{{R}}_{{H}}.w; if (p.acc != 0u) { v += f32(C[base + 3u]); } C[base + 3u] = {{T}}(v); }
 }
+
+//=== epi_params
+// Epilogue (program/epilogue.py) fields of Params: en.x = columns of the product (the K-split sum's
+// row length); per epilogue input k, eb[k] = its batch strides over (d0, d1, d2) and, in .w, the element
+// at this chunk's (batch, row, column) origin; er[k] = its row and column strides (the last k, when the
+// chain draws uniforms, is no binding: the logical element index); eph[j] = draw j's stream word offset
+// (lo, hi) and key
+en: vec4<u32>,
+eb: array<vec4<u32>, {{NE}}>,
+er: array<vec4<u32>, {{NE}}>,
+eph: array<vec4<u32>, {{ND}}>,
+
+//=== epi_fn
+// The epilogue: a fused group's instruction list (as in kernels/fused.wgsl, each `let` rounded to its
+// dtype) on the product `acc` at logical element (batch i0, i1, i2; row, col of this chunk), its other
+// inputs x0.. read at that element; only the chain's result is stored. Used by every tile variant's
+// store and by the K-split sum (kernels/matmul_ksplit.wgsl), so partials never see it.
+{{BINDINGS}}
+{{HELPERS}}
+fn epilogue(acc: f32, i0: u32, i1: u32, i2: u32, row: u32, col: u32) -> {{TC}} {
+  {{OFFSETS}}
+  {{BODY}}
+  return {{TC}}(t{{LAST}});
+}
+
+//=== epi_offset
+// element of epilogue input K at (i0, i1, i2, row, col)
+let eo{{K}} = p.eb[{{K}}].w + i0 * p.eb[{{K}}].x + i1 * p.eb[{{K}}].y + i2 * p.eb[{{K}}].z + row * p.er[{{K}}].x + col * p.er[{{K}}].y;
+
+//=== epi_load
+// epilogue input K in its compute type CT
+{{CT}}(x{{K}}[eo{{K}}])
+
+//=== epi_acc
+// the product as the chain reads it: rounded to the matmul's dtype T, as its store would round it
+f32({{T}}(acc))
+
+//=== store_cols_epi
+// 4 columns of row `row` from accumulator c{{R}}_{{H}} through the epilogue (no `acc`: never K-chunked)
+{ let col = n0 + {{COL}}u + tx * 4u; let base = cbase + row * p.ldc + col;
+  if (col + 0u < p.N) { C[base + 0u] = epilogue(c{{R}}_{{H}}.x, i0, i1, i2, row, col + 0u); }
+  if (col + 1u < p.N) { C[base + 1u] = epilogue(c{{R}}_{{H}}.y, i0, i1, i2, row, col + 1u); }
+  if (col + 2u < p.N) { C[base + 2u] = epilogue(c{{R}}_{{H}}.z, i0, i1, i2, row, col + 2u); }
+  if (col + 3u < p.N) { C[base + 3u] = epilogue(c{{R}}_{{H}}.w, i0, i1, i2, row, col + 3u); }
+}
+
+//=== epi_philox
+// Dropout's uniforms drawn in the epilogue: word `o` + w of the Philox-4x32-10 stream keyed `k`, as
+// f32 in [0, 1); bit-exact with kernels/philox.wgsl (block = word / 4, lane = word % 4, 64-bit words)
+fn epi_mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
+  let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
+  let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0; let p11 = a1 * b1;
+  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+  let lo = (p00 & 0xffffu) | (mid << 16u);
+  let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
+  return vec2<u32>(hi, lo);
+}
+
+fn epi_add64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {    // (lo, hi) words
+  let lo = a.x + b.x;
+  return vec2<u32>(lo, a.y + b.y + select(0u, 1u, lo < a.x));
+}
+
+fn epi_uniform(w: u32, o: vec2<u32>, key: vec2<u32>) -> f32 {
+  let word = epi_add64(o, vec2<u32>(w, 0u));
+  var c = vec4<u32>((word.x >> 2u) | (word.y << 30u), word.y >> 2u, 0u, 0u);
+  var k = key;
+  for (var r = 0u; r < 10u; r = r + 1u) {
+    if (r > 0u) { k = k + vec2<u32>(0x9E3779B9u, 0xBB67AE85u); }
+    let m0 = epi_mulhilo(0xD2511F53u, c.x);
+    let m1 = epi_mulhilo(0xCD9E8D57u, c.z);
+    c = vec4<u32>(m1.x ^ c.y ^ k.x, m1.y, m0.x ^ c.w ^ k.y, m0.y);
+  }
+  return f32(c[word.x & 3u] >> 8u) * (1.0 / 16777216.0);
+}
+
+//=== epi_draw
+// draw J's uniform at this element (eo K: the logical element index) from offset OFF
+epi_uniform(eo{{K}}, {{OFF}}, p.eph[{{J}}].zw)
+
+//=== epi_draw_off
+p.eph[{{J}}].xy
+
+//=== epi_draw_off_based
+// the step's stream position (input B: u32 lo, hi) added to the draw's offset
+epi_add64(p.eph[{{J}}].xy, vec2<u32>(x{{B}}[0], x{{B}}[1]))

@@ -71,7 +71,7 @@ class ReferenceBackend:
         for s in prog.steps:
             v = prog.values[s]
             io = v.nbytes + sum(prog.values[i].nbytes for i in v.inputs)
-            k = len(v.attrs.get("code", ())) * 2 + 2 if v.op == "fused" else TEMP_FACTOR.get(v.op, 3)
+            k = len(v.attrs.get("code", ())) * 2 + 2 if v.op in ("fused", "matmul_fused") else TEMP_FACTOR.get(v.op, 3)
             worst = max(worst, KERNEL_OVERHEAD + k * io)
         return worst + VALUE_OVERHEAD * len(prog.values)
 
@@ -378,6 +378,18 @@ def _fused(v, *args, prog):
                                    prog=prog)).reshape(shape)
         temps.append(r != 0 if dtype == "bool" else r.astype(_np(dtype), copy=False))
     return temps[-1]
+
+
+@k("matmul_fused")
+def _matmul_fused(v, a, b, *others, prog):
+    """A matmul with its epilogue (program/epilogue.py), as the unfused steps would run: the product
+    rounded to the matmul's dtype and shaped as the chain reads it, then the chain op by op."""
+    (mshape, mdtype), slot = v.attrs["mm"], v.attrs["slot"]
+    mm = SimpleNamespace(op="matmul", attrs={}, shape=mshape, dtype=mdtype)
+    r = np.asarray(KERNELS["matmul"](mm, a, b, prog=prog)).astype(_np(mdtype), copy=False)
+    args = list(others)
+    args.insert(slot, r.reshape(v.attrs["seen"]))
+    return _fused(v, *args, prog=prog)
 
 
 def _ufunc_dtype(fn, dtypes):

@@ -13,9 +13,11 @@ def program_flops(prog) -> int:
     for s in prog.steps:
         v = prog.values[s]
         shape = v.shape[0] if isinstance(v.dtype, tuple) else v.shape
-        if v.op == "matmul":
+        if v.op in ("matmul", "matmul_fused"):
             k = prog.values[v.inputs[0]].shape[-1]
             total += 2 * math.prod(shape) * int(k)
+            if v.op == "matmul_fused":
+                total += len(v.attrs["code"]) * math.prod(shape)
         elif v.op in ("attention", "attention_bwd"):
             q, kk = prog.values[v.inputs[0]].shape, prog.values[v.inputs[1]].shape
             fwd = 4 * math.prod(q[:-1]) * int(kk[-2]) * int(q[-1])

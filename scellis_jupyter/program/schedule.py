@@ -11,7 +11,7 @@ import blake3
 from ..errors import GraphError
 from ..graph.node import Node, toposort
 from ..graph.opset import ELEMENTWISE
-from . import batching, fusion
+from . import batching, epilogue, fusion
 from .ir import Program, Value, multi_offset, value_nbytes  # noqa: F401 - Program is imported from here too
 from .liveness import plan_arena
 
@@ -65,7 +65,10 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
             raise GraphError(f"output {k} can only be donated into a leaf", where="compile_program")
     gates = {index[a.id] for n in order for a in n.after if a.id in index}   # control-input targets
     multi = fuse and batching.enabled()
+    epi = fuse and epilogue.enabled()
     h.update(repr(("out", out_idx, backend, tier, fuse, want_donate, sorted(gates), multi)).encode())
+    if epi:
+        h.update(b"epilogue")
     key = h.hexdigest()
     cached = _CACHE.get(key)
     if cached is not None:
@@ -75,6 +78,10 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
     if fuse:
         values, out_idx, remap = fusion.fuse(values, out_idx, keep=gates)
         leaf_idx = [remap[i] for i in leaf_idx]
+    if epi:     # matmul epilogues, on the fused schedule (gates kept where fusion kept them)
+        values, out_idx, remap2 = epilogue.absorb(values, out_idx, keep={remap[g] for g in gates if g in remap})
+        leaf_idx = [remap2[i] for i in leaf_idx]
+        remap = {i: remap2[j] for i, j in remap.items() if j in remap2}
 
     view_base: dict[int, tuple[int, int]] = {}
     for i, v in enumerate(values):
@@ -139,7 +146,8 @@ def _donations(values, steps, out_idx, wanted, base) -> dict[int, int]:
         v = values[b]
         if v.kind != "compute" or b in out or li in out.values():
             continue
-        if v.op not in ELEMENTWISE_STEPS:
+        if v.op not in ELEMENTWISE_STEPS and not (   # an epilogue reads its inputs after A, B elementwise
+                v.op == "matmul_fused" and all(base(i) != li for i in v.inputs[:2])):
             continue
         lv = values[li]
         if (lv.shape, lv.dtype) != (v.shape, v.dtype) or out_idx.count(b) > 1:

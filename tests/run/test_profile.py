@@ -42,7 +42,7 @@ def _check_table(prof, steps):
     assert prof["kernels_total"] == len(prof["kernels"])          # top=50 lists them all
     assert total == pytest.approx(prof["kernel_ms"] * steps)
     assert 0 < prof["kernel_ms"] <= prof["step_ms"] * 1.02
-    assert prof["kernels"][0]["name"] == "matmul"
+    assert prof["kernels"][0]["name"] in ("matmul", "matmul_fused")   # the latter with its bias+relu epilogue
     shares = [r["share"] for r in prof["kernels"]]
     assert shares == sorted(shares, reverse=True)
     for r in prof["kernels"]:
@@ -62,8 +62,9 @@ def test_reference_profile_sums_to_the_step_and_ranks_the_big_matmul_first():
     _check_table(prof, 2)
     assert prof["kernel_ms"] >= 0.6 * prof["step_ms"]
     # 3 matmuls forward + backward per linear's weight and input: 5 a step (the first layer's input grad is unused)
-    mm = prof["kernels"][0]
-    assert mm["calls"] == 2 * 5 and mm["share"] > 0.3
+    # (some carry their bias / activation / gradient-update chain as an epilogue: matmul_fused)
+    mm = [r for r in prof["kernels"] if r["name"] in ("matmul", "matmul_fused")]
+    assert sum(r["calls"] for r in mm) == 2 * 5 and sum(r["share"] for r in mm) > 0.3
 
 
 @pytest.mark.skipif(WG is None or "timestamp-query" not in WG.features, reason="no wgpu adapter with timestamps")

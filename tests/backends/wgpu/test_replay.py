@@ -29,7 +29,7 @@ def _want(a, b):
 
 def test_rerun_with_new_inputs_replays_without_launchers(monkeypatch):
     calls = []
-    for op in ("matmul", "softmax", "fused"):
+    for op in ("matmul", "matmul_fused", "softmax", "fused"):
         fn = K.LAUNCHERS[op]
         monkeypatch.setitem(K.LAUNCHERS, op, lambda be, v, ins, out, fn=fn: (calls.append(v.op), fn(be, v, ins, out)))
     results = []

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from . import (attention, conv, elementwise, fused, indexing, matmul, norm, quant, random,  # noqa: F401
                reduce, softmax)
+from . import epilogue  # noqa: F401
 from .registry import LAUNCHERS, launcher
 
 __all__ = ["LAUNCHERS", "launcher"]

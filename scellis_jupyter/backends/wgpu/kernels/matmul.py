@@ -39,9 +39,10 @@ def pick_variant(m: int, n: int, batch: int) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def source(variant: str, dtype: str, packed: bool = False) -> str:
+def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = None) -> str:
     """WGSL of one tile variant. `packed` (f16 only): vec4<f16> math into f16 partials folded into f32
-    accumulators every BK k-steps; otherwise f32 math on widened operands."""
+    accumulators every BK k-steps; otherwise f32 math on widened operands. `epi`: an epilogue's
+    (module-scope WGSL, input count, enable line) from kernels/epilogue.py, run by the store."""
     tm, tn, rm, rn, bk, flags = VARIANTS[variant]
     prefetch = "pf" in flags
     if packed and dtype != "f16":
@@ -84,13 +85,24 @@ def source(variant: str, dtype: str, packed: bool = False) -> str:
     fold = [sn_("fold", R=r, H=h) for r, h in accs] if packed else []
     mainloop = sn_("loop_prefetch" if prefetch else "loop", BK=bk, FETCH="\n".join(fetch), PUT="\n".join(put),
                    COMPUTE="\n".join(comp), FOLD="\n".join(fold))
+    cols = "store_cols_epi" if epi else "store_cols"
     store = [sn_("store_row", ROW=g * sm + i,
-                 COLS="\n".join(sn_("store_cols", COL=h * sn, R=g * 4 + i, H=h, T=t) for h in range(gn)))
+                 COLS="\n".join(sn_(cols, COL=h * sn, R=g * 4 + i, H=h, T=t) for h in range(gn)))
              for g in range(gm) for i in range(4)]
+    epi_text, epi_params, enable = _epi_parts(epi, dtype)
 
-    return render("matmul", ENABLE=enable_f16(dtype), T=t, ST=st, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
+    return render("matmul", ENABLE=enable, T=t, ST=st, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
                   THREADS=threads, TXN=txn, AS_LEN=bk * astr, BS_LEN=bk * tn // 4,
-                  DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store))
+                  DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store),
+                  EPI_PARAMS=epi_params, EPILOGUE=epi_text)
+
+
+def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:
+    """(EPILOGUE, EPI_PARAMS, ENABLE) of a kernel with epilogue `epi` (None: none)."""
+    if not epi:
+        return "", "", enable_f16(dtype)
+    text, (ne, nd), enable = epi[:3]
+    return text, snippet("matmul", "epi_params", NE=ne, ND=nd), enable or enable_f16(dtype)
 
 
 def _batch_strides(shape, out_batch):
@@ -192,7 +204,9 @@ def _batch_boxes(plan: _Plan, mb, nb, kb):
 
 
 @launcher("matmul")
-def _matmul(be, v, ins, out):
+def _matmul(be, v, ins, out, epi=None):
+    """`epi` (kernels/epilogue.py): run that chain in the store; returns False, having launched nothing,
+    where it cannot (K blocks added onto C, an empty K)."""
     a, b = ins
     d = v.dtype
     if d not in ("f32", "f16"):
@@ -204,6 +218,8 @@ def _matmul(be, v, ins, out):
     if m == 0 or n == 0 or math.prod(obatch) == 0:
         return
     if k == 0:
+        if epi is not None:
+            return False
         from .elementwise import fill
         fill(be, out, 0.0)
         return
@@ -211,13 +227,17 @@ def _matmul(be, v, ins, out):
     sa = _batch_strides(tuple(a.shape), obatch)
     sb = _batch_strides(tuple(b.shape), obatch)
     sc = contiguous_strides(oshape)[:-2]
+    se = epi.batch_strides() if epi is not None else []
     if obatch:
-        bshape, (sa, sb, sc) = collapse(obatch, [sa, sb, sc])
+        bshape, (sa, sb, sc, *se) = collapse(obatch, [sa, sb, sc] + se)
     else:
         bshape, sa, sb, sc = (1,), (0,), (0,), (0,)
+        se = [(0,)] * len(se)
     plan = _Plan(be, a, b, out, tuple(bshape), (tuple(sa), tuple(sb), tuple(sc)), m, n, k, isz)
     packed = packed_f16(d, getattr(be, "tier", None))
     mb, nb, kb = _matrix_blocks(plan)
+    if epi is not None and kb < k:
+        return False
     for bstart, bsize in _batch_boxes(plan, mb, nb, kb):
         nbat = math.prod(bsize)
         # the kernel sees the last 3 batch dims of the box (leading ones are size 1 here)
@@ -228,6 +248,7 @@ def _matmul(be, v, ins, out):
         pad = 3 - len(dims)
         dims = [1] * pad + dims
         st3 = [[0] * pad + s for s in st3]
+        e3 = [[0] * pad + [s[i] for i in tail] for s in se]
         for m0 in range(0, m, mb):
             m1 = min(m, m0 + mb)
             for n0 in range(0, n, nb):
@@ -238,14 +259,16 @@ def _matmul(be, v, ins, out):
                 def timer(variant, splits, _b=(bstart, bsize, m0, m1, n0, n1)):
                     return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat, packed)
                 variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer)
+                ep = epi and (epi, epi.params(bstart, se, e3, m0, n0, n1 - n0))
                 if splits > 1:
-                    _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1)
+                    _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep)
                     continue
                 for ki, k0 in enumerate(range(0, k, kb)):
                     k1 = min(k, k0 + kb)
                     wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, k0, k1)
                     _launch_tile(be, d, variant, wins, _params(m1 - m0, n1 - n0, k1 - k0, 1 if ki else 0, k, n, n,
-                                                               0, offs, dims, nbat, st3, 0), nbat, packed)
+                                                               0, offs, dims, nbat, st3, 0), nbat, packed, ep)
+    return True
 
 
 def _params(m, n, k, acc, lda, ldb, ldc, kc, offs, dims, nbat, st3, psplit) -> bytes:
@@ -275,8 +298,13 @@ def _key(variant: str, d: str, packed: bool) -> str:
     return f"matmul:{variant}:{d}" + ("+h16" if packed else "")
 
 
-def _launch_tile(be, d, variant, wins, params, z, packed=False):
+def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None):
     m, n = struct.unpack_from("<2I", params)
+    if ep:          # (Epilogue, its chunk params): inputs bound after A, B, C
+        src = ep[0].source(4)
+        be.launch(_key(variant, f"epi{src[3]}:{d}", packed), source(variant, d, packed, src),
+                  list(wins) + ep[0].wins, params + ep[1], _groups(variant, m, n, z))
+        return
     be.launch(_key(variant, d, packed), source(variant, d, packed), wins, params, _groups(variant, m, n, z))
 
 
@@ -290,7 +318,7 @@ def _ksplit_kc(k, splits, variant):
     return math.ceil(math.ceil(k / splits) / bk) * bk
 
 
-def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1):
+def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep=None):
     """One matrix (the whole problem, f32): `splits` partial products in parallel, then their fixed-order sum."""
     m, n, k = m1 - m0, n1 - n0, plan.k
     wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, 0, k)
@@ -300,13 +328,20 @@ def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1):
     z3 = [[0, 0, 0]] * 3
     params = _params(m, n, k, 0, k, n, n, kc, (offs[0], offs[1], 0), [1, 1, 1], 1, z3, m * n)
     _launch_tile(be, "f32", variant, [wins[0], wins[1], part], params, nsplit)
+    if ep:          # the epilogue runs in the sum, after the last partial
+        src = ep[0].source(3)
+        be.launch(f"matmul_ksplit:epi{src[3]}:{d}", ksplit_source(d, src), [part, wins[2]] + ep[0].wins,
+                  struct.pack("<4I", m * n, nsplit, 0, offs[2]) + ep[1], math.ceil(m * n / 256))
+        return
     be.launch(f"matmul_ksplit:{d}", ksplit_source(d), [part, wins[2]],
               struct.pack("<4I", m * n, nsplit, 0, offs[2]), math.ceil(m * n / 256))
 
 
 @functools.lru_cache(maxsize=None)
-def ksplit_source(dtype: str) -> str:
-    return render("matmul_ksplit", ENABLE=enable_f16(dtype), T=WGSL_TYPE[dtype])
+def ksplit_source(dtype: str, epi: tuple | None = None) -> str:
+    text, params, enable = _epi_parts(epi, dtype)
+    return render("matmul_ksplit", flags={"EPI": bool(epi)}, ENABLE=enable, T=WGSL_TYPE[dtype],
+                  EPI_PARAMS=params, EPILOGUE=text)
 
 
 def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=False) -> float:
