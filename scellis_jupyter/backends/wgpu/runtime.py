@@ -506,7 +506,7 @@ class WgpuBackend:
         entry for next time. Costs a few microseconds of Python per program instead of tens."""
         q = self._quick.get(prog.hash)
         if q is None or self._timing is not None or self._records.get(prog.hash) is not q.rec \
-                or "SCELLIS_CHECK_INDICES" in os.environ:
+                or _check_indices_set():
             return None
         arena = self._arena
         if arena is None or q.arena_bytes > self._arena_size:
@@ -808,6 +808,21 @@ def _raw_replay(p, fast: list) -> None:
 
 
 QUICK_MAX = 16  # root windows remembered per program for the quick replay
+
+# SCELLIS_CHECK_INDICES makes every run go through the launchers (host-side index checks). Asked on each
+# quick replay, so it reads os.environ's own key table (kept in step by os.environ[...] = and putenv through
+# it) instead of paying os.environ's encode-and-lookup per call; other layouts take the plain lookup.
+try:
+    _ENV_DATA = os.environ._data
+    _CHECK_KEY = os.environ.encodekey("SCELLIS_CHECK_INDICES")
+except AttributeError:  # pragma: no cover - another os.environ implementation
+    _ENV_DATA, _CHECK_KEY = None, None
+
+
+def _check_indices_set() -> bool:
+    if _ENV_DATA is not None:
+        return _CHECK_KEY in _ENV_DATA
+    return "SCELLIS_CHECK_INDICES" in os.environ
 
 
 class _Quick:
