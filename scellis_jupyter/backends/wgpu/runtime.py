@@ -356,7 +356,8 @@ class WgpuBackend:
                 tmp.map_sync("READ")
                 chunks.append(bytes(tmp.read_mapped(0, off)) if off < stage else bytes(tmp.read_mapped()))
                 tmp.unmap()
-                enc = self.device.create_command_encoder()
+                if i < len(pieces):         # another round trip (no spare encoder after the last one)
+                    enc = self.device.create_command_encoder()
         finally:
             tmp.destroy()
             self._untrack(stage)
