@@ -314,8 +314,11 @@ class WgpuBackend:
         if self._pass is not None:
             self.flush()
         if data.nbytes:
-            raw = data.tobytes()
-            self.queue.write_buffer(s.buffer, s.offset, raw + b"\0" * ((-len(raw)) % 4))
+            if data.nbytes % 4 == 0:         # straight from the array (the queue copies it): no host copy
+                self.queue.write_buffer(s.buffer, s.offset, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+            else:
+                raw = data.tobytes()
+                self.queue.write_buffer(s.buffer, s.offset, raw + b"\0" * ((-len(raw)) % 4))
 
     def to_numpy(self, s: Storage) -> np.ndarray:
         return self.read_many([s])[0]
