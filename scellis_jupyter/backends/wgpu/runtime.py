@@ -45,6 +45,22 @@ STAGING_MAX = 64 << 20   # a readback maps at most this many bytes at once
 POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full)
 FLUSH_AFTER_S = 2e-4    # a program ending on a pass open this long submits it (GPU and host overlap)
 
+
+def env_flush_after(default: float = FLUSH_AFTER_S) -> float:
+    """SCELLIS_WGPU_FLUSH_US: how long (microseconds) a pass records before a program's end submits it.
+    Longer means fewer submits (each costs the driver tens of microseconds) for the same GPU work; shorter
+    starts the GPU sooner. For measuring the trade-off on an adapter; the default suits both."""
+    v = os.environ.get("SCELLIS_WGPU_FLUSH_US")
+    if not v:
+        return default
+    try:
+        us = float(v)
+    except ValueError:
+        raise DeviceError(f"SCELLIS_WGPU_FLUSH_US={v!r} is not a number of microseconds", where="environment") from None
+    if not 0 <= us <= 1e6:
+        raise DeviceError(f"SCELLIS_WGPU_FLUSH_US={v} is outside 0..1000000", where="environment")
+    return us * 1e-6
+
 # WebGPU's default limits (the spec's "default" column) that kernels depend on. Every kernel must
 # work under them (a browser grants no more without asking); SCELLIS_WGPU_LIMITS=default opens the
 # device with exactly these, so the kernel tests can be run as a browser would run them.
@@ -111,6 +127,7 @@ class WgpuBackend:
         # kernels with a subgroup path pick it when their pipeline is built (their cache keys say which)
         self.subgroups = "subgroup" in self.features
         self.offset_align = int(self.limits.get("min-storage-buffer-offset-alignment", 256))
+        self.flush_after = env_flush_after()
         self._pipelines: dict = {}
         self._bind_groups: dict = {}
         self._arena = None
@@ -431,10 +448,10 @@ class WgpuBackend:
         self._flush_if_old()
 
     def _flush_if_old(self) -> None:
-        """Submit the open pass at a program's end once it has been recording for FLUSH_AFTER_S: the GPU
+        """Submit the open pass at a program's end once it has been recording for `flush_after`: the GPU
         then runs what is queued while the host records the next programs (a loop of short programs
         would otherwise leave the GPU idle until the next readback, and pay host and GPU time in series)."""
-        if self._pass is not None and time.perf_counter() - self._pass_opened >= FLUSH_AFTER_S:
+        if self._pass is not None and time.perf_counter() - self._pass_opened >= self.flush_after:
             self.flush()
 
     def _to_record(self, trace):
@@ -540,7 +557,7 @@ class WgpuBackend:
         self.dispatches += q.n
         self.raw_replays += 1
         self.quick_replays += 1
-        if time.perf_counter() - self._pass_opened >= FLUSH_AFTER_S:
+        if time.perf_counter() - self._pass_opened >= self.flush_after:
             self.flush()
         out = []
         for kind, j, d, shape, dtype, nbytes in q.outs:

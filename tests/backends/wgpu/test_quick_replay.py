@@ -144,3 +144,19 @@ def test_timing_bypasses_the_quick_path():
     (o,) = execute(prog, [xs], impl)
     del o
     assert impl.quick_replays == hits and impl.stop_timing()     # every dispatch went through its launcher
+
+
+def test_flush_period_comes_from_the_environment_and_bad_values_are_refused(monkeypatch):
+    monkeypatch.setenv("SCELLIS_WGPU_FLUSH_US", "1500")
+    impl = WG.fresh_impl()
+    assert impl.flush_after == pytest.approx(1.5e-3)
+    prog = _prog()
+    a = R.standard_normal((9, 7)).astype(np.float32)
+    xs = impl.from_numpy(a, "f32")
+    for _ in range(5):                              # replays under the longer period still read back right
+        (o,) = execute(prog, [xs], impl)
+    np.testing.assert_allclose(impl.to_numpy(o), _softmax(a + 0.5), **TOL)
+    for bad in ("soon", "-1"):
+        monkeypatch.setenv("SCELLIS_WGPU_FLUSH_US", bad)
+        with pytest.raises(sc.DeviceError, match="SCELLIS_WGPU_FLUSH_US"):
+            WG.fresh_impl()
