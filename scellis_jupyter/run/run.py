@@ -58,6 +58,9 @@ SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
 # dynamic loss scaling with torch.amp.GradScaler's defaults; the scale never backs off below SCALE_MIN
 LOSS_SCALE = {"init": 2.0 ** 16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
 SCALE_MIN = 2.0 ** -14
+# per-step inputs the step only reads and that often keep their value (a constant lr, a loss scale between
+# growths): rewritten only when the value changes
+SAME_SCALARS = frozenset({"lr", "loss_scale", "ema_rate", "swa_rate"})
 
 
 @dataclass
@@ -287,6 +290,7 @@ class Run:
                 if leaf.role == "buffer":
                     self.values[leaf.name] = be.from_numpy(np.asarray(got[leaf.name], np.float32), leaf.node.dtype)
         self._inputs: dict[str, Any] = {}     # per-step inputs (batch, lr, step, ...): storages reused
+        self._scalar_bytes: dict[str, tuple] = {}    # SAME_SCALARS input -> (its storage, bytes last written)
         self._eval_progs: dict[tuple, Any] = {}   # (batch, with loss) -> eval program
         self.step_peak: int | None = None
         self._evaluated = False
@@ -395,10 +399,19 @@ class Run:
 
     def _input(self, name: str, a: np.ndarray, dtype: str):
         """The storage of a per-step input, written over in place from the second step on: the step then
-        binds the same buffers every time and replays its recorded dispatches (no new bind groups)."""
+        binds the same buffers every time and replays its recorded dispatches (no new bind groups).
+        A hyperparameter scalar (lr, loss scale, averaging rates) whose value is unchanged is not written
+        again: the step only reads it, so its storage still holds that value (one upload less per step)."""
         held = self._inputs.get(name)
         if held is None or held.shape != a.shape or held.dtype != dtype:
             held = self._inputs[name] = self.impl.from_numpy(a, dtype)
+            if name in SAME_SCALARS:
+                self._scalar_bytes[name] = (held, a.tobytes())
+        elif name in SAME_SCALARS:
+            raw, last = a.tobytes(), self._scalar_bytes.get(name)
+            if last is None or last[0] is not held or last[1] != raw:
+                self.impl.write(held, a)
+                self._scalar_bytes[name] = (held, raw)
         else:
             self.impl.write(held, a)
         return held

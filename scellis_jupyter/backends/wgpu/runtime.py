@@ -46,6 +46,22 @@ STAGING_MAX = 64 << 20   # a readback maps at most this many bytes at once
 POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full)
 FLUSH_AFTER_S = 2e-4    # a program ending on a pass open this long submits it (GPU and host overlap)
 
+
+def env_flush_after(default: float = FLUSH_AFTER_S) -> float:
+    """SCELLIS_WGPU_FLUSH_US: how long (microseconds) a pass records before a program's end submits it.
+    Longer means fewer submits (each costs the driver tens of microseconds) for the same GPU work; shorter
+    starts the GPU sooner. For measuring the trade-off on an adapter; the default suits both."""
+    v = os.environ.get("SCELLIS_WGPU_FLUSH_US")
+    if not v:
+        return default
+    try:
+        us = float(v)
+    except ValueError:
+        raise DeviceError(f"SCELLIS_WGPU_FLUSH_US={v!r} is not a number of microseconds", where="environment") from None
+    if not 0 <= us <= 1e6:
+        raise DeviceError(f"SCELLIS_WGPU_FLUSH_US={v} is outside 0..1000000", where="environment")
+    return us * 1e-6
+
 # WebGPU's default limits (the spec's "default" column) that kernels depend on. Every kernel must
 # work under them (a browser grants no more without asking); SCELLIS_WGPU_LIMITS=default opens the
 # device with exactly these, so the kernel tests can be run as a browser would run them.
@@ -112,6 +128,7 @@ class WgpuBackend:
         # kernels with a subgroup path pick it when their pipeline is built (their cache keys say which)
         self.subgroups = "subgroup" in self.features
         self.offset_align = int(self.limits.get("min-storage-buffer-offset-alignment", 256))
+        self.flush_after = env_flush_after()
         self._pipelines: dict = {}
         self._bind_groups: dict = {}
         self._arena = None
@@ -129,6 +146,7 @@ class WgpuBackend:
         self._prog_params: dict = {}
         self._records: dict = {}        # program hash -> Record: its dispatches in terms of root slots
         self._fast: dict = {}           # (record, uniform block, root buffers) -> resolved raw dispatches
+        self._quick: dict = {}          # program hash -> _Quick: the executor's whole-program replay by root windows
         self._trace: list | None = None
         self._roots: list = []
         self._pool: dict = {}           # size -> output buffers, reused once nothing but the pool refers to them
@@ -139,6 +157,7 @@ class WgpuBackend:
         self._dry_scratch: dict = {}
         self.dispatches = 0
         self.raw_replays = 0            # programs replayed through the direct wgpu-native path
+        self.quick_replays = 0          # of those, programs the executor replayed by their root windows alone
         self._timing: dict | None = None     # profiling: every dispatch in its own timestamped pass
         self._tag: dict | None = None        # profiling: the dispatch being launched (op, scope, shapes)
         self._kernel_names: dict = {}       # id(pipeline) -> kernel name (the launch key before ':')
@@ -156,6 +175,7 @@ class WgpuBackend:
         self.subgroups = bool(on) and "subgroup" in self.features
         self._records.clear()
         self._prog_params.clear()
+        self._quick.clear()
 
     # ---- memory -------------------------------------------------------------------------------------
     def _track(self, n: int) -> None:
@@ -200,6 +220,7 @@ class WgpuBackend:
             if self._arena is not None:      # the old arena goes before the new one comes (never both held)
                 self._bind_groups.clear()
                 self._fast.clear()
+                self._quick.clear()
                 self._arena = None
             self._arena = self._buffer(self.arena_bytes(nbytes))
             self._arena_size = self._arena.size
@@ -312,8 +333,11 @@ class WgpuBackend:
         if self._pass is not None:
             self.flush()
         if data.nbytes:
-            raw = data.tobytes()
-            self.queue.write_buffer(s.buffer, s.offset, raw + b"\0" * ((-len(raw)) % 4))
+            if data.nbytes % 4 == 0:         # straight from the array (the queue copies it): no host copy
+                self.queue.write_buffer(s.buffer, s.offset, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+            else:
+                raw = data.tobytes()
+                self.queue.write_buffer(s.buffer, s.offset, raw + b"\0" * ((-len(raw)) % 4))
 
     def to_numpy(self, s: Storage) -> np.ndarray:
         return self.read_many([s])[0]
@@ -354,7 +378,8 @@ class WgpuBackend:
                 tmp.map_sync("READ")
                 chunks.append(bytes(tmp.read_mapped(0, off)) if off < stage else bytes(tmp.read_mapped()))
                 tmp.unmap()
-                enc = self.device.create_command_encoder()
+                if i < len(pieces):         # another round trip (no spare encoder after the last one)
+                    enc = self.device.create_command_encoder()
         finally:
             tmp.destroy()
             self._untrack(stage)
@@ -389,7 +414,9 @@ class WgpuBackend:
         if rec is not None and rec[0] == sig and not os.environ.get("SCELLIS_CHECK_INDICES") \
                 and self._timing is None:            # timed: every dispatch goes through its launcher
             self._param_buf = self._prog_params[prog.hash][0]
-            self._replay(rec[1])
+            fast = self._replay(rec[1])
+            if fast is not None:
+                self._remember_quick(prog, rec, fast)
             self._roots = []
             self._flush_if_old()
             return True
@@ -428,10 +455,10 @@ class WgpuBackend:
         self._flush_if_old()
 
     def _flush_if_old(self) -> None:
-        """Submit the open pass at a program's end once it has been recording for FLUSH_AFTER_S: the GPU
+        """Submit the open pass at a program's end once it has been recording for `flush_after`: the GPU
         then runs what is queued while the host records the next programs (a loop of short programs
         would otherwise leave the GPU idle until the next readback, and pay host and GPU time in series)."""
-        if self._pass is not None and time.perf_counter() - self._pass_opened >= FLUSH_AFTER_S:
+        if self._pass is not None and time.perf_counter() - self._pass_opened >= self.flush_after:
             self.flush()
 
     def _to_record(self, trace):
@@ -466,7 +493,7 @@ class WgpuBackend:
             _raw_replay(p, fast[0])
             self.dispatches += len(record)
             self.raw_replays += 1
-            return
+            return fast
         resolved = []
         for pipeline, binds, (off, plen), wg in record:
             bg = self._bind_group(pipeline, pbuf, off, plen,
@@ -479,7 +506,77 @@ class WgpuBackend:
         if len(self._fast) >= FAST_MAX:            # oldest first: a loop's steady state is the newest
             del self._fast[next(iter(self._fast))]
         # the handles, and the objects that own them (kept alive while the entry lives)
-        self._fast[key] = (_raw_list(resolved), resolved, record)
+        fast = self._fast[key] = (_raw_list(resolved), resolved, record)
+        return fast
+
+    # ---- the executor's quick replay ------------------------------------------------------------------
+    def _remember_quick(self, prog, rec, fast) -> None:
+        """Key the resolved dispatches of a replayed program by its roots' exact windows (buffer, offset,
+        size), so the next run over the same windows skips binding, signature and record lookups."""
+        nl, npers = len(prog.leaves), len(prog.persistent)
+        roots = self._roots
+        if _RAW is None or len(roots) != nl + npers + 1 or roots[-1].buffer is not self._arena:
+            return
+        q = self._quick.get(prog.hash)
+        if q is None or q.rec is not rec:
+            q = self._quick[prog.hash] = _Quick(prog, rec, self)
+        key = (tuple([(r.buffer.uid, r.offset, r.nbytes) for r in roots[:nl]]),
+               tuple([r.buffer.uid for r in roots[nl:nl + npers]]), self._arena.uid)
+        if key not in q.replays and len(q.replays) >= QUICK_MAX:   # oldest first, as for `_fast`
+            del q.replays[next(iter(q.replays))]
+        q.replays[key] = fast
+
+    def quick_replay(self, prog, leaves) -> list | None:
+        """Run `prog` again over leaves in the same buffer windows as a replay already seen (a training
+        loop, a benchmark): pooled outputs, one lookup, the raw dispatches, the outputs' storages. None
+        when anything differs (new windows, a new or re-recorded program, a grown arena, no free pooled
+        output, timing or index checks on): the executor then takes its full path, which records the
+        entry for next time. Costs a few microseconds of Python per program instead of tens."""
+        q = self._quick.get(prog.hash)
+        if q is None or self._timing is not None or self._records.get(prog.hash) is not q.rec \
+                or _check_indices_set():
+            return None
+        arena = self._arena
+        if arena is None or q.arena_bytes > self._arena_size:
+            return None
+        pers = []
+        pool, getrefcount = self._pool, sys.getrefcount
+        for size, shape, dtype, nbytes in q.pers:
+            same = pool.get(size)
+            if not same:
+                return None
+            for i in range(len(same)):
+                if getrefcount(same[i]) <= 2:          # free: only the pool refers to it (see alloc_storage)
+                    b = same.pop(i)
+                    same.append(b)
+                    break
+            else:
+                return None
+            pers.append(Storage(self, b, 0, shape, dtype, nbytes))
+        fast = q.replays.get((tuple([(s.buffer.uid, s.offset, s.nbytes) for s in leaves]),
+                              tuple([s.buffer.uid for s in pers]), arena.uid))
+        if fast is None:
+            return None
+        if self._lost is not None:
+            self._check_lost()
+        self.tier = q.tier
+        _raw_replay(self._pass or self._open_pass(), fast[0])
+        self.dispatches += q.n
+        self.raw_replays += 1
+        self.quick_replays += 1
+        if time.perf_counter() - self._pass_opened >= self.flush_after:
+            self.flush()
+        out = []
+        for kind, j, d, shape, dtype, nbytes in q.outs:
+            if kind == 0:
+                out.append(leaves[j])
+            elif kind == 1:
+                out.append(pers[j])
+            else:
+                r = leaves[j] if kind == 2 else pers[j] if kind == 3 else None
+                out.append(Storage(self, arena, d, shape, dtype, nbytes) if r is None
+                           else Storage(self, r.buffer, r.offset + d, shape, dtype, nbytes))
+        return out
 
     def _bind_group(self, pipeline, pbuf, off: int, plen: int, binds):
         """The (cached) bind group: the uniform window at `off`, then (buffer, offset, nbytes) storages."""
@@ -494,6 +591,7 @@ class WgpuBackend:
                 for k in list(self._bind_groups)[:4096]:
                     del self._bind_groups[k]
                 self._fast.clear()
+                self._quick.clear()
             self._bind_groups[key] = bg
         return bg
 
@@ -743,6 +841,59 @@ def _raw_replay(p, fast: list) -> None:
             set_pipeline(h, pl)
         set_bind_group(h, 0, bg, 0, null)
         dispatch(h, x, y, z)
+
+
+QUICK_MAX = 16  # root windows remembered per program for the quick replay
+
+# SCELLIS_CHECK_INDICES makes every run go through the launchers (host-side index checks). Asked on each
+# quick replay, so it reads os.environ's own key table (kept in step by os.environ[...] = and putenv through
+# it) instead of paying os.environ's encode-and-lookup per call; other layouts take the plain lookup.
+try:
+    _ENV_DATA = os.environ._data
+    _CHECK_KEY = os.environ.encodekey("SCELLIS_CHECK_INDICES")
+except AttributeError:  # pragma: no cover - another os.environ implementation
+    _ENV_DATA, _CHECK_KEY = None, None
+
+
+def _check_indices_set() -> bool:
+    if _ENV_DATA is not None:
+        return _CHECK_KEY in _ENV_DATA
+    return "SCELLIS_CHECK_INDICES" in os.environ
+
+
+class _Quick:
+    """A program's quick-replay facts: its arena need, pooled outputs, where each output lies relative to
+    its roots, and the resolved dispatches by root windows. Valid while its record is the backend's."""
+    __slots__ = ("rec", "tier", "arena_bytes", "pers", "outs", "n", "replays")
+
+    def __init__(self, prog, rec, be) -> None:
+        self.rec = rec
+        self.tier = getattr(prog, "tier", None)
+        self.arena_bytes = prog.arena.arena_bytes
+        self.n = len(rec[1])
+        self.pers = [(be.alloc_bytes(prog.values[p].nbytes), tuple(prog.values[p].shape), prog.values[p].dtype,
+                      prog.values[p].nbytes) for p in prog.persistent]
+        # where the outputs lie: placed with stand-in roots, each output is a root itself (kind 0 leaf,
+        # 1 pooled output) or a window at an offset in a leaf (2), a pooled output (3) or the arena (4)
+        leaves = [Storage(be, _FakeBuffer(None), 0, prog.values[i].shape, prog.values[i].dtype,
+                          prog.values[i].nbytes) for i in prog.leaves]
+        pers = [Storage(be, _FakeBuffer(None), 0, prog.values[p].shape, prog.values[p].dtype, prog.values[p].nbytes)
+                for p in prog.persistent]
+        arena = _FakeBuffer(None)
+        resolve, _ = bind(prog, leaves, pers, be, arena)
+        outs = []
+        for o in prog.outputs:
+            st = resolve(o)
+            ident = [k for k, r in enumerate(leaves) if r is st], [k for k, r in enumerate(pers) if r is st]
+            if ident[0] or ident[1]:
+                outs.append((0, ident[0][0], 0, None, None, 0) if ident[0] else (1, ident[1][0], 0, None, None, 0))
+                continue
+            lk = [k for k, r in enumerate(leaves) if r.buffer is st.buffer]
+            pk = [k for k, r in enumerate(pers) if r.buffer is st.buffer]
+            kind, j = (2, lk[0]) if lk else (3, pk[0]) if pk else (4, -1)
+            outs.append((kind, j, st.offset, tuple(st.shape), st.dtype, st.nbytes))
+        self.outs = outs
+        self.replays: dict = {}
 
 
 class _FakeBuffer:
