@@ -31,6 +31,7 @@ from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
 from .strided import broadcast_strides, collapse, contiguous_strides, window
 from .elementwise import fill
+from .attention_op import op_cfg, op_subs
 
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
 MAX_HEAD = 256     # head sizes above this would need too much private memory per thread
@@ -227,10 +228,25 @@ def _attention(be, v, ins, out):
     if bh == 0 or lq == 0:
         return
     isz = dt.ITEMSIZE[t]
-    cfg = _flash_cfg(be, "fwd", d, dv)
+    ocfg = op_cfg(be, d, dv)
+    cfg = _flash_cfg(be, "fwd", d, dv) if ocfg is None else None
     scale = float(v.attrs["scale"])
-    drop, dtail = _dropout(be, v, cfg is not None, 5 + (mask is not None) + (sbase is not None))
-    if cfg is not None:
+    drop, dtail = _dropout(be, v, cfg is not None or ocfg is not None,
+                           5 + (mask is not None) + (sbase is not None))
+    if ocfg is not None:
+        rg, cg, ny, sg = ocfg
+        rows_per = 4 * rg * ny
+
+        def kernel(vec):
+            subs = dict(op_subs(rg, cg, ny, dv, sg, drop[0]), ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv,
+                        CAUSAL=str(causal).lower(), MASKED=str(mask is not None).lower(), MASK_BINDING=6,
+                        BASE_BINDING=6 + (mask is not None))
+            flags = {"MASK": mask is not None, "VEC": vec, "DROP": drop[0], "BASED": drop[1], "SG": sg}
+            key = (f"flash_fwd_op:rg={rg}:cg={cg}:ny={ny}:sg={sg}:mask={mask is not None}:vec={vec}:"
+                   f"drop={drop[0]}:based={drop[1]}:t={t}:d={d}:dv={dv}:causal={causal}")
+            return key, render("flash_fwd_op", None, flags=flags, **subs)
+        pscale = scale * LOG2E
+    elif cfg is not None:
         ty, ck = cfg
         rows_per = 4 * ty
         def kernel(vec):
@@ -272,7 +288,7 @@ def _attention(be, v, ins, out):
         params = struct.pack("<IIIIIIiIfIIIIIIIIIII4I4I", nb, lq, lk, nr, r0, nqb, lk - lq, NEG_INF,
                              pscale, qo, ko, vo, oo, lo_, moff, b0, msq, msk, mrank, 0,
                              *mshape, *mstride) + dtail
-        key, src = kernel(cfg is not None and d % 4 == 0 and dv % 4 == 0 and (qo | ko | vo | oo) % 4 == 0)
+        key, src = kernel((cfg is not None or ocfg is not None) and d % 4 == 0 and dv % 4 == 0 and (qo | ko | vo | oo) % 4 == 0)
         be.launch(key, src, storages, params, nb * nqb)
 
 
