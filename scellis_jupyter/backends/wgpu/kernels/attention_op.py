@@ -83,3 +83,77 @@ def op_subs(rg: int, cg: int, ny: int, dv: int, sg: bool, drop: bool) -> dict:
     j = "\n".join
     return dict(RG=rg, CG=cg, NY=ny, CV=cv, NT=8 * ny, DECL=j(decl), SCORES=j(scores), MASK=j(mask),
                 ROWMAX=j(rowmax), SOFTMAX=j(soft), PV=j(pv), ROWSUM=j(rowsum), STORE=j(store))
+
+
+# ---- backward (kernels/flash_bwd_op.wgsl): dkdv and dq with 4 RG x 4 CG tiles per thread ----------
+# SCELLIS_ATTENTION_DKDV / SCELLIS_ATTENTION_DQ = op (first tile of BWD_TILES that fits) or op:RGxCGxNY;
+# SCELLIS_ATTENTION_BWD=op sets both.
+BWD_TILES = {"dkdv": ((1, 1, 8), (1, 1, 4)), "dq": ((1, 1, 8), (2, 1, 4), (1, 1, 4))}
+
+
+def _bwd_dims(d: int, dv: int) -> tuple[int, int]:
+    """(CV column vec4s per thread, RS odd vec4 stride of a staged row)."""
+    m = max((d + 3) // 4, (dv + 3) // 4)
+    return (1 if max(d, dv) <= 32 else 2), (m if m % 2 else m + 1)
+
+
+def bwd_smem(kind: str, d: int, dv: int, rg: int, cg: int, ny: int) -> int:
+    _, rs = _bwd_dims(d, dv)
+    br, bc, ps = 4 * rg * ny, 32 * cg, rg * ny + 1
+    if kind == "dkdv":
+        return 16 * (2 * br * rs + 2 * bc * rs + 2 * bc * ps) + 8 * bc
+    return 16 * (2 * br * rs + 2 * bc * rs + bc * ps) + 8 * br
+
+
+def bwd_cfg(be, kind: str, d: int, dv: int):
+    """(RG, CG, NY) of the op kernel `kind` when the environment asks for it and a tile fits, else None."""
+    want = os.environ.get(f"SCELLIS_ATTENTION_{kind.upper()}", os.environ.get("SCELLIS_ATTENTION_BWD", ""))
+    if not want.startswith("op") or max(d, dv) > OP_HEAD:
+        return None
+    lim = int(be.limits.get("max-compute-workgroup-storage-size", 16384))
+    inv = int(be.limits.get("max-compute-invocations-per-workgroup", 256))
+    cands = BWD_TILES[kind]
+    if ":" in want:
+        cands = (tuple(int(x) for x in want.split(":", 1)[1].split("x")),)
+    for rg, cg, ny in cands:
+        if rg in (1, 2) and cg in (1, 2) and bwd_smem(kind, d, dv, rg, cg, ny) <= lim and 8 * ny <= inv:
+            return rg, cg, ny
+    return None
+
+
+def bwd_subs(kind: str, rg: int, cg: int, ny: int, d: int, dv: int, drop: bool) -> dict:
+    """Placeholders of flash_bwd_op.wgsl's section `kind` (DECL, SCORES, MASK, PROBS, UPDATE, STORE)."""
+    sn = lambda sec, **kw: snippet("flash_bwd_op", sec, flags={"DROP": drop}, **kw)  # noqa: E731
+    cv, rs = _bwd_dims(d, dv)
+    gs, js, rr, cs = range(rg), range(4 * cg), range(4 * rg), range(cv)
+    kv = kind == "dkdv"
+    own, oth, own2, oth2 = (("ks", "qs", "vs", "gs") if kv else ("qs", "ks", "gs", "vs"))
+
+    def loop(n, a, b, acc):
+        body = ([sn("own_regs", P="oa", A=a, G=g, OFF=g * ny) for g in gs]
+                + [sn("oth_reg", P="ob", A=b, J=j, KO=8 * j) for j in js]
+                + [sn("dot_acc", N=f"{acc}{g}_{j}", P="oa", G=g, Q="ob", J=j) for g in gs for j in js])
+        return sn("d_loop", N=n, BODY="\n".join(body))
+
+    scores = ([sn("acc", N=f"{x}{g}_{j}") for x in "sx" for g in gs for j in js]
+              + [loop("D4", own, oth, "s"), loop("V4", own2, oth2, "x")])
+    mask = [sn("mask_t" if kv else "mask_q", G=g, J=j, OFF=g * ny, KO=8 * j) for g in gs for j in js]
+    probs = [sn("probs_t" if kv else "probs_q", G=g, J=j, OFF=g * ny, KO=8 * j) for g in gs for j in js]
+    if kv:
+        decl = [sn("acc", N=f"{x}{r}_{c}") for x in "kv" for r in rr for c in cs]
+        upd = ([sn("upd_reg", P="pa", A="pt", G=g, OFF=g * ny) for g in gs]
+               + [sn("upd_reg", P="da", A="dst", G=g, OFF=g * ny) for g in gs]
+               + [sn("upd_col", P="gq", A="gs", C=c, CO=8 * c) for c in cs]
+               + [sn("upd_col", P="qq", A="qs", C=c, CO=8 * c) for c in cs]
+               + [sn("upd_fma", N=f"v{r}_{c}", P="pa", G=r // 4, L=LANES[r % 4], Q="gq", C=c) for r in rr for c in cs]
+               + [sn("upd_fma", N=f"k{r}_{c}", P="da", G=r // 4, L=LANES[r % 4], Q="qq", C=c) for r in rr for c in cs])
+        store = [sn("store_key", OFF=(r // 4) * ny, I=r % 4, R=r, C1=cv - 1) for r in rr]
+    else:
+        decl = [sn("acc", N=f"a{r}_{c}") for r in rr for c in cs]
+        upd = ([sn("upd_reg", P="da", A="dss", G=g, OFF=g * ny) for g in gs]
+               + [sn("upd_col", P="kk", A="ks", C=c, CO=8 * c) for c in cs]
+               + [sn("upd_fma", N=f"a{r}_{c}", P="da", G=r // 4, L=LANES[r % 4], Q="kk", C=c) for r in rr for c in cs])
+        store = [sn("store_row", OFF=(r // 4) * ny, I=r % 4, R=r, C1=cv - 1) for r in rr]
+    j = "\n".join
+    return dict(RG=rg, CG=cg, NY=ny, CV=cv, RS=rs, NT=8 * ny, DECL=j(decl), SCORES=j(scores), MASK=j(mask),
+                PROBS=j(probs), UPDATE=j(upd), STORE=j(store))
