@@ -23,5 +23,5 @@ for c in "${CONFIGS[@]}"; do
   if [ $first = 1 ]; then torch=""; first=0; fi
   echo "=== $name: $envs"
   env $envs timeout 150 python3 benchmarks/kernels.py --no-write --sections attention --dtypes f32 \
-    --budget 1 --iters 10 --attn-shapes "$shapes" $torch 2>&1 | tee "$out/$name.log" | grep -E "^\| attention|error|Error"
+    --budget 1 --iters 10 --attn-shapes "$shapes" $torch 2>&1 | tee "$out/$name.log" | grep -E "^attention|rror"
 done

@@ -13,7 +13,9 @@ flash_bwd.wgsl: 4 rows x 16 CK keys per thread in named vec4s, tiles sized from 
 workgroup memory, vec4 loads when rows and offsets are 4-aligned, the next tile prefetched into
 registers), which also carry attention dropout; above that the one-row-per-thread kernels of
 attention_fwd.wgsl / attention_bwd.wgsl. SCELLIS_ATTENTION_KERNEL=rowwise forces the latter and
-SCELLIS_ATTENTION_TILE_{FWD,DQ,DKDV}=TYxCK a tile shape (benchmarking).
+SCELLIS_ATTENTION_TILE_{FWD,DQ,DKDV}=TYxCK a tile shape (benchmarking). A third family, chosen by
+SCELLIS_ATTENTION_{FWD,BWD,DKDV,DQ}=op (attention_op.py: outer-product forward, 4x4-per-thread dot
+tiles in the backward), takes the place of the register-tiled kernel it names, same bindings and params.
 """
 from __future__ import annotations
 

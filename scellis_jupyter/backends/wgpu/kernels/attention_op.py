@@ -7,9 +7,11 @@ RG + CG loads, like the matmul's 8x8 tiles, with the row max over subgroup shuff
 `subgroup`. The unrolled per-thread code (named accumulators: a runtime-indexed private array spills)
 is assembled here from the file's sections.
 
-Selection (benchmarking; the default forward stays flash_fwd.wgsl until measured):
-SCELLIS_ATTENTION_FWD=op takes the first tile of OP_TILES that fits, `op:RGxCGxNY` forces one;
-SCELLIS_ATTENTION_SG=off keeps the workgroup-memory row max even where subgroups are granted.
+Selection (benchmarking; the defaults stay flash_fwd.wgsl / flash_bwd.wgsl until measured on the H200:
+DEFAULT says which kernels run when the environment names none):
+SCELLIS_ATTENTION_FWD=op takes the first tile of OP_TILES that fits, `op:RGxCGxNY` forces one, `tiled`
+the register-tiled kernels of flash_fwd.wgsl; SCELLIS_ATTENTION_SG=off keeps the workgroup-memory row
+max even where subgroups are granted.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ..templates import snippet
 
 # (RG row groups of 4 rows, CG key groups of 4 keys per thread, NY thread rows): first that fits
 OP_TILES = ((2, 1, 8), (1, 1, 16), (2, 1, 4), (1, 1, 8), (1, 1, 4))
+DEFAULT = {"fwd": "", "dkdv": "", "dq": ""}     # "op" makes a kernel of this module the default
 OP_HEAD = 64
 LANES = "xyzw"
 
@@ -38,7 +41,7 @@ def use_subgroups(be) -> bool:
 def op_cfg(be, d: int, dv: int):
     """(RG, CG, NY, SG) of the outer-product forward when SCELLIS_ATTENTION_FWD asks for it and a tile
     fits the adapter, else None."""
-    want = os.environ.get("SCELLIS_ATTENTION_FWD", "")
+    want = os.environ.get("SCELLIS_ATTENTION_FWD", DEFAULT["fwd"])
     if not want.startswith("op") or max(d, dv) > OP_HEAD:
         return None
     sg = use_subgroups(be)
@@ -87,7 +90,7 @@ def op_subs(rg: int, cg: int, ny: int, dv: int, sg: bool, drop: bool) -> dict:
 
 # ---- backward (kernels/flash_bwd_op.wgsl): dkdv and dq with 4 RG x 4 CG tiles per thread ----------
 # SCELLIS_ATTENTION_DKDV / SCELLIS_ATTENTION_DQ = op (first tile of BWD_TILES that fits) or op:RGxCGxNY;
-# SCELLIS_ATTENTION_BWD=op sets both.
+# SCELLIS_ATTENTION_BWD=op sets both; `tiled` selects flash_bwd.wgsl's kernel.
 BWD_TILES = {"dkdv": ((1, 1, 8), (1, 1, 4)), "dq": ((1, 1, 8), (2, 1, 4), (1, 1, 4))}
 
 
@@ -107,7 +110,7 @@ def bwd_smem(kind: str, d: int, dv: int, rg: int, cg: int, ny: int) -> int:
 
 def bwd_cfg(be, kind: str, d: int, dv: int):
     """(RG, CG, NY) of the op kernel `kind` when the environment asks for it and a tile fits, else None."""
-    want = os.environ.get(f"SCELLIS_ATTENTION_{kind.upper()}", os.environ.get("SCELLIS_ATTENTION_BWD", ""))
+    want = os.environ.get(f"SCELLIS_ATTENTION_{kind.upper()}", os.environ.get("SCELLIS_ATTENTION_BWD", DEFAULT[kind]))
     if not want.startswith("op") or max(d, dv) > OP_HEAD:
         return None
     lim = int(be.limits.get("max-compute-workgroup-storage-size", 16384))
