@@ -202,6 +202,8 @@ def _attn_shapes(args):
     if args.quick:
         return [(1, 2, 128, 32), (1, 2, 256, 64)]
     shapes = [(4, 16, 1024, 64), (2, 16, 4096, 64), (1, 8, 8192, 64), (1, 8, 16384, 64)]
+    if getattr(args, "attn_shapes", None):
+        shapes = args.attn_shapes
     lens = getattr(args, "attn_lengths", None)
     return [s for s in shapes if not lens or s[2] in lens]
 
@@ -515,6 +517,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, few iterations (CI / llvmpipe)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--attn-lengths", default="", help="attention: only these sequence lengths (comma list)")
+    ap.add_argument("--attn-shapes", default="", help="attention: these BxHxLxD shapes instead (comma list), "
+                    "e.g. 64x6x256x64 (the GPT bench's)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args(argv)
     if args.quick:
@@ -524,6 +528,7 @@ def main(argv=None) -> int:
     args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
     args.dtypes = [d for d in args.dtypes.split(",") if d]
     args.attn_lengths = [int(x) for x in args.attn_lengths.split(",") if x]
+    args.attn_shapes = [tuple(int(y) for y in x.split("x")) for x in args.attn_shapes.split(",") if x]
     names = [s for s in args.sections.split(",") if s]
     for s in names:
         if s not in SECTIONS:
