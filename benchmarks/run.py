@@ -62,7 +62,7 @@ def training_rows(ctx, args, label: str) -> list[dict]:
     rows = []
     for m in args.models:
         a = T.ours(T.MODELS[m], ctx.dev, args.steps)
-        lp = T.loop(T.MODELS[m], ctx.dev, args.steps, "stream")
+        lp, _end = T.loop(T.MODELS[m], ctx.dev, args.steps, "stream")
         t = T.theirs(m, T.MODELS[m], args.steps, ctx.tdev) if torch is not None else None
         dtype = "mixed f16" if m.endswith("_mixed") else "f32"
         r = {"op": f"training step {m} ({label})", "dtype": dtype,
