@@ -179,7 +179,7 @@ def absorb(values: list, outputs: list[int], keep: set[int] | None = None) -> tu
             attrs = {"code": code, "slot": slot, "mm": (tuple(v.shape), v.dtype),
                      "seen": tuple(values[seen].shape), "strides": tuple(strides)}
             replace[c] = Value("matmul_fused", tuple(v.inputs) + tuple(others), attrs, cv.shape, cv.dtype,
-                               "compute", cv.nbytes)
+                               "compute", cv.nbytes, v.scope)        # the matmul's layer
             absorbed.update(chain)
             absorbed.update(drawn)
     if not replace:
@@ -192,5 +192,5 @@ def absorb(values: list, outputs: list[int], keep: set[int] | None = None) -> tu
         nv = replace.get(i, v)
         remap[i] = len(out)
         out.append(Value(nv.op, tuple(remap[j] for j in nv.inputs), nv.attrs, nv.shape, nv.dtype, nv.kind,
-                         nv.nbytes))
+                         nv.nbytes, nv.scope))
     return out, [remap[o] for o in outputs], remap

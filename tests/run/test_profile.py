@@ -151,9 +151,9 @@ def _check_dispatches(prof, steps):
 def _check_layers(prof, matmul_kernel="matmul"):
     f, h, c, b = DIMS["f"], DIMS["h"], DIMS["c"], DIMS["b"]
     tl = prof["timeline"]
-    mm = [d for d in tl if d["op"] == "matmul"]
+    mm = [d for d in tl if d["op"] in ("matmul", "matmul_fused")]     # matmul_fused: with its epilogue's inputs
     for d in mm:                                  # (m, k) @ (k, n) -> (m, n), f32 throughout
-        (a, ta), (w, tw) = d["ins"]
+        (a, ta), (w, tw) = d["ins"][:2]
         assert a[-1] == w[0] and d["out"] == [[[a[0], w[1]], "f32"]] and ta == tw == "f32"
     fwd = {d["scope"]: d for d in mm if not d["scope"].endswith("/bwd")}
     # the forward matmuls are the batch against each layer's weights, in the layers they came from
@@ -163,7 +163,7 @@ def _check_layers(prof, matmul_kernel="matmul"):
     # backward: fc2's weight and input gradients, fc1's weight gradient (its input's is not needed)
     assert sorted(d["scope"] for d in bwd) == ["fc1/bwd", "fc2/bwd", "fc2/bwd"]
     assert {tuple(d["out"][0][0]) for d in bwd if d["scope"] == "fc1/bwd"} <= {(f, h), (h, f)}
-    assert all(d["kernel"] == matmul_kernel for d in mm)
+    assert all(d["kernel"] in (matmul_kernel, "matmul_fused") for d in mm)
     first = {}
     for i, d in enumerate(tl):
         first.setdefault(d["scope"], i)
@@ -223,7 +223,8 @@ def test_cli_profile_by_shape_of_a_spec_file(tmp_path, capsys):
                      "--top", "100"]) == 0
     out = capsys.readouterr().out
     f, h, b = DIMS["f"], DIMS["h"], DIMS["b"]
-    assert "shape (operands -> result)" in out and f"f32[{b},{f}] f32[{f},{h}] -> f32[{b},{h}]  [fc1]" in out
+    # fc1's matmul carries its bias add as an epilogue (matmul_fused: x, W, then the bias)
+    assert "shape (operands -> result)" in out and f"f32[{b},{f}] f32[{f},{h}] f32[{h}] -> f32[{b},{h}]  [fc1]" in out
 
 
 def test_a_transformer_blocks_halves_are_layers_of_their_own():
