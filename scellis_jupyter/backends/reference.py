@@ -97,7 +97,9 @@ class ReferenceBackend:
         return [self.from_numpy(a, d) for a, d in items]
 
     def from_numpy(self, arr: np.ndarray, dtype: str) -> Storage:
-        arr = np.ascontiguousarray(arr)
+        # not np.ascontiguousarray: it makes a 0-d array 1-d, and the storage must keep the value's shape
+        # (a compiled replay writes into windows of exactly that shape); write() copies any memory layout
+        arr = np.asarray(arr)
         s = self.alloc_storage(arr.shape, dtype, dt.nbytes(arr.shape, dtype))
         self.write(s, arr)
         return s
