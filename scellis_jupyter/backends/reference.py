@@ -490,9 +490,16 @@ def _rmax(v, x, prog):
     return np.max(x, axis=v.attrs["axes"], keepdims=v.attrs.get("keepdims", False))
 
 
+def _trans(x, flag):
+    """A folded transpose read as the permute it replaces would have stored it (a contiguous copy), so
+    matmul(trans_a=True) calls numpy with the very arrays matmul(permute(x)) does: the same bits."""
+    return np.ascontiguousarray(np.swapaxes(x, -1, -2)) if flag else x
+
+
 @k("matmul")
 def _matmul(v, a, b, prog):
-    return np.matmul(_acc(a), _acc(b))
+    at = v.attrs.get
+    return np.matmul(_acc(_trans(a, at("trans_a", False))), _acc(_trans(b, at("trans_b", False))))
 
 
 @k("permute")

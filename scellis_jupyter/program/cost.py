@@ -14,7 +14,7 @@ def program_flops(prog) -> int:
         v = prog.values[s]
         shape = v.shape[0] if isinstance(v.dtype, tuple) else v.shape
         if v.op == "matmul":
-            k = prog.values[v.inputs[0]].shape[-1]
+            k = prog.values[v.inputs[0]].shape[-2 if v.attrs.get("trans_a") else -1]
             total += 2 * math.prod(shape) * int(k)
         elif v.op in ("attention", "attention_bwd"):
             q, kk = prog.values[v.inputs[0]].shape, prog.values[v.inputs[1]].shape
