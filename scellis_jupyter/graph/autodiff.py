@@ -267,13 +267,15 @@ def _matmul_grads(a: Node, b: Node, g: Node) -> tuple[Node, Node]:
     Without folding: a transpose of an operand that is itself a transpose is free (it cancels), otherwise
     (B g^T)^T / (g^T A)^T transpose g and the result instead, which pays off when an operand is a big
     weight and g is a small batch's."""
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        return F.matmul(g, F.transpose(b)), F.matmul(F.transpose(a), g)
     free = F.is_transpose
     if F.transposes_fold():
-        ga = F.transpose(F.matmul(b, F.transpose(g))) if free(a) else F.matmul(g, F.transpose(b))
-        gb = F.transpose(F.matmul(F.transpose(g), a)) if free(b) else F.matmul(F.transpose(a), g)
+        # (batched: only where the operand has g's batch dims, so no unbroadcast sits between the transposes)
+        same = lambda x: tuple(x.shape[:-2]) == tuple(g.shape[:-2])
+        ga = F.transpose(F.matmul(b, F.transpose(g))) if free(a) and same(a) else F.matmul(g, F.transpose(b))
+        gb = F.transpose(F.matmul(F.transpose(g), a)) if free(b) and same(b) else F.matmul(F.transpose(a), g)
         return ga, gb
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        return F.matmul(g, F.transpose(b)), F.matmul(F.transpose(a), g)
     cost_a1 = 0 if free(b) else _numel(b)
     cost_a2 = _numel(g) + (0 if free(a) else _numel(a))
     ga = F.matmul(g, F.transpose(b)) if cost_a1 <= cost_a2 else F.transpose(F.matmul(b, F.transpose(g)))
