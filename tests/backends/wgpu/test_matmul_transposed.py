@@ -90,6 +90,26 @@ def test_every_variant_reads_transposed_operands(variant, monkeypatch):
         assert key in WG.impl._pipelines                   # the forced tile really ran transposed
 
 
+@pytest.mark.parametrize("variant", ["big_pf", "mid", "small", "huge_pf"])
+def test_packed_f16_reads_transposed_operands(variant, monkeypatch):
+    """Tier fast: vec4<f16> partials of at most BK products; the bound of test_matmul_packed_f16.py
+    (u |exact| + gamma_{BK+1} sum |a b| + 1e-6 sum |a b|, u = 2^-11) on float64 products of the f16 inputs."""
+    if not WG.impl.has_f16:
+        pytest.skip("adapter lacks shader-f16")
+    _fresh(monkeypatch, variant)
+    u, nb = 2.0 ** -11, VARIANTS[variant][4] + 1
+    with sc.tier("fast"):
+        for ta, tb in MODES:
+            for m, k, n, ba, bb in CASES[:3]:
+                a, b, la, lb = operands(m, k, n, ta, tb, ba, bb, np.float16)
+                got = mm_t(a, b, ta, tb, "f16")
+                a64, b64 = la.astype(np.float64), lb.astype(np.float64)
+                exact, absum = a64 @ b64, np.abs(a64) @ np.abs(b64)
+                tol = u * np.abs(exact) + nb * u / (1 - nb * u) * absum + 1e-6 * absum + 1e-7
+                assert np.all(np.abs(got.astype(np.float64) - exact) <= tol)
+    assert f"matmul:{variant}:f16+h16+ta+tb" in WG.impl._pipelines
+
+
 def test_folded_transpose_runs_the_transposed_kernel_and_matches_the_copy(monkeypatch):
     """x.T @ y through the tensor API: the permute folds (no permute dispatch) and the product equals the
     one of an explicit contiguous copy within the f32 bound."""

@@ -8,7 +8,12 @@ smaller tile so fewer threads idle. Every load and store is bounds checked, so a
 
 Tile and K-split per shape class: matmul_tune.py (a fixed table by default, autotuned and cached on
 disk per adapter with SCELLIS_MATMUL_TUNE=on). A K-split runs the splits as workgroups along z into a
-f32 partial buffer (scratch) and sums them in a fixed order with matmul_ksplit.wgsl.
+f32 partial buffer (scratch) and sums them in a fixed order with matmul_ksplit.wgsl; its boundaries
+(KC_UNIT) do not depend on the tile variant, so the shape rule's split sums in one order under debug.
+
+Transposed operands (attrs trans_a / trans_b, set by program/transpose_fold.py where a permute fed the
+matmul): A stored [.., K, M], B stored [.., N, K]; the kernel loads them along their contiguous axis into
+the same k-major tiles, and windows, chunking and the K-split follow the stored layout (row stride lda / ldb).
 
 Splitting: when an operand or the output exceeds the binding limit the launcher cuts the work into
 chunks (a batch box, an M row block, an N column block, a K block), binds aligned windows (A rows
