@@ -14,6 +14,11 @@
 // accumulators c* after every staged tile (BK k-steps), so an f16 partial sums at most BK products.
 // Prefetch variants (loop_prefetch) load the next tile from global memory into registers while the
 // current one is being multiplied; the summation order is the same as the plain loop's.
+// Transposed operands (the matmul's trans_a / trans_b attrs, a folded permute): A stored [K, M] (row
+// stride lda = M) is read by fetch_a_t, B stored [N, K] (ldb = K) by fetch_b_t; each thread still loads
+// along the stored matrix's contiguous axis (4 consecutive m of one k row of A^T; consecutive k of one
+// row of B^T across neighbouring threads) and writes the same k-major tiles, so the products and their
+// order over k are those of the untransposed kernel.
 {{ENABLE}}
 struct Params {
   M: u32, N: u32, K: u32, acc: u32,
@@ -31,7 +36,7 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> C: array<{{T}}>;
 
 var<workgroup> As: array<vec4<{{ST}}>, {{AS_LEN}}>;   // [BK][TM/4]
-var<workgroup> Bs: array<vec4<{{ST}}>, {{BS_LEN}}>;   // [BK][TN/4]
+var<workgroup> Bs: array<vec4<{{ST}}>, {{BS_LEN}}>;   // [BK][TN/4] (+1 padded, transposed B)
 {{EPILOGUE}}
 
 @compute @workgroup_size({{THREADS}})
@@ -113,6 +118,24 @@ var pb{{J}} = vec4<{{ST}}>(0.0);
 // A slot J into As (k-major)
 { let e = t + {{E0}}u; As[(e % {{BK}}u) * {{TM4}}u + e / {{BK}}u] = pa{{J}}; }
 
+//=== fetch_a_t
+// transposed A slot: 1 k x 4 consecutive rows of A = 4 contiguous elements of row gk of the stored A^T
+{ let e = t + {{E0}}u; let kk = e / {{TM4}}u; let r4 = e % {{TM4}}u;
+  let gk = k0 + kk; let gr = m0 + r4 * 4u;
+  var v = vec4<{{ST}}>(0.0);
+  if (gk < kend) {
+    let row = abase + gk * p.lda + gr;
+    if (gr + 0u < p.M) { v.x = {{ST}}(A[row + 0u]); }
+    if (gr + 1u < p.M) { v.y = {{ST}}(A[row + 1u]); }
+    if (gr + 2u < p.M) { v.z = {{ST}}(A[row + 2u]); }
+    if (gr + 3u < p.M) { v.w = {{ST}}(A[row + 3u]); }
+  }
+  pa{{J}} = v; }
+
+//=== put_a_t
+// transposed A slot J into As (k-major, row stride ASTR vec4s)
+{ let e = t + {{E0}}u; As[(e / {{TM4}}u) * {{ASTR}}u + e % {{TM4}}u] = pa{{J}}; }
+
 //=== fetch_b
 // B load slot: 1 k x 4 columns of B into pb J; zero outside B
 { let e = t + {{E0}}u; let kk = e / {{TN4}}u; let c4 = e % {{TN4}}u;
@@ -130,6 +153,24 @@ var pb{{J}} = vec4<{{ST}}>(0.0);
 //=== put_b
 // B slot J into Bs
 Bs[t + {{E0}}u] = pb{{J}};
+
+//=== fetch_b_t
+// transposed B slot: 1 k x 4 columns of B = element gk of 4 consecutive rows of the stored B^T
+// (neighbouring threads take neighbouring k: contiguous along each row); zero outside B
+{ let e = t + {{E0}}u; let kk = e % {{BK}}u; let c4 = e / {{BK}}u;
+  let gk = k0 + kk; let gc = n0 + c4 * 4u;
+  var v = vec4<{{ST}}>(0.0);
+  if (gk < kend) {
+    if (gc + 0u < p.N) { v.x = {{ST}}(B[bbase + (gc + 0u) * p.ldb + gk]); }
+    if (gc + 1u < p.N) { v.y = {{ST}}(B[bbase + (gc + 1u) * p.ldb + gk]); }
+    if (gc + 2u < p.N) { v.z = {{ST}}(B[bbase + (gc + 2u) * p.ldb + gk]); }
+    if (gc + 3u < p.N) { v.w = {{ST}}(B[bbase + (gc + 3u) * p.ldb + gk]); }
+  }
+  pb{{J}} = v; }
+
+//=== put_b_t
+// transposed B slot J into Bs (k-major, row stride BSTR vec4s: padded when that fits)
+{ let e = t + {{E0}}u; Bs[(e % {{BK}}u) * {{BSTR}}u + e / {{BK}}u] = pb{{J}}; }
 
 //=== k_step
 // one k of the staged tiles: the thread's A and B vec4s, then every accumulator's update

@@ -387,7 +387,8 @@ def _matmul_fused(v, a, b, *others, prog):
     """A matmul with its epilogue (program/epilogue.py), as the unfused steps would run: the product
     rounded to the matmul's dtype and shaped as the chain reads it, then the chain op by op."""
     (mshape, mdtype), slot = v.attrs["mm"], v.attrs["slot"]
-    mm = SimpleNamespace(op="matmul", attrs={}, shape=mshape, dtype=mdtype)
+    ta, tb = v.attrs.get("trans", (False, False))
+    mm = SimpleNamespace(op="matmul", attrs={"trans_a": ta, "trans_b": tb}, shape=mshape, dtype=mdtype)
     r = np.asarray(KERNELS["matmul"](mm, a, b, prog=prog)).astype(_np(mdtype), copy=False)
     args = list(others)
     args.insert(slot, r.reshape(v.attrs["seen"]))
@@ -504,9 +505,16 @@ def _rmax(v, x, prog):
     return np.max(x, axis=v.attrs["axes"], keepdims=v.attrs.get("keepdims", False))
 
 
+def _trans(x, flag):
+    """A folded transpose read as the permute it replaces would have stored it (a contiguous copy), so
+    matmul(trans_a=True) calls numpy with the very arrays matmul(permute(x)) does: the same bits."""
+    return np.ascontiguousarray(np.swapaxes(x, -1, -2)) if flag else x
+
+
 @k("matmul")
 def _matmul(v, a, b, prog):
-    return np.matmul(_acc(a), _acc(b))
+    at = v.attrs.get
+    return np.matmul(_acc(_trans(a, at("trans_a", False))), _acc(_trans(b, at("trans_b", False))))
 
 
 @k("permute")

@@ -214,7 +214,7 @@ def rematerialized(x: Node) -> Node:
         if count[0] > REMAT_MAX_NODES:
             return False
         if n.op == "matmul":
-            if n.inputs[0].shape[-1] > REMAT_MAX_RANK:
+            if n.inputs[0].shape[-2 if n.attrs.get("trans_a") else -1] > REMAT_MAX_RANK:
                 return False
         elif n.op not in ("nf4_dequant", "permute", "reshape", "cast", "add", "mul", "fill"):
             return False
@@ -236,8 +236,13 @@ def rematerialized(x: Node) -> Node:
 
 
 @rule("matmul")
-def _(n, g):
+def _matmul_rule(n, g):
     a, b = (rematerialized(i) for i in n.inputs)
+    ta, tb = n.attrs.get("trans_a", False), n.attrs.get("trans_b", False)
+    if ta or tb:
+        # the operands as read (transposed views), their gradients transposed back (views again)
+        ga, gb = _matmul_rule(make("matmul", [F.transpose(a) if ta else a, F.transpose(b) if tb else b]), g)
+        return (F.transpose(ga) if ta else ga), (F.transpose(gb) if tb else gb)
     if len(b.shape) == 2 and len(a.shape) > 2:
         # a batch of rows times one matrix: the matrix's gradient is one [K, N] product over all rows,
         # not a [batch, K, N] stack summed afterwards
@@ -254,12 +259,23 @@ def _numel(x: Node) -> int:
 
 
 def _matmul_grads(a: Node, b: Node, g: Node) -> tuple[Node, Node]:
-    """dA = g B^T and dB = A^T g, each written the way that copies less: a transpose of an operand that is
-    itself a transpose is free (it folds back), otherwise (B g^T)^T / (g^T A)^T transpose g and the result
-    instead, which pays off when an operand is a big weight and g is a small batch's."""
+    """dA = g B^T and dB = A^T g, each written the way that copies less.
+
+    When transposes fold into matmuls (F.transposes_fold, the default) an operand's transpose is free, so
+    only a result's costs: dA is (B g^T)^T exactly when A is itself a transpose (the caller's permute rule
+    transposes dA back, and the two cancel), dB likewise; every other transpose reads an operand and folds.
+    Without folding: a transpose of an operand that is itself a transpose is free (it cancels), otherwise
+    (B g^T)^T / (g^T A)^T transpose g and the result instead, which pays off when an operand is a big
+    weight and g is a small batch's."""
+    free = F.is_transpose
+    if F.transposes_fold():
+        # (batched: only where the operand has g's batch dims, so no unbroadcast sits between the transposes)
+        same = lambda x: tuple(x.shape[:-2]) == tuple(g.shape[:-2])
+        ga = F.transpose(F.matmul(b, F.transpose(g))) if free(a) and same(a) else F.matmul(g, F.transpose(b))
+        gb = F.transpose(F.matmul(F.transpose(g), a)) if free(b) and same(b) else F.matmul(F.transpose(a), g)
+        return ga, gb
     if len(a.shape) != 2 or len(b.shape) != 2:
         return F.matmul(g, F.transpose(b)), F.matmul(F.transpose(a), g)
-    free = F.is_transpose
     cost_a1 = 0 if free(b) else _numel(b)
     cost_a2 = _numel(g) + (0 if free(a) else _numel(a))
     ga = F.matmul(g, F.transpose(b)) if cost_a1 <= cost_a2 else F.transpose(F.matmul(b, F.transpose(g)))

@@ -7,6 +7,7 @@ These take and return Nodes; the eager façade (tensor.py) and sc.ops wrap them 
 from __future__ import annotations
 
 import math
+import os
 from typing import Sequence
 
 from .. import dtypes as dt
@@ -195,6 +196,14 @@ def is_transpose(x: Node) -> bool:
     nd = len(x.shape)
     return (x.op == "permute" and not x.realized and nd >= 2
             and tuple(x.attrs["perm"]) == tuple(range(nd - 2)) + (nd - 1, nd - 2))
+
+
+def transposes_fold() -> bool:
+    """Whether compiled programs fold a swap of the last two axes into the matmul that reads it
+    (program/transpose_fold.py): on unless SCELLIS_FOLD_TRANSPOSE or SCELLIS_FUSION is off. Graph
+    builders read it to pick forms: with folding, an operand's transpose costs nothing, a result's does."""
+    off = ("0", "off", "false")
+    return os.environ.get("SCELLIS_FOLD_TRANSPOSE", "1") not in off and os.environ.get("SCELLIS_FUSION", "1") not in off
 
 
 def transpose(x: Node, a: int = -2, b: int = -1) -> Node:
@@ -421,10 +430,11 @@ def linear(x: Node, w: Node, b: Node | None = None) -> Node:
 
     When the weight outweighs the activations (a wide layer on a small batch), y = (W x^T)^T instead:
     the copies transposed are the activations', not the weight's (and autodiff then gives dW = dy^T x
-    directly, with no weight-sized transpose either)."""
+    directly, with no weight-sized transpose either). When transposes fold into matmuls (the default) no
+    copy is made either way, and x W^T is kept."""
     rows = math.prod(x.shape[:-1]) if len(x.shape) > 1 else 1
     out_f, in_f = w.shape[-2], w.shape[-1]
-    if len(w.shape) == 2 and len(x.shape) >= 2 and out_f * in_f > rows * (in_f + out_f):
+    if len(w.shape) == 2 and len(x.shape) >= 2 and out_f * in_f > rows * (in_f + out_f) and not transposes_fold():
         x2 = reshape(x, (rows, in_f))
         y = reshape(transpose(matmul(w, transpose(x2))), tuple(x.shape[:-1]) + (out_f,))
     else:

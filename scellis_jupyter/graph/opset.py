@@ -171,14 +171,27 @@ for _r in ("reduce_sum", "reduce_max"):
     register(_r)(_inf_red)
 
 
+MATMUL_FLAGS = ("trans_a", "trans_b")
+
+
 @register("matmul")
 def _inf_matmul(inputs, attrs):
+    """a @ b over the last two axes, batch dims broadcast. trans_a / trans_b (default False): the operand
+    is read with its last two axes swapped, exactly matmul(permute(x)) without the copy (a folded
+    transpose, program/transpose_fold.py)."""
     a, b = inputs
+    for f in MATMUL_FLAGS:
+        if not isinstance(attrs.get(f, False), bool):
+            raise GraphError(f"attr {f} must be True or False, got {attrs[f]!r}", where="op 'matmul'",
+                             hint="trans_a / trans_b say whether an operand is read transposed")
     if len(a.shape) < 2 or len(b.shape) < 2:
         raise ShapeError(f"needs rank >= 2 operands, got {_fmt(inputs)}", where="op 'matmul'")
-    if a.shape[-1] != b.shape[-2]:
-        raise ShapeError(f"inner dimensions differ: {tuple(a.shape)} @ {tuple(b.shape)} "
-                         f"({a.shape[-1]} != {b.shape[-2]})", where="op 'matmul'")
+    ta, tb = attrs.get("trans_a", False), attrs.get("trans_b", False)
+    m, ka = (a.shape[-1], a.shape[-2]) if ta else (a.shape[-2], a.shape[-1])
+    kb, n = (b.shape[-1], b.shape[-2]) if tb else (b.shape[-2], b.shape[-1])
+    if ka != kb:
+        ops = f"{tuple(a.shape)}{'^T' if ta else ''} @ {tuple(b.shape)}{'^T' if tb else ''}"
+        raise ShapeError(f"inner dimensions differ: {ops} ({ka} != {kb})", where="op 'matmul'")
     if a.dtype != b.dtype:
         raise DTypeError(f"dtypes differ: {_fmt(inputs)}", where="op 'matmul'")
     _float_check("matmul", inputs)
@@ -187,7 +200,7 @@ def _inf_matmul(inputs, attrs):
     except ShapeError:
         raise ShapeError(f"batch dimensions of {tuple(a.shape)} @ {tuple(b.shape)} cannot be broadcast",
                          where="op 'matmul'") from None
-    return batch + (a.shape[-2], b.shape[-1]), a.dtype
+    return batch + (m, n), a.dtype
 
 
 @register("reshape")

@@ -14,7 +14,8 @@ def program_flops(prog) -> int:
         v = prog.values[s]
         shape = v.shape[0] if isinstance(v.dtype, tuple) else v.shape
         if v.op in ("matmul", "matmul_fused"):
-            k = prog.values[v.inputs[0]].shape[-1]
+            ta = v.attrs.get("trans_a") or v.attrs.get("trans", (False, False))[0]
+            k = prog.values[v.inputs[0]].shape[-2 if ta else -1]
             total += 2 * math.prod(shape) * int(k)
             if v.op == "matmul_fused":
                 total += len(v.attrs["code"]) * math.prod(shape)

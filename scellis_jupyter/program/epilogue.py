@@ -176,7 +176,9 @@ def absorb(values: list, outputs: list[int], keep: set[int] | None = None) -> tu
                 break
             strides.append(st)
         else:
+            # trans: the matmul's folded transposes (program/transpose_fold.py), which the product keeps
             attrs = {"code": code, "slot": slot, "mm": (tuple(v.shape), v.dtype),
+                     "trans": (bool(v.attrs.get("trans_a", False)), bool(v.attrs.get("trans_b", False))),
                      "seen": tuple(values[seen].shape), "strides": tuple(strides)}
             replace[c] = Value("matmul_fused", tuple(v.inputs) + tuple(others), attrs, cv.shape, cv.dtype,
                                "compute", cv.nbytes, v.scope)        # the matmul's layer

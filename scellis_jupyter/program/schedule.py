@@ -11,7 +11,7 @@ import blake3
 from ..errors import GraphError
 from ..graph.node import Node, toposort
 from ..graph.opset import ELEMENTWISE
-from . import batching, epilogue, fusion
+from . import batching, epilogue, fusion, transpose_fold
 from .ir import Program, Value, multi_offset, value_nbytes  # noqa: F401 - Program is imported from here too
 from .liveness import plan_arena
 
@@ -66,7 +66,8 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
     gates = {index[a.id] for n in order for a in n.after if a.id in index}   # control-input targets
     multi = fuse and batching.enabled()
     epi = fuse and epilogue.enabled()
-    h.update(repr(("out", out_idx, backend, tier, fuse, want_donate, sorted(gates), multi)).encode())
+    fold = transpose_fold.enabled()
+    h.update(repr(("out", out_idx, backend, tier, fuse, want_donate, sorted(gates), multi, fold)).encode())
     if epi:
         h.update(b"epilogue")
     key = h.hexdigest()
@@ -75,11 +76,17 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
         return (cached, leaves, _node_index(index, cached)) if return_index else (cached, leaves)
     leaf_idx = [index[l.id] for l in leaves]
     remap = {i: i for i in range(len(values))}
-    if fuse:
-        values, out_idx, remap = fusion.fuse(values, out_idx, keep=gates)
+    if fold:      # before fusion: a permute read only by matmuls becomes their trans flag
+        values, out_idx, remap = transpose_fold.fold(values, out_idx, keep=gates)
+        gates = {remap[g] for g in gates}
         leaf_idx = [remap[i] for i in leaf_idx]
+    if fuse:
+        values, out_idx, remap2 = fusion.fuse(values, out_idx, keep=gates)
+        remap = {i: remap2[j] for i, j in remap.items() if j in remap2}
+        leaf_idx = [remap2[i] for i in leaf_idx]
+        gates = {remap2[g] for g in gates if g in remap2}
     if epi:     # matmul epilogues, on the fused schedule (gates kept where fusion kept them)
-        values, out_idx, remap2 = epilogue.absorb(values, out_idx, keep={remap[g] for g in gates if g in remap})
+        values, out_idx, remap2 = epilogue.absorb(values, out_idx, keep=gates)
         leaf_idx = [remap2[i] for i in leaf_idx]
         remap = {i: remap2[j] for i, j in remap.items() if j in remap2}
 

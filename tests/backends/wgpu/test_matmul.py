@@ -126,7 +126,8 @@ def test_ksplit_matches_float64_and_reruns_bit_identically(config, monkeypatch):
 
 
 def test_ksplit_is_never_used_under_debug(monkeypatch):
-    """debug promises the unsplit summation order: a forced K-split falls back to the plain tile, bit for bit."""
+    """Under debug only the shape rule splits (tests/backends/wgpu/test_matmul_shape_split.py); it does not
+    split this shape (K < LONG_K), so a forced K-split falls back to the plain tile, bit for bit."""
     a, b = R.standard_normal((70, 1030)).astype(np.float32), R.standard_normal((1030, 90)).astype(np.float32)
     with sc.tier("debug"):
         _fresh(monkeypatch, "mid")

@@ -130,7 +130,8 @@ def _fits(be, others) -> bool:
 def _matmul_fused(be, v, ins, out):
     a, b, *others = ins
     mshape, mdtype = v.attrs["mm"]
-    mm = SimpleNamespace(op="matmul", attrs={}, shape=tuple(mshape), dtype=mdtype)
+    ta, tb = v.attrs.get("trans", (False, False))
+    mm = SimpleNamespace(op="matmul", attrs={"trans_a": ta, "trans_b": tb}, shape=tuple(mshape), dtype=mdtype)
     if v.dtype == mdtype and _fits(be, others):
         if matmul._matmul(be, mm, [a, b], out, epi=Epilogue(be, v, others)):
             return

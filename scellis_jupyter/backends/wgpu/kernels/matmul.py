@@ -8,7 +8,12 @@ smaller tile so fewer threads idle. Every load and store is bounds checked, so a
 
 Tile and K-split per shape class: matmul_tune.py (a fixed table by default, autotuned and cached on
 disk per adapter with SCELLIS_MATMUL_TUNE=on). A K-split runs the splits as workgroups along z into a
-f32 partial buffer (scratch) and sums them in a fixed order with matmul_ksplit.wgsl.
+f32 partial buffer (scratch) and sums them in a fixed order with matmul_ksplit.wgsl; its boundaries
+(KC_UNIT) do not depend on the tile variant, so the shape rule's split sums in one order under debug.
+
+Transposed operands (attrs trans_a / trans_b, set by program/transpose_fold.py where a permute fed the
+matmul): A stored [.., K, M], B stored [.., N, K]; the kernel loads them along their contiguous axis into
+the same k-major tiles, and windows, chunking and the K-split follow the stored layout (row stride lda / ldb).
 
 Splitting: when an operand or the output exceeds the binding limit the launcher cuts the work into
 chunks (a batch box, an M row block, an N column block, a K block), binds aligned windows (A rows
@@ -39,10 +44,13 @@ def pick_variant(m: int, n: int, batch: int) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = None) -> str:
+def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = None, ta: bool = False,
+           tb: bool = False) -> str:
     """WGSL of one tile variant. `packed` (f16 only): vec4<f16> math into f16 partials folded into f32
     accumulators every BK k-steps; otherwise f32 math on widened operands. `epi`: an epilogue's
-    (module-scope WGSL, input count, enable line) from kernels/epilogue.py, run by the store."""
+    (module-scope WGSL, input count, enable line) from kernels/epilogue.py, run by the store. `ta` / `tb`:
+    A is stored [K, M] / B is stored [N, K] (a folded transpose), loaded along its contiguous axis into
+    the same tiles."""
     tm, tn, rm, rn, bk, flags = VARIANTS[variant]
     prefetch = "pf" in flags
     if packed and dtype != "f16":
@@ -60,6 +68,8 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     # of a warp's threads (TM/4 vec4s apart) fall in different banks
     vb = 8 if packed else 16
     astr = tm // 4 + (1 if "pad" in flags and (bk * (tm // 4 + 1) + bk * tn // 4) * vb <= 16384 else 0)
+    # transposed B is stored k-major with strided writes too: padded likewise when it still fits
+    bstr = tn // 4 + (1 if tb and "pad" in flags and (bk * astr + bk * (tn // 4 + 1)) * vb <= 16384 else 0)
     sn_ = functools.partial(snippet, "matmul")
     accs = [(r, h) for r in range(rm) for h in range(gn)]
 
@@ -68,10 +78,18 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
         decl += [sn_("hacc", R=r, H=h) for r, h in accs]
     decl += [sn_("stage_a", J=j, ST=st) for j in range(a_slots)]
     decl += [sn_("stage_b", J=j, ST=st) for j in range(b_slots)]
-    fetch = [sn_("fetch_a", J=j, E0=j * threads, BK=bk, ST=st) for j in range(a_slots)]
-    fetch += [sn_("fetch_b", J=j, E0=j * threads, TN4=tn // 4, ST=st) for j in range(b_slots)]
-    put = [sn_("put_a", J=j, E0=j * threads, BK=bk, TM4=astr) for j in range(a_slots)]
-    put += [sn_("put_b", J=j, E0=j * threads) for j in range(b_slots)]
+    if ta:
+        fetch = [sn_("fetch_a_t", J=j, E0=j * threads, TM4=tm // 4, ST=st) for j in range(a_slots)]
+        put = [sn_("put_a_t", J=j, E0=j * threads, TM4=tm // 4, ASTR=astr) for j in range(a_slots)]
+    else:
+        fetch = [sn_("fetch_a", J=j, E0=j * threads, BK=bk, ST=st) for j in range(a_slots)]
+        put = [sn_("put_a", J=j, E0=j * threads, BK=bk, TM4=astr) for j in range(a_slots)]
+    if tb:
+        fetch += [sn_("fetch_b_t", J=j, E0=j * threads, BK=bk, ST=st) for j in range(b_slots)]
+        put += [sn_("put_b_t", J=j, E0=j * threads, BK=bk, BSTR=bstr) for j in range(b_slots)]
+    else:
+        fetch += [sn_("fetch_b", J=j, E0=j * threads, TN4=tn // 4, ST=st) for j in range(b_slots)]
+        put += [sn_("put_b", J=j, E0=j * threads) for j in range(b_slots)]
     acc = "h" if packed else "c"
     fma = "fma_fused" if "fma" in flags else "fma"
     comp = []
@@ -80,7 +98,7 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
                 for g in range(gm) for i in range(4)]
         comp.append(sn_("k_step",
                         A_REGS="\n".join(sn_("a_reg", G=g, I=kk * astr + g * sm // 4) for g in range(gm)),
-                        B_REGS="\n".join(sn_("b_reg", H=h, I=kk * tn // 4 + h * sn // 4) for h in range(gn)),
+                        B_REGS="\n".join(sn_("b_reg", H=h, I=kk * bstr + h * sn // 4) for h in range(gn)),
                         FMAS="\n".join(fmas)))
     fold = [sn_("fold", R=r, H=h) for r, h in accs] if packed else []
     mainloop = sn_("loop_prefetch" if prefetch else "loop", BK=bk, FETCH="\n".join(fetch), PUT="\n".join(put),
@@ -92,7 +110,7 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     epi_text, epi_params, enable = _epi_parts(epi, dtype)
 
     return render("matmul", ENABLE=enable, T=t, ST=st, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
-                  THREADS=threads, TXN=txn, AS_LEN=bk * astr, BS_LEN=bk * tn // 4,
+                  THREADS=threads, TXN=txn, AS_LEN=bk * astr, BS_LEN=bk * bstr,
                   DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store),
                   EPI_PARAMS=epi_params, EPILOGUE=epi_text)
 
@@ -130,17 +148,21 @@ def _halve(x: int, unit: int) -> int:
 
 
 class _Plan:
-    def __init__(self, be, a, b, out, bshape, strides, m, n, k, isz):
+    def __init__(self, be, a, b, out, bshape, strides, m, n, k, isz, ta=False, tb=False):
         self.be, self.a, self.b, self.c = be, a, b, out
         self.bshape, self.strides = bshape, strides        # strides: (sa, sb, sc) over bshape
         self.m, self.n, self.k, self.isz = m, n, k, isz
+        self.ta, self.tb = ta, tb                          # A stored [K, M] / B stored [N, K]
+        self.lda, self.ldb = (m if ta else k), (k if tb else n)
         self.lim, self.align = be.binding_limit - be.offset_align, be.offset_align  # slack: windows start aligned down
 
     def spans(self, bstart, bsize, m0, m1, n0, n1, k0, k1):
-        """(lo, hi) element ranges of A, B, C for one chunk."""
+        """(lo, hi) element ranges of A, B, C for one chunk (rows and columns of each stored matrix)."""
+        ar = (k0, k1, m0, m1) if self.ta else (m0, m1, k0, k1)
+        br = (n0, n1, k0, k1) if self.tb else (k0, k1, n0, n1)
         out = []
-        for st, rs, r0, r1, c0, c1 in ((self.strides[0], self.k, m0, m1, k0, k1),
-                                       (self.strides[1], self.n, k0, k1, n0, n1),
+        for st, rs, r0, r1, c0, c1 in ((self.strides[0], self.lda, *ar),
+                                       (self.strides[1], self.ldb, *br),
                                        (self.strides[2], self.n, m0, m1, n0, n1)):
             lo = sum(a * s for a, s in zip(bstart, st)) + r0 * rs + c0
             hi = lo + sum((z - 1) * s for z, s in zip(bsize, st)) + (r1 - r0 - 1) * rs + (c1 - c0 - 1)
@@ -157,8 +179,11 @@ class _Plan:
         return bad
 
 
-# which dims to halve, in order, when an operand's chunk overflows the binding: C is (M, N), A (M, K), B (K, N)
+# which dims to halve, in order, when an operand's chunk overflows the binding: C is (M, N), A (M, K), B (K, N);
+# the row dim of the stored matrix first (its blocks are contiguous windows): a transposed A is stored (K, M),
+# a transposed B (N, K)
 HALVE_ORDER = {"c": ("m", "n"), "a": ("m", "k"), "b": ("k", "n")}
+HALVE_ORDER_T = {"a": ("k", "m"), "b": ("n", "k")}
 
 
 def _matrix_blocks(plan: _Plan):
@@ -171,7 +196,8 @@ def _matrix_blocks(plan: _Plan):
         if not bad:
             return size["m"], size["n"], size["k"]
         operand = "c" if "c" in bad else "a" if "a" in bad else "b"
-        dim = next((d for d in HALVE_ORDER[operand] if size[d] > 1), None)
+        flipped = plan.ta if operand == "a" else plan.tb if operand == "b" else False
+        dim = next((d for d in (HALVE_ORDER_T if flipped else HALVE_ORDER)[operand] if size[d] > 1), None)
         if dim is None:
             raise KernelError("one element does not fit the binding limit", where="op 'matmul'")
         size[dim] = _halve(size[dim], 128)
@@ -211,8 +237,9 @@ def _matmul(be, v, ins, out, epi=None):
     d = v.dtype
     if d not in ("f32", "f16"):
         raise KernelError(f"matmul needs f32 or f16 operands, got {d}", where="op 'matmul'")
-    m, k = a.shape[-2], a.shape[-1]
-    n = b.shape[-1]
+    ta, tb = bool(v.attrs.get("trans_a", False)), bool(v.attrs.get("trans_b", False))
+    k, m = (a.shape[-2], a.shape[-1]) if ta else (a.shape[-1], a.shape[-2])
+    n = b.shape[-2] if tb else b.shape[-1]
     oshape = tuple(v.shape)
     obatch = oshape[:-2]
     if m == 0 or n == 0 or math.prod(obatch) == 0:
@@ -233,7 +260,7 @@ def _matmul(be, v, ins, out, epi=None):
     else:
         bshape, sa, sb, sc = (1,), (0,), (0,), (0,)
         se = [(0,)] * len(se)
-    plan = _Plan(be, a, b, out, tuple(bshape), (tuple(sa), tuple(sb), tuple(sc)), m, n, k, isz)
+    plan = _Plan(be, a, b, out, tuple(bshape), (tuple(sa), tuple(sb), tuple(sc)), m, n, k, isz, ta, tb)
     packed = packed_f16(d, getattr(be, "tier", None))
     mb, nb, kb = _matrix_blocks(plan)
     if epi is not None and kb < k:
@@ -258,7 +285,7 @@ def _matmul(be, v, ins, out, epi=None):
 
                 def timer(variant, splits, _b=(bstart, bsize, m0, m1, n0, n1)):
                     return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat, packed)
-                variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer)
+                variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer, ta, tb)
                 ep = epi and (epi, epi.params(bstart, se, e3, m0, n0, n1 - n0))
                 if splits > 1:
                     _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep)
@@ -266,8 +293,9 @@ def _matmul(be, v, ins, out, epi=None):
                 for ki, k0 in enumerate(range(0, k, kb)):
                     k1 = min(k, k0 + kb)
                     wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, k0, k1)
-                    _launch_tile(be, d, variant, wins, _params(m1 - m0, n1 - n0, k1 - k0, 1 if ki else 0, k, n, n,
-                                                               0, offs, dims, nbat, st3, 0), nbat, packed, ep)
+                    _launch_tile(be, d, variant, wins, _params(m1 - m0, n1 - n0, k1 - k0, 1 if ki else 0, plan.lda,
+                                                               plan.ldb, n, 0, offs, dims, nbat, st3, 0), nbat, packed,
+                                 ep, ta, tb)
     return True
 
 
@@ -294,18 +322,19 @@ def _groups(variant, m, n, z):
     return gx, gy, z
 
 
-def _key(variant: str, d: str, packed: bool) -> str:
-    return f"matmul:{variant}:{d}" + ("+h16" if packed else "")
+def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False) -> str:
+    return f"matmul:{variant}:{d}" + ("+h16" if packed else "") + ("+ta" if ta else "") + ("+tb" if tb else "")
 
 
-def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None):
+def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=False, tb=False):
     m, n = struct.unpack_from("<2I", params)
     if ep:          # (Epilogue, its chunk params): inputs bound after A, B, C
         src = ep[0].source(4)
-        be.launch(_key(variant, f"epi{src[3]}:{d}", packed), source(variant, d, packed, src),
+        be.launch(_key(variant, f"epi{src[3]}:{d}", packed, ta, tb), source(variant, d, packed, src, ta, tb),
                   list(wins) + ep[0].wins, params + ep[1], _groups(variant, m, n, z))
         return
-    be.launch(_key(variant, d, packed), source(variant, d, packed), wins, params, _groups(variant, m, n, z))
+    be.launch(_key(variant, d, packed, ta, tb), source(variant, d, packed, None, ta, tb), wins, params,
+              _groups(variant, m, n, z))
 
 
 def _ksplit_partials(be, m, n, splits) -> Storage:
@@ -313,9 +342,12 @@ def _ksplit_partials(be, m, n, splits) -> Storage:
     return Storage(be, be.scratch("matmul-ksplit", nbytes), 0, (splits, m, n), "f32", nbytes)
 
 
-def _ksplit_kc(k, splits, variant):
-    bk = VARIANTS[variant][4]
-    return math.ceil(math.ceil(k / splits) / bk) * bk
+KC_UNIT = 16     # split boundaries on multiples of the deepest BK, so they do not depend on the tile variant
+
+
+def _ksplit_kc(k, splits, variant=None):
+    """k per split: the same for every tile variant, so a split fixed by shape (debug) sums in one order."""
+    return math.ceil(math.ceil(k / splits) / KC_UNIT) * KC_UNIT
 
 
 def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep=None):
@@ -326,8 +358,8 @@ def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, 
     kc = _ksplit_kc(k, splits, variant)
     nsplit = math.ceil(k / kc)
     z3 = [[0, 0, 0]] * 3
-    params = _params(m, n, k, 0, k, n, n, kc, (offs[0], offs[1], 0), [1, 1, 1], 1, z3, m * n)
-    _launch_tile(be, "f32", variant, [wins[0], wins[1], part], params, nsplit)
+    params = _params(m, n, k, 0, plan.lda, plan.ldb, n, kc, (offs[0], offs[1], 0), [1, 1, 1], 1, z3, m * n)
+    _launch_tile(be, "f32", variant, [wins[0], wins[1], part], params, nsplit, False, None, plan.ta, plan.tb)
     if ep:          # the epilogue runs in the sum, after the last partial
         src = ep[0].source(3)
         be.launch(f"matmul_ksplit:epi{src[3]}:{d}", ksplit_source(d, src), [part, wins[2]] + ep[0].wins,
@@ -349,7 +381,8 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=Fals
     (autotuning: the real operands may not hold data yet)."""
     bstart, bsize, m0, m1, n0, n1 = box
     m, n, k = m1 - m0, n1 - n0, plan.k
-    isz = plan.isz
+    isz, ta, tb = plan.isz, plan.ta, plan.tb
+    lda, ldb = (m if ta else k), (k if tb else n)
     bufs = [be._buffer(max(4, nbat * x * isz)) for x in (m * k, k * n, m * n)]
     dispatches = []
 
@@ -366,15 +399,15 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=Fals
         nsplit = math.ceil(k / kc)
         part = be._buffer(m * n * splits * 4)
         z3 = [[0, 0, 0]] * 3
-        add(f"matmul:{variant}:f32", source(variant, "f32"), [bufs[0], bufs[1], part],
-            _params(m, n, k, 0, k, n, n, kc, (0, 0, 0), [1, 1, 1], 1, z3, m * n), _groups(variant, m, n, nsplit))
+        add(_key(variant, "f32", False, ta, tb), source(variant, "f32", False, None, ta, tb), [bufs[0], bufs[1], part],
+            _params(m, n, k, 0, lda, ldb, n, kc, (0, 0, 0), [1, 1, 1], 1, z3, m * n), _groups(variant, m, n, nsplit))
         add(f"matmul_ksplit:{d}", ksplit_source(d), [part, bufs[2]], struct.pack("<4I", m * n, nsplit, 0, 0),
             (min(math.ceil(m * n / 256), WG_MAX), math.ceil(math.ceil(m * n / 256) / WG_MAX), 1))
     else:
         s3 = [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
         if nbat > 1:
             s3 = [[0, 0, m * k], [0, 0, k * n], [0, 0, m * n]]
-        add(_key(variant, d, packed), source(variant, d, packed), bufs,
-            _params(m, n, k, 0, k, n, n, 0, (0, 0, 0), [1, 1, nbat], nbat, s3, 0), _groups(variant, m, n, nbat))
+        add(_key(variant, d, packed, ta, tb), source(variant, d, packed, None, ta, tb), bufs,
+            _params(m, n, k, 0, lda, ldb, n, 0, (0, 0, 0), [1, 1, nbat], nbat, s3, 0), _groups(variant, m, n, nbat))
     be.flush()
     return time_direct(be, bufs[2], dispatches)

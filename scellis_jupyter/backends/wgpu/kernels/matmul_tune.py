@@ -4,12 +4,16 @@ Why: one tile shape for every size leaves most of a large GPU idle on smaller pr
 sixth of the 8192^3 rate on an H200 with the 128x128 tile alone). Tile variants do not change the
 summation order of an output element (each thread adds k in increasing order), so any of them may run
 under any tier; a K-split does change it (partials summed in a fixed split order: deterministic run to
-run, but not the unsplit order), so it is never chosen under the `debug` tier.
+run, but not the unsplit order). So under the `debug` tier the only split that runs is the one the
+fixed shape rule in `default_config` picks (few output tiles, long K: a weight gradient over many rows),
+a function of the shape alone with boundaries that do not depend on the tile variant, so reruns on one
+device stay bit-identical; measurement (the tuner) and forced configs never change the split under debug.
 
 SCELLIS_MATMUL_TUNE selects the policy:
   off (default)  the deterministic table (`default_config`): what tests and CI run
   on             read the on-disk cache; on a miss time a few candidates once and store the winner
   CONFIG         force one config everywhere, e.g. `mid` or `big:4` (variant[:splits]); for tests
+                 (under debug the split stays the shape rule's)
 The cache is a JSON file per adapter id under $SCELLIS_CACHE_DIR (default ~/.cache/scellis)/matmul-tune/.
 """
 from __future__ import annotations
@@ -45,18 +49,34 @@ VARIANTS = {
     "huge_pf": (128, 256, 8, 16, 8, ("pf", "pad", "fma")),   # 8x16 per thread, 32 vec4 accumulators
 }
 SPLITS = (1, 2, 4, 8)
+# the shape rule's K-split: when a whole f32 matrix has fewer than FEW_TILES output tiles and K of at least
+# LONG_K, split K until about FILL_WORKGROUPS workgroups run (a 132-SM GPU otherwise idles), each split
+# keeping at least MIN_SPLIT_K of K
+FEW_TILES, LONG_K, FILL_WORKGROUPS, MIN_SPLIT_K = 64, 2048, 128, 1024
+DEFAULT_BINDING = 1 << 27
 
 
-def default_config(m: int, n: int, batch: int) -> tuple[str, int]:
-    """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise.
-    Prefetching, padded variants: on the H200 (benchmarks/matmul_variants.py, 2026-12-03, f32 TFLOP/s at
-    2048/4096/8192) big_p ran 26.6/31.4/32.7 against big's 22.5/25.4/26.3, and mid_pf 22.3/25.7/23.9
-    against mid's 19.2/21.9/22.5; neither changes the order an output sums over k."""
+def default_config(m: int, n: int, batch: int, k: int = 0, dtype: str = "f32", whole: bool = True,
+                   binding_limit: int = DEFAULT_BINDING) -> tuple[str, int]:
+    """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise; and a
+    K-split for a whole f32 matrix of few output tiles and long K (a fixed rule of the shape alone:
+    M = N = 384, K = 16384 gives 36 64x64 tiles, split 4 ways). k = 0: tile only."""
     if m >= 128 and n >= 128 and math.ceil(m / 128) * math.ceil(n / 128) * batch >= 32:
-        return "big_p", 1
-    if m >= 48 and n >= 48:
-        return "mid_pf", 1
-    return "small", 1
+        v = "big_p"
+    elif m >= 48 and n >= 48:
+        v = "mid_pf"
+    else:
+        v = "small"
+    tm, tn = VARIANTS[v][:2]
+    tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+    splits = 1
+    if k >= LONG_K and tiles < FEW_TILES:
+        for s in SPLITS:
+            if k >= MIN_SPLIT_K * s and ksplit_ok(s, m, n, k, batch, dtype, None, binding_limit) and whole:
+                splits = s
+                if tiles * s >= FILL_WORKGROUPS:
+                    break
+    return v, splits
 
 
 def packed_f16(dtype: str, tier) -> bool:
@@ -78,7 +98,8 @@ def shape_class(dtype: str, m: int, n: int, k: int, batch: int) -> str:
 
 
 def ksplit_ok(splits: int, m: int, n: int, k: int, batch: int, dtype: str, tier, binding_limit: int) -> bool:
-    """Whether a K-split of `splits` may run: f32, one matrix, not under debug, partials fit a binding."""
+    """Whether a measured or forced K-split of `splits` may run: f32, one matrix, not under debug (there
+    only the shape rule's split runs), partials fit a binding."""
     if splits == 1:
         return True
     return (dtype == "f32" and batch == 1 and tier != "debug" and k >= 128 * splits
@@ -124,22 +145,28 @@ class Tuner:
             pass        # a cache we cannot write only costs a re-tune next session
 
 
-def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, timer) -> tuple[str, int]:
-    """The (variant, splits) for this chunk. `timer(variant, splits)` returns seconds per run (autotune)."""
+def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, timer,
+           ta: bool = False, tb: bool = False) -> tuple[str, int]:
+    """The (variant, splits) for this chunk. `timer(variant, splits)` returns seconds per run (autotune).
+    ta / tb: an operand is read transposed (a separate shape class: its loads differ)."""
     mode = os.environ.get("SCELLIS_MATMUL_TUNE", "off")
     tier = getattr(be, "tier", None)
+    base = default_config(m, n, batch, k, dtype, whole, be.binding_limit)
     if mode == "off":
-        return default_config(m, n, batch)
+        return base
     if mode != "on":
         v, s = parse_forced(mode)
-        if not (whole and ksplit_ok(s, m, n, k, batch, dtype, tier, be.binding_limit)):
+        if tier == "debug":
+            s = base[1]          # the split is the shape rule's: debug reruns sum in one order
+        elif not (whole and ksplit_ok(s, m, n, k, batch, dtype, tier, be.binding_limit)):
             s = 1
         return v, s
     tuner = getattr(be, "_matmul_tuner", None)
     if tuner is None:
         tuner = be._matmul_tuner = Tuner(be)
     key = (shape_class(dtype, m, n, k, batch) + (":det" if tier == "debug" else "") + ("" if whole else ":chunk")
-           + (":h16" if packed_f16(dtype, tier) else ""))
+           + (":h16" if packed_f16(dtype, tier) else "") + (":ta" if ta else "") + (":tb" if tb else "")
+           + (f":s{base[1]}" if tier == "debug" else ""))     # debug: the shape rule's split, tile measured
     got = tuner.table.get(key)
     if got is None:
         got = tuner.table[key] = autotune(be, dtype, m, n, k, batch, whole, tier, timer)
@@ -148,20 +175,25 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
 
 
 def candidates(dtype, m, n, k, batch, whole, tier, binding_limit) -> list[tuple[str, int]]:
+    """Configs to time; under debug only with the shape rule's split (measurement picks the tile alone)."""
+    fixed = default_config(m, n, batch, k, dtype, whole, binding_limit)[1] if tier == "debug" else None
     out = []
     for v, (tm, tn, *_rest) in VARIANTS.items():
         if v == "small" and m >= 64 and n >= 64:
             continue
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         for s in SPLITS:
-            if s > 1 and (not whole or tiles * s > 1024 or not ksplit_ok(s, m, n, k, batch, dtype, tier, binding_limit)):
+            if fixed is not None:
+                if s != fixed:
+                    continue
+            elif s > 1 and (not whole or tiles * s > 1024 or not ksplit_ok(s, m, n, k, batch, dtype, tier, binding_limit)):
                 continue
             out.append((v, s))
     return out
 
 
 def autotune(be, dtype, m, n, k, batch, whole, tier, timer) -> tuple[str, int]:
-    best, best_t = default_config(m, n, batch), math.inf
+    best, best_t = default_config(m, n, batch, k, dtype, whole, be.binding_limit), math.inf
     for cand in candidates(dtype, m, n, k, batch, whole, tier, be.binding_limit):
         try:
             t = timer(*cand)

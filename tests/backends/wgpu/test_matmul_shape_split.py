@@ -1,0 +1,68 @@
+"""The K-split chosen by shape alone (matmul_tune.default_config): few output tiles and long K (a weight
+gradient over many rows). It runs under every tier, debug included, because it is a fixed function of
+the shape with boundaries that do not depend on the tile variant: reruns are bit-identical, and neither a
+forced config nor the tuner changes the split under debug. Numerics vs float64 numpy within the f32
+bound of tests/backends/wgpu/test_matmul.py (1e-4 of sqrt(sum_k a^2 b^2) per output).
+"""
+import os
+
+import numpy as np
+import pytest
+
+import scellis_jupyter as sc
+from scellis_jupyter.backends.wgpu.kernels import matmul_tune as T
+
+try:
+    WG = sc.device("wgpu")
+except sc.ScellisError:  # pragma: no cover
+    WG = None
+needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+R = np.random.default_rng(13)
+
+
+def test_the_rule_splits_few_tiles_with_long_k_only():
+    v, s = T.default_config(384, 384, 1, 16384)          # the docstring's example: 36 64x64 tiles
+    tm, tn = T.VARIANTS[v][:2]
+    tiles = -(-384 // tm) * -(-384 // tn)
+    assert s > 1 and tiles * s >= T.FILL_WORKGROUPS and 16384 // s >= T.MIN_SPLIT_K
+    assert T.default_config(384, 384, 1, 1000)[1] == 1            # K too short
+    assert T.default_config(384, 384, 2, 16384)[1] == 1           # batched
+    assert T.default_config(384, 384, 1, 16384, "f16")[1] == 1    # f16 keeps the unsplit path
+    assert T.default_config(384, 384, 1, 16384, whole=False)[1] == 1
+    assert T.default_config(4096, 4096, 1, 16384)[1] == 1         # enough tiles already
+    assert T.default_config(384, 384, 1, 16384)[0] == T.default_config(384, 384, 1)[0]   # the tile is unchanged
+
+
+def test_debug_tuner_candidates_keep_the_rule_split():
+    s = T.default_config(70, 90, 1, 4100)[1]
+    cands = T.candidates("f32", 70, 90, 4100, 1, True, "debug", 1 << 27)
+    assert s > 1 and cands and {c[1] for c in cands} == {s}
+    assert {c[1] for c in T.candidates("f32", 70, 90, 4100, 1, True, "prod", 1 << 27)} > {1}
+
+
+def _fresh(monkeypatch, tune):
+    monkeypatch.setenv("SCELLIS_MATMUL_TUNE", tune)
+    WG.impl.flush()
+    WG.impl._records.clear()
+    WG.impl._prog_params.clear()
+
+
+def _check(got, a, b):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    tol = 1e-4 * np.sqrt((a64 * a64) @ (b64 * b64)) + 1e-30
+    assert np.all(np.abs(got - a64 @ b64) <= tol)
+
+
+@needs_wgpu
+@pytest.mark.parametrize("tune", ["off", "tall:8", "big"])
+def test_debug_runs_the_shape_split_bit_identically(tune, monkeypatch):
+    """70 x 4100 x 90 (4 tiles of 64x64): split under debug by the rule, whatever config is forced."""
+    _fresh(monkeypatch, tune)
+    a, b = R.standard_normal((70, 4100)).astype(np.float32), R.standard_normal((4100, 90)).astype(np.float32)
+    with sc.tier("debug"):
+        for xa, la in ((sc.tensor(a, device=WG), a), (sc.tensor(np.ascontiguousarray(a.T), device=WG).transpose(), a)):
+            before = WG.impl.dispatches
+            r1 = (xa @ sc.tensor(b, device=WG)).numpy()
+            assert WG.impl.dispatches - before == 2          # the partial products, then their fixed-order sum
+            _check(r1, la, b)
+            assert np.array_equal(r1, (xa @ sc.tensor(b, device=WG)).numpy())
