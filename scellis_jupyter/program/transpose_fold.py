@@ -58,7 +58,7 @@ def fold(values: list, outputs: list[int], keep: set[int] | None = None) -> tupl
                     attrs[flag] = not attrs.get(flag, False)
                     if not attrs[flag]:
                         del attrs[flag]
-        nv = Value(v.op, tuple(remap[j] for j in ins), attrs, v.shape, v.dtype, v.kind, v.nbytes)
+        nv = Value(v.op, tuple(remap[j] for j in ins), attrs, v.shape, v.dtype, v.kind, v.nbytes, v.scope)
         remap[i] = len(out)
         out.append(nv)
     return out, [remap[o] for o in outputs], remap

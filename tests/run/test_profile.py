@@ -152,9 +152,11 @@ def _check_layers(prof, matmul_kernel="matmul"):
     f, h, c, b = DIMS["f"], DIMS["h"], DIMS["c"], DIMS["b"]
     tl = prof["timeline"]
     mm = [d for d in tl if d["op"] in ("matmul", "matmul_fused")]     # matmul_fused: with its epilogue's inputs
-    for d in mm:                                  # (m, k) @ (k, n) -> (m, n), f32 throughout
-        (a, ta), (w, tw) = d["ins"][:2]
-        assert a[-1] == w[0] and d["out"] == [[[a[0], w[1]], "f32"]] and ta == tw == "f32"
+    for d in mm:      # (m, k) @ (k, n) -> (m, n), f32 throughout; an operand may be stored transposed
+        (a, ta), (w, tw) = d["ins"][:2]       # (a folded transpose: program/transpose_fold.py)
+        ok = [(a2, w2) for a2 in (a, a[::-1]) for w2 in (w, w[::-1])
+              if a2[-1] == w2[0] and d["out"] == [[[a2[0], w2[1]], "f32"]]]
+        assert ok and ta == tw == "f32", d
     fwd = {d["scope"]: d for d in mm if not d["scope"].endswith("/bwd")}
     # the forward matmuls are the batch against each layer's weights, in the layers they came from
     assert fwd["fc1"]["ins"][0][0] == [b, f] and fwd["fc1"]["out"][0][0] == [b, h]
@@ -224,7 +226,7 @@ def test_cli_profile_by_shape_of_a_spec_file(tmp_path, capsys):
     out = capsys.readouterr().out
     f, h, b = DIMS["f"], DIMS["h"], DIMS["b"]
     # fc1's matmul carries its bias add as an epilogue (matmul_fused: x, W, then the bias)
-    assert "shape (operands -> result)" in out and f"f32[{b},{f}] f32[{f},{h}] f32[{h}] -> f32[{b},{h}]  [fc1]" in out
+    assert "shape (operands -> result)" in out and f"f32[{b},{f}] f32[{h},{f}] f32[{h}] -> f32[{b},{h}]  [fc1]" in out   # x @ W^T, W stored [h, f]
 
 
 def test_a_transformer_blocks_halves_are_layers_of_their_own():
