@@ -390,6 +390,35 @@ def bench_reduce_sum(ctx: Ctx, args) -> list[dict]:
         sec, tsec, terr = side_by_side(ctx, args, F.sum_(tx.node, axis), tfn)
         name = "sum(-1)" if axis == -1 else "sum(all)"
         rows.append(row(name, "f32", "x".join(map(str, shape)), sec, 1.0 * x.nbytes, "GB/s", tsec, terr))
+    # column sums (bias / norm-weight gradients: leading axes reduced, the contiguous axis kept)
+    for shape in ([(1024, 384), (4096, 256)] if args.quick else [(16384, 384), (65536, 256), (4096, 4096)]):
+        x = rng.standard_normal(shape, dtype=np.float32)
+        tx = sc.tensor(x, device=ctx.dev)
+        xt = _t(ctx, x) if ctx.torch is not None else None
+        sec, tsec, terr = side_by_side(ctx, args, F.sum_(tx.node, 0), lambda: xt.sum(0))
+        rows.append(row("sum(0)", "f32", "x".join(map(str, shape)), sec, 1.0 * x.nbytes, "GB/s", tsec, terr))
+    # the step's gradient norm: sum of squares over every parameter of the GPT bench (one sum_many)
+    w, v, nb = (64, 96, 2) if args.quick else (384, 96, 6)
+    shapes = [(v, w), (256, w)] + [s for _ in range(nb) for s in
+                                   [(w,), (w,), (w, 3 * w), (3 * w,), (w, w), (w,), (w,), (w,), (w, 4 * w), (4 * w,),
+                                    (4 * w, w), (w,)]] + [(w,), (w,), (w, v), (v,)]
+    xs = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+    ts = [sc.tensor(x, device=ctx.dev) for x in xs]
+    txs = [_t(ctx, x) for x in xs] if ctx.torch is not None else None
+
+    def tnorm2():            # the same work on torch: the copies (our gradients' stand-ins), then the norm
+        ys = [x * 1.0 for x in txs]
+        return ctx.torch.stack(ctx.torch._foreach_norm(ys)).square().sum()
+    nbytes = 3.0 * sum(x.nbytes for x in xs)         # x * 1 reads and writes each input, the norm reads it
+    many = F.sum_many([F.mul(t.node, 1.0) for t in ts], square=True)        # inputs in one arena, like grads
+    chain = None
+    for t in reversed(ts):
+        g = F.mul(t.node, 1.0)
+        s_ = F.sum_(F.mul(g, g))
+        chain = s_ if chain is None else F.add(chain, s_)
+    for name, node in (("grad norm^2: sum_many", many), ("grad norm^2: a sum per tensor", chain)):
+        sec, tsec, terr = side_by_side(ctx, args, node, tnorm2)
+        rows.append(row(name, "f32", f"{len(xs)} tensors (x*1 then the norm)", sec, nbytes, "GB/s", tsec, terr))
     return rows
 
 

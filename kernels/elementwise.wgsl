@@ -94,3 +94,12 @@ x0[o[1]]
 bitcast<i32>(p.value)
 //=== fill.u32
 p.value
+
+//=== vlane.unary
+// the lane bodies of kernels/elementwise_vec.wgsl (A, B: its lane loads; C the lane)
+let a = {{A}};
+r[{{C}}] = {{T}}({{EXPR}});
+//=== vlane.binary
+let a = {{A}};
+let b = {{B}};
+r[{{C}}] = {{T}}({{EXPR}});

@@ -143,6 +143,60 @@ fn stats(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> {
 }
 #endif
 
+#if REG
+// REG: this invocation's chunks k, k + lanes, .. (KREG at most) read once into registers, their
+// statistics computed exactly from there (layer_norm: their mean, then M2 about it) and the write taken
+// from them: one read of the row instead of two. A row that KREG * lanes does not cover (the lane
+// count is the run-time subgroup size in the subgroup-a-row layout) takes the two-read path.
+var<private> cache: array<CT, {{KREG}}>;
+
+fn stats_c(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> {
+  if ({{KREG}}u * lanes < n) { return stats(xb, k, lanes, n); }
+  var s = 0.0;
+  var m = 0u;
+  for (var j = 0u; j < {{KREG}}u; j = j + 1u) {
+    let r = k + j * lanes;
+    if (r < n) {
+      cache[j] = CT(x[xb + r]);
+#if RMS
+      s = s + hsum(cache[j] * cache[j]);
+#else
+      s = s + hsum(cache[j]);
+#endif
+      m = m + 1u;
+    }
+  }
+#if RMS
+  return vec3<f32>(s, 0.0, 0.0);
+#else
+  if (m == 0u) { return vec3<f32>(0.0, 0.0, 0.0); }
+  let cnt = f32(m) * CN;
+  let mean = s / cnt;
+  var q = 0.0;
+  for (var j = 0u; j < {{KREG}}u; j = j + 1u) {
+    if (j < m) {
+      let d = cache[j] - CT(mean);
+      q = q + hsum(d * d);
+    }
+  }
+  return vec3<f32>(cnt, mean, q);
+#endif
+}
+
+fn write_c(row: u32, k: u32, lanes: u32, sc: vec2<f32>) {
+  let n = P(1u);
+  if ({{KREG}}u * lanes < n) { write(row, k, lanes, sc); return; }
+  let ob = P(3u) + row * n;
+  for (var j = 0u; j < {{KREG}}u; j = j + 1u) {
+    let r = k + j * lanes;
+    if (r < n) { out[ob + r] = y(ST(cache[j]), r, sc); }
+  }
+}
+#else
+fn stats_c(xb: u32, k: u32, lanes: u32, n: u32) -> vec3<f32> { return stats(xb, k, lanes, n); }
+fn write_c(row: u32, k: u32, lanes: u32, sc: vec2<f32>) { write(row, k, lanes, sc); }
+#endif
+
 // (shift, scale) of the row: y = (x - shift) * scale
 fn finish(st: vec3<f32>, lid: u32, a: u32, c: u32, d: u32) -> vec2<f32> {
   let n = P(1u);
@@ -204,17 +258,17 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
 #if WGROW
   let row = wid.x + wid.y * nwg.x;
   if (row >= P(0u)) { return; }
-  let st = stats(P(2u) + row * n, lid.x, {{WG}}u, n);
+  let st = stats_c(P(2u) + row * n, lid.x, {{WG}}u, n);
   let sc = finish(st, lid.x, lane, sg, nsg);
-  write(row, lid.x, {{WG}}u, sc);
+  write_c(row, lid.x, {{WG}}u, sc);
 #else
   let first = (wid.x + wid.y * nwg.x) * {{RPW}}u;
   for (var rr = sg; rr < {{RPW}}u; rr = rr + nsg) {
     let row = first + rr;
     if (row >= P(0u)) { break; }
-    let st = stats(P(2u) + row * n, lane, sgs, n);
+    let st = stats_c(P(2u) + row * n, lane, sgs, n);
     let sc = finish(st, lid.x, lane, sg, nsg);
-    write(row, lane, sgs, sc);
+    write_c(row, lane, sgs, sc);
   }
 #endif
 }
@@ -228,8 +282,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
   let row = (wid.x + wid.y * nwg.x) * {{RPW}}u + lid.x / lanes;
   let live = row < P(0u);
   var st = vec3<f32>(0.0, 0.0, 0.0);
-  if (live) { st = stats(P(2u) + row * n, k, lanes, n); }
+  if (live) { st = stats_c(P(2u) + row * n, k, lanes, n); }
   let sc = finish(st, lid.x, k, lanes, 0u);
-  if (live) { write(row, k, lanes, sc); }
+  if (live) { write_c(row, k, lanes, sc); }
 }
 #endif

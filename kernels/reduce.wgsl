@@ -5,6 +5,7 @@
 // invocation 0: deterministic, no atomics. SPLIT (with ROW): two stages for few outputs of large boxes,
 // workgroup g reducing piece g % pieces of output g / pieces into a scratch row (the launcher then
 // reduces that row). SUBROW (SG only): a subgroup per output for short reduced boxes, RPW a workgroup.
+// COL: adjacent invocations take adjacent outputs of a contiguous kept run (see the section below).
 // Without ROW (small R): one thread per output folding r = 0 .. R-1 in order. `acc_flag` combines with the value already in `out` (partial
 // reductions of a split reduced box, combined in a fixed order by the launcher).
 {{ENABLE}}
@@ -74,6 +75,50 @@ fn fold(xo: u32, r0: u32, r1: u32, step: u32) -> {{CT}} {
 fn sgcomb(v: {{CT}}) -> {{CT}} { {{SGCOMB}} }
 #endif
 
+#if COL
+// columns (the kept run is contiguous: bias / norm-weight gradients, sums over leading axes): a
+// workgroup is COLS adjacent outputs x SLICES row slices; invocation (c, s), c = lid % COLS,
+// s = lid / COLS, takes output blk * COLS + c, so neighbouring invocations read neighbouring columns
+// (coalesced), and folds r = r0 + s, r0 + s + SLICES, .. < r1 in increasing order. Slice 0 then
+// combines the SLICES values of its column in order s = 0, 1, ... With pieces = P(7) > 1 (two stages,
+// few column blocks of long columns) workgroup g takes block g % nblk and rows piece = g / nblk of
+// pieces equal chunks, writing out[piece * nout + o] (a scratch row the launcher reduces next with
+// this same layout, pieces in increasing order). No atomics: the order depends only on the shapes.
+var<workgroup> sh: array<{{CT}}, {{WG}}>;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nwg: vec3<u32>) {
+  let g = wid.x + wid.y * nwg.x;
+  let nout = P(0u);
+  let pieces = max(P(7u), 1u);
+  let nblk = (nout + {{COLS}}u - 1u) / {{COLS}}u;
+  let blk = g % nblk;
+  let piece = g / nblk;
+  if (piece >= pieces) { return; }
+  let c = lid.x % {{COLS}}u;
+  let s = lid.x / {{COLS}}u;
+  let o = blk * {{COLS}}u + c;
+  let live = o < nout;
+  let n = P(1u);
+  let chunk = (n + pieces - 1u) / pieces;
+  let r0 = piece * chunk;
+  let r1 = min(n, r0 + chunk);
+  var acc: {{CT}} = {{INIT}};
+  var offs = vec2<u32>(0u, 0u);
+  if (live) {
+    offs = kept_offsets(o);
+    acc = fold(offs.x, r0 + s, r1, {{SLICES}}u);
+  }
+  sh[lid.x] = acc;
+  workgroupBarrier();
+  if (s == 0u && live) {
+    var v = sh[c];
+    for (var j = 1u; j < {{SLICES}}u; j = j + 1u) { v = comb(v, sh[c + j * {{COLS}}u]); }
+    if (pieces > 1u) { out[piece * nout + o] = {{OT}}(v); } else { finish(offs.y, v); }
+  }
+}
+#else
 #if SUBROW
 // a subgroup per output (short reduced boxes, SG only): subgroup sg of the workgroup takes outputs
 // sg, sg + nsg, .. of its RPW; lane l folds r = l, l + sgs, .. in order, then sgcomb
@@ -160,6 +205,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   }
   finish(offs.y, acc);
 }
+#endif
 #endif
 #endif
 

@@ -134,6 +134,48 @@ fn write(xb: u32, ob: u32, k: u32, lanes: u32, st: vec2<f32>) {
   if (r < n) { out[ob + r * rs] = y(ld(xb + r * rs), st); }
 }
 
+#if REG
+// REG: the row's chunks k, k + lanes, .. (KREG of them at most) are read once into registers and
+// written from there: one read of the row instead of two. The state is then exact (max over the
+// cached chunks, then one sum of exp(x - max)). The launcher sizes KREG so that KREG * lanes covers
+// the row for the lane count it knows; where lanes is the run-time subgroup size, a row it does not
+// cover takes the two-read path (the branch is uniform over the subgroup).
+var<private> cache: array<CT, {{KREG}}>;
+
+fn fold_c(xb: u32, k: u32, lanes: u32) -> vec2<f32> {
+  let n = P(1u);
+  if ({{KREG}}u * lanes < n) { return fold(xb, k, lanes); }
+  let rs = P(4u);
+  var m = neg_inf();
+  for (var j = 0u; j < {{KREG}}u; j = j + 1u) {
+    let r = k + j * lanes;
+    if (r < n) {
+      cache[j] = ld(xb + r * rs);
+      m = fmax(m, hmax(cache[j]));
+    }
+  }
+  if (m == neg_inf()) { return vec2<f32>(m, 0.0); }
+  var s = 0.0;
+  for (var j = 0u; j < {{KREG}}u; j = j + 1u) {
+    if (k + j * lanes < n) { s = s + hsum(ex(cache[j], m)); }
+  }
+  return vec2<f32>(m, s);
+}
+
+fn write_c(xb: u32, ob: u32, k: u32, lanes: u32, st: vec2<f32>) {
+  let n = P(1u);
+  if ({{KREG}}u * lanes < n) { write(xb, ob, k, lanes, st); return; }
+  let rs = P(4u);
+  for (var j = 0u; j < {{KREG}}u; j = j + 1u) {
+    let r = k + j * lanes;
+    if (r < n) { out[ob + r * rs] = y(cache[j], st); }
+  }
+}
+#else
+fn fold_c(xb: u32, k: u32, lanes: u32) -> vec2<f32> { return fold(xb, k, lanes); }
+fn write_c(xb: u32, ob: u32, k: u32, lanes: u32, st: vec2<f32>) { write(xb, ob, k, lanes, st); }
+#endif
+
 #if COL
 @compute @workgroup_size({{WG}})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -155,7 +197,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
   let row = wid.x + wid.y * nwg.x;
   if (row >= P(0u)) { return; }
   let b = bases(row);
-  let st = fold(b.x, lid.x, {{WG}}u);
+  let st = fold_c(b.x, lid.x, {{WG}}u);
   let m = subgroupMax(st.x);
   let nan = subgroupAny((bitcast<u32>(st.x) & 0x7fffffffu) > 0x7f800000u);
   let mm = select(m, st.x + bitcast<f32>(0x7fc00000u), nan);
@@ -164,7 +206,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
   workgroupBarrier();
   var t = shs[0];
   for (var j = 1u; j < nsg; j = j + 1u) { t = merge(t, shs[j]); }
-  write(b.x, b.y, lid.x, {{WG}}u, t);
+  write_c(b.x, b.y, lid.x, {{WG}}u, t);
 }
 #else
 @compute @workgroup_size({{WG}})
@@ -176,12 +218,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row = first + rr;
     if (row >= P(0u)) { break; }
     let b = bases(row);
-    let st = fold(b.x, lane, sgs);
+    let st = fold_c(b.x, lane, sgs);
     let m = subgroupMax(st.x);
     let nan = subgroupAny((bitcast<u32>(st.x) & 0x7fffffffu) > 0x7f800000u);
     let mm = select(m, st.x + bitcast<f32>(0x7fc00000u), nan);
     let s = subgroupAdd(part(st, mm));
-    write(b.x, b.y, lane, sgs, vec2<f32>(mm, s));
+    write_c(b.x, b.y, lane, sgs, vec2<f32>(mm, s));
   }
 }
 #endif
@@ -199,7 +241,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
   var st = vec2<f32>(neg_inf(), 0.0);
   if (live) {
     b = bases(row);
-    st = fold(b.x, k, lanes);
+    st = fold_c(b.x, k, lanes);
   }
   shs[lid.x] = st;
   workgroupBarrier();
@@ -208,7 +250,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     workgroupBarrier();
   }
   let t = shs[lid.x - k];
-  if (live) { write(b.x, b.y, k, lanes, t); }
+  if (live) { write_c(b.x, b.y, k, lanes, t); }
 }
 #endif
 #endif

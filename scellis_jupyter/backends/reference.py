@@ -544,6 +544,18 @@ def _unslice(v, x, prog):
     return out
 
 
+@k("sum_many")
+def _sum_many(v, *xs, prog):
+    """In the inputs' order, each input's sum in its compute type added to the running total: the bits of
+    the chain reduce_sum(x) (of mul(x, x)) + ... it stands for."""
+    total = None
+    for x in xs:
+        a = _acc(x)
+        s = np.sum(a * a if v.attrs["square"] else a)
+        total = s if total is None else total + s
+    return np.asarray(total).astype(xs[0].dtype)
+
+
 @k("concat")
 def _concat(v, *xs, prog):
     return np.concatenate(xs, axis=v.attrs["axis"])

@@ -317,6 +317,13 @@ def _(n, g):
     return (F.slice_(g, n.attrs["starts"], stops, n.attrs["steps"]),)
 
 
+@rule("sum_many")
+def _(n, g):
+    if n.attrs["square"]:
+        return tuple(F.mul(F.mul(x, F.expand(g, x.shape)), 2.0) for x in n.inputs)
+    return tuple(F.expand(g, x.shape) for x in n.inputs)
+
+
 @rule("concat")
 def _(n, g):
     ax = n.attrs["axis"]

@@ -121,6 +121,11 @@ def sum_(x: Node, axis=None, keepdims: bool = False) -> Node:
     return make("reduce_sum", [x], axes=_axes(axis, len(x.shape)), keepdims=keepdims)
 
 
+def sum_many(xs: Sequence[Node], square: bool = False) -> Node:
+    """sum(xs[0]) + sum(xs[1]) + ... (of squares with `square`), one scalar, as one op."""
+    return make("sum_many", list(xs), square=square)
+
+
 def max_(x: Node, axis=None, keepdims: bool = False) -> Node:
     return make("reduce_max", [x], axes=_axes(axis, len(x.shape)), keepdims=keepdims)
 

@@ -287,6 +287,21 @@ def _inf_concat(inputs, attrs):
     return tuple(shape), inputs[0].dtype
 
 
+@register("sum_many")
+def _inf_sum_many(inputs, attrs):
+    """One scalar: the sum over every input of the sum of its elements (of their squares with
+    attrs['square']), inputs taken in the order given. A gradient guard's or norm's many sums as one op,
+    which a backend may run as one multi-tensor reduction."""
+    if not inputs:
+        raise ShapeError("needs at least one tensor", where="op 'sum_many'")
+    attrs["square"] = bool(attrs.get("square", False))
+    _float_check("sum_many", inputs)
+    for i in inputs:
+        if i.dtype != inputs[0].dtype:
+            raise DTypeError(f"dtypes differ: {_fmt(inputs[:8])}", where="op 'sum_many'")
+    return (), inputs[0].dtype
+
+
 @register("gather")
 def _inf_gather(inputs, attrs):
     """torch.gather semantics: out[i][j] = x[idx[i][j]][j] along attrs['axis']."""

@@ -71,6 +71,11 @@ def gan_peak(steps: dict, impl) -> tuple[int, dict, dict, dict, dict]:
     bd["workspace"] += a["arena"] - sum(a["arena_roles"].values())     # placement slack of the arena
     bd["data"] = i["leaf"]["data"]
     bd["workspace"] += i["leaf"]["scalar"] + i["persistent"] + uniform
+    scratch: dict = {}                           # launchers' scratch buffers: one per name, the larger need
+    for p in parts.values():
+        for k, v in p["scratch"].items():
+            scratch[k] = max(scratch.get(k, 0), v)
+    bd["workspace"] += sum(scratch.values())
     extras = {"uniform_params": uniform} if uniform else {}
     nets = {}
     for net, st in steps.items():

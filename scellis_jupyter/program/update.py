@@ -10,9 +10,29 @@ from ..graph.opset import make as make_op
 
 def all_finite(grads: list[Node]) -> Node | None:
     """A bool scalar: every gradient element is finite (the sum of all of them minus itself is 0, which
-    inf and NaN are not), summed last layer first like the update loop takes them."""
-    total = _sum_last_first(grads, F.sum_)
+    inf and NaN are not), summed last layer first like the update loop takes them, as one `sum_many`
+    (one multi-tensor reduction on wgpu instead of a reduction per parameter)."""
+    total = _sum_many_last_first(grads, square=False)
     return F.eq(F.sub(total, total), 0.0) if total is not None else None
+
+
+def _sum_many_last_first(grads: list[Node], square: bool) -> Node | None:
+    """sum_many over the float gradients, last first (the order `_sum_last_first` adds them in); any
+    other dtype (none in a training step today) keeps its own reduction, added after."""
+    fl = [g for g in reversed(grads) if g.dtype in ("f32", "f16")]
+    if not fl:
+        return _sum_last_first(grads, (lambda g: F.sum_(F.mul(g, g))) if square else F.sum_)
+    by = {}
+    for g in fl:
+        by.setdefault(g.dtype, []).append(g)
+    total = None
+    for gs in by.values():
+        s = F.sum_many(gs, square=square)
+        total = s if total is None else F.add(total, F.cast(s, total.dtype))
+    for g in reversed(grads):
+        if g.dtype not in ("f32", "f16"):
+            total = F.add(total, F.cast(F.sum_(F.mul(g, g) if square else g), total.dtype))
+    return total
 
 
 def _sum_last_first(grads: list[Node], term) -> Node | None:
@@ -32,7 +52,7 @@ def clip_grads(grads: list[Node], norm: float | None = None, value: float | None
     New gradient node ids are added to `grad_ids` (the planner's "gradients" role)."""
     added = grad_ids if grad_ids is not None else set()
     if norm and grads:
-        total = _sum_last_first(grads, lambda g: F.sum_(F.mul(g, g)))
+        total = _sum_many_last_first(grads, square=True)
         cs = F.minimum(F.div(float(norm), F.add(F.sqrt(total), 1e-6)), F.scalar(1.0, total.dtype))
         grads = [F.mul(g, cs) for g in grads]
         added |= {g.id for g in grads}

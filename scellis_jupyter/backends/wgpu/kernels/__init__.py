@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import (attention, conv, elementwise, fused, indexing, matmul, norm, quant, random,  # noqa: F401
-               reduce, softmax)
+               reduce, reduce_many, softmax)
 from . import epilogue  # noqa: F401
 from .registry import LAUNCHERS, launcher
 

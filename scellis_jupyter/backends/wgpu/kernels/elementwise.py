@@ -5,6 +5,7 @@ path: no index decomposition, EPT coalesced elements an invocation, unrolled whe
 from __future__ import annotations
 
 import math
+import os
 import struct
 
 from .... import dtypes as dt
@@ -46,11 +47,70 @@ def op_expr(op: str, dtype: str, *args: str) -> str:
     return snippet("ops", f"binary.{op}", A=args[0], B=args[1])
 
 
+VEC_DTYPES = ("f32", "f16", "i32", "u32", "bool")
+
+
+def vec_ok(sizes, cstrides, offs, dtypes) -> bool:
+    """A chunk the vec4 kernel can take: rank 1, a whole number of chunks of four, the output and every
+    input stepping by 1 from a base that is a multiple of 4 or (inputs) broadcast from one element."""
+    if len(sizes) != 1 or sizes[0] % 4 or any(d not in VEC_DTYPES for d in dtypes):
+        return False
+    for k, (st, off) in enumerate(zip(cstrides, offs)):
+        if st[0] == 1:
+            if off % 4:
+                return False
+        elif st[0] != 0 or k == 0:
+            return False
+    return True
+
+
+def _run_vec(be, template: str, lanes, sizes, cstrides, offs, wins, dtypes, also_dtypes) -> None:
+    """One chunk through kernels/elementwise_vec.wgsl: `lanes(ld, c)` is lane c's body, `ld(k)` the
+    lane's read of input k (a vec4 lane, or the broadcast element)."""
+    vec = [st[0] == 1 for st in cstrides]
+    nvec = sum(vec[1:])
+    ept = VEC_EPT if nvec <= 3 else 2
+    decl = "\n".join(snippet("common", "binding", I=1 + i, NAME=n, T=snippet("elementwise_vec", "vtype", T=WGSL_TYPE[d]) if v else WGSL_TYPE[d])
+                     for i, (n, d, v) in enumerate(zip(["out"] + [f"x{k}" for k in range(len(dtypes) - 1)],
+                                                      dtypes, vec)))
+    t = WGSL_TYPE[dtypes[0]]
+
+    def steps(ss, q):
+        loads, body = [], []
+        for s in ss:
+            qq = snippet("elementwise_vec", q, S=s)
+            loads += [snippet("elementwise_vec", "load", K=k, K1=k + 1, S=s, Q=qq)
+                      for k in range(len(dtypes) - 1) if vec[k + 1]]
+
+            def ld(k, c, s=s):
+                if vec[k + 1]:
+                    return snippet("elementwise_vec", "lane_load", CT=compute_type(dtypes[k + 1]), K=k, S=s, C=c)
+                return load(k, dtypes[k + 1])
+            ln = "\n".join(snippet("elementwise_vec", "lane", BODY=lanes(lambda k, c=c: ld(k, c), c)) for c in range(4))
+            body.append(snippet("elementwise_vec", "step", T=t, LANES=ln, Q=qq))
+        return "\n".join(loads), "\n".join(body)
+    loads, body = steps(range(ept), "q.step")
+    lloads, lbody = steps([0], "q.loop")
+    src = render("elementwise_vec", ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS=decl, EPT=ept, LAST=ept - 1,
+                 LOADS=loads, STEPS=body, LOOP_LOADS=lloads, LOOP_STEP=lbody)
+    n4 = sizes[0] // 4
+    base = [off // 4 if v else off for off, v in zip(offs, vec)]
+    base += [0] * (8 - len(base))
+    params = struct.pack("<4I8I", n4, 0, 0, 0, *base)
+    key = f"elementwise_vec:{template}:{ept}:{''.join('v' if v else 's' for v in vec)}:{src}"
+    be.launch(key, src, wins, params, (n4 + 256 * ept - 1) // (256 * ept))
+
+
+VEC_EPT = 4     # chunks of four an invocation takes in the vec4 kernel (two with more than 3 vector inputs)
+
+
 def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape, value_bits: int = 0,
-                template: str = "elementwise", also_dtypes=()):
+                template: str = "elementwise", also_dtypes=(), lanes=None):
     """Dispatch BODY over `shape`; ins: list of (Storage, strides, base_elem); splits to fit bindings.
 
-    `elementwise.wgsl` has 4 operand slots (out + 3 inputs), `fused.wgsl` 8 (out + 7 inputs).
+    `elementwise.wgsl` has 4 operand slots (out + 3 inputs), `fused.wgsl` 8 (out + 7 inputs). With
+    `lanes` (the body of one lane of a four-element chunk, see _run_vec), contiguous chunks take the
+    vec4 kernel (kernels/elementwise_vec.wgsl) instead.
     """
     slots = 8 if template == "fused" else 4
     if len(ins) + 1 > slots:
@@ -86,6 +146,9 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
             w, off = window(s, b, lo, hi, i, be.offset_align)
             wins.append(w)
             offs.append(off)
+        if lanes is not None and vec_ok(sizes, cstrides, offs, dtypes):
+            _run_vec(be, template, lanes, sizes, cstrides, offs, wins, dtypes, also_dtypes)
+            continue
         r = len(sizes)
         shp = list(sizes) + [1] * (MAX_RANK - r)
         base = offs + [0] * (slots - len(offs))
@@ -109,8 +172,17 @@ def _elementwise(be, v, ins, out):
     body = snippet("elementwise", "unary" if len(ins) == 1 else "binary", A=load(0, d), B=load(len(ins) - 1, d),
                    T=WGSL_TYPE[v.dtype], EXPR=expr)
     shape = v.shape
+    kind = "vlane.unary" if len(ins) == 1 else "vlane.binary"
+
+    def lanes(ld, c):
+        return snippet("elementwise", kind, A=ld(0), B=ld(len(ins) - 1), T=WGSL_TYPE[v.dtype], EXPR=expr, C=c)
     run_strided(be, v.op, body, out, contiguous_strides(shape), 0,
-                [(s, _contig(s.shape, shape), 0) for s in ins], shape)
+                [(s, _contig(s.shape, shape), 0) for s in ins], shape, lanes=lanes if vec_enabled() else None)
+
+
+def vec_enabled() -> bool:
+    """The vec4 path is on unless SCELLIS_WGPU_VEC4=off (to compare, or to rule it out)."""
+    return os.environ.get("SCELLIS_WGPU_VEC4", "on") not in ("0", "off", "false")
 
 
 @launcher("where")

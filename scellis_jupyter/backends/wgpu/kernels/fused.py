@@ -19,7 +19,7 @@ from .... import dtypes as dt
 from ...storage import Storage
 from ..templates import WGSL_TYPE, bindings, enable_f16, render, snippet
 from .registry import launcher
-from .elementwise import compute_type, load, op_expr, run_strided
+from .elementwise import compute_type, load, op_expr, run_strided, vec_enabled
 from .strided import broadcast_strides, contiguous_strides
 
 
@@ -49,20 +49,26 @@ def _expr(op: str, attrs: dict, args: list[tuple[str, str]], dtype: str) -> str:
     return op_expr(op, args[0][1], *(e for e, _ in args))
 
 
-def body_of(code, in_dtypes: list[str], out_dtype: str) -> str:
+def body_of(code, in_dtypes: list[str], out_dtype: str, ld=None, lane=None) -> str:
+    """The group's instructions, one `let` each, and the store of the last; with `ld(k)` (input k's read)
+    and `lane` (the lane index), the body of one lane of kernels/elementwise_vec.wgsl instead."""
     lines = []
     for j, (op, attrs, refs, shape, dtype) in enumerate(code):
         args = []
         for kind, k in refs:
             if kind == "in":
-                args.append((load(k, in_dtypes[k]), in_dtypes[k]))
+                args.append((ld(k) if ld else load(k, in_dtypes[k]), in_dtypes[k]))
             else:
                 args.append((snippet("fused", "temp", J=k), code[k][4]))
         e = _expr(op, dict(attrs), args, dtype)
         if dtype == "f16":
             e = snippet("fused", "round_f16", EXPR=e)    # round as a store of the f16 intermediate would
         lines.append(snippet("fused", "let", J=j, EXPR=e))
-    lines.append(snippet("fused", "store", T=WGSL_TYPE[out_dtype], J=len(code) - 1))
+    if lane is not None:
+        lines.append(snippet("elementwise_vec", "lane_store", T=WGSL_TYPE[out_dtype], C=lane,
+                             EXPR=snippet("fused", "temp", J=len(code) - 1)))
+    else:
+        lines.append(snippet("fused", "store", T=WGSL_TYPE[out_dtype], J=len(code) - 1))
     return "\n".join(lines)
 
 
@@ -173,8 +179,12 @@ def _dispatch_batch(be, chunk, al: int) -> None:
 
 
 def _fused_one(be, v, ins, out):
-    body = body_of(v.attrs["code"], [s.dtype for s in ins], v.dtype)
+    dts = [s.dtype for s in ins]
+    body = body_of(v.attrs["code"], dts, v.dtype)
     shape = v.shape
+
+    def lanes(ld, c):
+        return body_of(v.attrs["code"], dts, v.dtype, ld=ld, lane=c)
     run_strided(be, "fused", body, out, contiguous_strides(shape), 0,
                 [(s, broadcast_strides(s.shape, shape), 0) for s in ins], shape, template="fused",
-                also_dtypes=tuple(c[4] for c in v.attrs["code"]))
+                also_dtypes=tuple(c[4] for c in v.attrs["code"]), lanes=lanes if vec_enabled() else None)

@@ -1,4 +1,5 @@
-"""layer_norm / rms_norm over trailing dims (kernels/norm.wgsl): one kernel, two reads of a row.
+"""layer_norm / rms_norm over trailing dims (kernels/norm.wgsl): one kernel, one read of a row (REG: up
+to KREG_MAX chunks an invocation kept in registers), else two.
 
 Rows are contiguous (the normalized dims are trailing). Layout, picked per box when the pipeline is
 built: a workgroup per long row, a subgroup per short one (8 rows a workgroup); subgroup sums when the
@@ -21,6 +22,15 @@ from .strided import footprint, window
 WG = 256
 SHORT_ROW = 128     # chunks a row of at most this many gets a subgroup (or LANES invocations), not a workgroup
 RPW_SHORT = 8
+KREG_MAX = 16       # chunks an invocation keeps in registers for the one-read path (REG)
+SG_MIN_SIZE = 8     # the smallest subgroup size the subgroup-a-row layout is sized for (llvmpipe 8, NVIDIA 32)
+
+
+def reg_chunks(chunks: int, wg: int, short: bool, subgroups: bool) -> int:
+    """Chunks an invocation holds to read its row once: over the workgroup (long rows), WG / RPW lanes
+    (short rows without subgroups) or the smallest subgroup size (short rows with them)."""
+    lanes = wg if not short else (SG_MIN_SIZE if subgroups else wg // RPW_SHORT)
+    return (chunks + lanes - 1) // lanes
 
 
 @launcher("layer_norm", "rms_norm")
@@ -60,11 +70,14 @@ def _norm(be, v, ins, out):
         vec = n % 4 == 0 and all(o % 4 == 0 for o in offs)
         q = 4 if vec else 1
         short = n // q <= SHORT_ROW
-        flags = {"RMS": v.op == "rms_norm", "W": has_w, "B": has_b, "SG": sg, "WGROW": not short, "VEC": vec}
         rpw = RPW_SHORT if short else 1
         wg = WG if short else row_threads(n // q)
-        src = render("norm", flags=flags, ENABLE=enable_f16(d), T=t, WG=wg, RPW=rpw, BBIND=3 + has_w)
-        key = f"norm:{d}:{wg}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))
+        kreg = reg_chunks(n // q, wg, short, sg)
+        flags = {"RMS": v.op == "rms_norm", "W": has_w, "B": has_b, "SG": sg, "WGROW": not short, "VEC": vec,
+                 "REG": kreg <= KREG_MAX}
+        src = render("norm", flags=flags, ENABLE=enable_f16(d), T=t, WG=wg, RPW=rpw, BBIND=3 + has_w,
+                     KREG=min(kreg, KREG_MAX))
+        key = f"norm:{d}:{wg}:k{min(kreg, KREG_MAX)}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))
         wb = [offs[2] // q if has_w else 0, offs[2 + has_w] // q if has_b else 0]
         words = [sizes[0], n // q, xo // q, oo // q] + wb + [eps_bits, 0]
         be.launch(key, src, wins, pack_words(words, 8), (sizes[0] + rpw - 1) // rpw)

@@ -14,6 +14,11 @@ Splitting: the (kept + reduced) box is halved until every binding fits `be.bindi
 first; only when one output's reduced box alone does not fit are reduced dims split, and the partial
 results are combined into the output in a fixed (depth-first, low half first) order through the
 kernel's accumulate flag. An f16 output then rounds once per partial (documented loss).
+Columns (`is_column`: the innermost kept dim is contiguous, as for bias and norm-weight gradients, sums
+over leading axes): adjacent invocations take adjacent outputs, a workgroup COLS outputs x SLICES row
+slices, each slice folding its rows in order and slice 0 combining the slices in order; long columns
+of few blocks run in two stages (`col_pieces` row chunks into a scratch row, then that row reduced over
+its pieces in increasing order by the same layout). Fixed order, no atomics.
 Empty reductions: sum = 0 (a fill); max over an empty axis is refused at graph build.
 """
 from __future__ import annotations
@@ -139,6 +144,10 @@ def _reduce(be, v, ins, out):
         ks, rs = list(sizes[:nk]), list(sizes[nk:])
         acc = 1 if any(starts[nk:]) else 0
         n_o, R = math.prod(ks), math.prod(rs)
+        if is_column(ks, x_st[nk - 1] if nk else 0, R):
+            _columns(be, v.op, od, xd, ct, comb, init, ks, rs, x_st[:nk], o_st[:nk], x_st[nk:], offs, wins,
+                     acc, col_pieces(n_o, R) if len(boxes) == 1 else 1)
+            continue
         pieces = split_pieces(n_o, R) if len(boxes) == 1 else 1
         if pieces > 1:
             # two stages: pieces partial results an output into a scratch row, then that row reduced
@@ -174,18 +183,63 @@ def _words(n_o, R, ks, rs, kx, ko, rx, out_base, x_base, acc, pieces) -> bytes:
     return pack_words(words, 48)
 
 
+COLS, SLICES = 64, 4      # column layout: adjacent outputs a workgroup x row slices folded apart
+COL_MIN = 32              # the contiguous kept run at least this long takes the column layout
+COL_ROWS = 256            # rows a piece of the column layout's first stage folds, at least
+COL_TARGET = 2048         # workgroups the first stage aims at (an H200 has 132 SMs)
+
+
+def is_column(ks, inner_stride: int, R: int) -> bool:
+    """The kept run is contiguous (stride 1) and long enough to fill a column block, and the reduced
+    box is not tiny (R <= 16 already takes one invocation an output, which coalesces the same way)."""
+    return R > 16 and inner_stride == 1 and bool(ks) and ks[-1] >= COL_MIN
+
+
+def col_pieces(n_o: int, R: int) -> int:
+    """Row pieces of the column layout's first stage (1: one stage): enough workgroups to fill a GPU
+    when few column blocks share long columns, each piece at least COL_ROWS rows."""
+    nblk = (n_o + COLS - 1) // COLS
+    if R < 2 * COL_ROWS or nblk >= COL_TARGET:
+        return 1
+    return max(1, min(R // COL_ROWS, (COL_TARGET + nblk - 1) // nblk))
+
+
+def _col_dispatch(be, op, od, xd, ct, comb, init, words, wins, n_o, pieces) -> None:
+    src = render("reduce", flags={"COL": True, "ROW": False, "SG": False, "SUBROW": False, "SPLIT": False},
+                 ENABLE=enable_f16(od, xd), OT=WGSL_TYPE[od], XT=WGSL_TYPE[xd], CT=ct, COMB=comb, INIT=init,
+                 WG=COLS * SLICES, SGCOMB="", RPW=SUBROW_RPW, COLS=COLS, SLICES=SLICES)
+    key = f"reduce:{op}:{od}:{xd}:{COLS}x{SLICES}:COL=True"
+    be.launch(key, src, wins, words, ((n_o + COLS - 1) // COLS) * pieces)
+
+
+def _columns(be, op, od, xd, ct, comb, init, ks, rs, kx, ko, rx, offs, wins, acc, pieces) -> None:
+    """The column layout: one stage, or `pieces` row chunks into a (pieces, n_o) scratch row that the
+    same layout then reduces over its pieces in increasing order (fixed: the bits depend on shapes)."""
+    n_o, R = math.prod(ks), math.prod(rs)
+    if pieces == 1:
+        words = _words(n_o, R, ks, rs, kx, ko, rx, offs[0], offs[1], acc, 1)
+        _col_dispatch(be, op, od, xd, ct, comb, init, words, wins, n_o, 1)
+        return
+    n = n_o * pieces
+    scr = Storage(be, be.scratch("reduce-col", n * 4), 0, (n,), ct, n * 4)
+    words = _words(n_o, R, ks, rs, kx, [0] * len(ks), rx, 0, offs[1], 0, pieces)
+    _col_dispatch(be, op, ct, xd, ct, comb, init, words, [scr, wins[1]], n_o, pieces)
+    words = _words(n_o, pieces, ks, [pieces], contiguous_strides(ks), ko, [n_o], offs[0], 0, acc, 1)
+    _col_dispatch(be, op, od, ct, ct, comb, init, words, [wins[0], scr], n_o, 1)
+
+
 def _dispatch(be, op, od, xd, ct, comb, init, words, wins, n_o, R, sg, pieces) -> None:
     """One reduce dispatch: the layout from R (and the subgroup switch), its pipeline, its groups."""
     row = R > 16 or pieces > 1
     subrow = sg and row and pieces == 1 and R <= SUBROW_MAX
     wg = 256 if (subrow or pieces > 1) else row_threads(R) if row else 64
-    flags = {"ROW": row, "SG": sg and row, "SUBROW": subrow, "SPLIT": pieces > 1}
+    flags = {"ROW": row, "SG": sg and row, "SUBROW": subrow, "SPLIT": pieces > 1, "COL": False}
     sgcomb = ""
     if flags["SG"]:
         sgcomb = snippet("reduce", "sgcomb.sum" if op == "reduce_sum" else
                          "sgcomb.max_float" if ct == "f32" else "sgcomb.max_int")
     src = render("reduce", flags=flags, ENABLE=enable_f16(od, xd), OT=WGSL_TYPE[od], XT=WGSL_TYPE[xd],
-                 CT=ct, COMB=comb, INIT=init, WG=wg, SGCOMB=sgcomb, RPW=SUBROW_RPW)
+                 CT=ct, COMB=comb, INIT=init, WG=wg, SGCOMB=sgcomb, RPW=SUBROW_RPW, COLS=COLS, SLICES=SLICES)
     key = f"reduce:{op}:{od}:{xd}:{wg}:" + ":".join(f"{k}={flags[k]}" for k in sorted(flags))
     if subrow:
         groups = (n_o + SUBROW_RPW - 1) // SUBROW_RPW

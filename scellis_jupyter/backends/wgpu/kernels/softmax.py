@@ -1,4 +1,5 @@
-"""softmax / log_softmax along attrs['axis'] (kernels/softmax.wgsl): two reads of a row, one online pass.
+"""softmax / log_softmax along attrs['axis'] (kernels/softmax.wgsl): rows read once (REG: up to KREG_MAX
+chunks an invocation kept in registers), else two reads of a row, one online pass.
 
 Layout [outer, R, inner]: row (a, b) starts at a * R * inner + b and steps by inner. The pipeline is
 picked per box when it is built: inner > 1 (columns) takes one invocation per row, folding in order
@@ -28,11 +29,20 @@ RPW_SHORT = 8       # rows a workgroup takes in that case (one a subgroup at sub
 def plan(R: int, inner: int, nrows: int, vec: bool, subgroups: bool) -> dict:
     """The kernel layout for rows of R elements: flags and sizes (what the pipeline specializes on)."""
     if inner > 1 and (inner >= 16 or R <= 256):
-        return {"COL": True, "SG": False, "WGROW": False, "VEC": False, "WG": 64, "RPW": 1}
+        return {"COL": True, "SG": False, "WGROW": False, "VEC": False, "WG": 64, "RPW": 1, "REG": False, "KREG": 1}
     chunks = R // 4 if vec else R
     short = chunks <= SHORT_ROW
-    return {"COL": False, "SG": subgroups, "WGROW": not short, "VEC": vec,
-            "WG": WG if short else row_threads(chunks), "RPW": RPW_SHORT if short else 1}
+    wg = WG if short else row_threads(chunks)
+    # lanes a row gets: the workgroup (long rows), WG / RPW (short rows, no subgroups), or the run-time
+    # subgroup size, where the kernel keeps KREG chunks for the smallest size it may be (SG_MIN_SIZE)
+    lanes = wg if not short else (SG_MIN_SIZE if subgroups else wg // RPW_SHORT)
+    kreg = (chunks + lanes - 1) // lanes
+    return {"COL": False, "SG": subgroups, "WGROW": not short, "VEC": vec, "WG": wg,
+            "RPW": RPW_SHORT if short else 1, "REG": kreg <= KREG_MAX, "KREG": min(kreg, KREG_MAX)}
+
+
+KREG_MAX = 16       # chunks an invocation keeps in registers for the one-read path (16 vec4: 64 floats)
+SG_MIN_SIZE = 8     # the smallest subgroup size sized for (llvmpipe 8, NVIDIA 32): larger ones keep fewer
 
 
 
@@ -69,8 +79,8 @@ def _softmax(be, v, ins, out):
         q = 4 if k["VEC"] else 1
         t = WGSL_TYPE[d]
         src = render("softmax", flags={"LOG": v.op == "log_softmax", "COL": k["COL"], "SG": k["SG"],
-                                       "WGROW": k["WGROW"], "VEC": k["VEC"]},
-                     ENABLE=enable_f16(d), T=t, WG=k["WG"], RPW=k["RPW"])
+                                       "WGROW": k["WGROW"], "VEC": k["VEC"], "REG": k["REG"]},
+                     ENABLE=enable_f16(d), T=t, WG=k["WG"], RPW=k["RPW"], KREG=k["KREG"])
         key = "softmax:{}:{}:".format(v.op, d) + ":".join(f"{n}={k[n]}" for n in sorted(k))
         words = [nrows, R // q, sizes[2], R * inner // q, inner, xo // q, oo // q, 0]
         if k["COL"]:
