@@ -90,7 +90,7 @@ def _drive(lab, ctx, page, artifacts, run_cell):
     _run_all(page, len(nbformat.read(nb_dir / "widgets.ipynb", 4).cells), run_cell)
     plan, curve, panel = "[data-verdict]", ".sc-curve", "[data-state]"
 
-    # the plan widget's verdict (a device of 260 kB refuses batch 64)
+    # the plan widget's verdict (a device of 240 kB refuses batch 64)
     page.wait_for_selector(plan, timeout=90_000)
     assert _attr(page, plan, "verdict") == "red"
     assert "Does not fit" in page.locator(".sc-plan .sc-words").inner_text()

@@ -133,7 +133,7 @@ def test_profile_static_form_shows_in_nbconvert_html_offline(chromium_browser, a
 
     import nbclient
     from nbconvert import HTMLExporter
-    from conftest import ROOT
+    ROOT = Path(__file__).resolve().parents[2]     # the repository (not `from conftest`: another conftest may answer)
     code = SETUP.replace('dev = "wgpu" if', 'dev = "reference" if False and').replace("steps=2, warmup=2",
                                                                                    "steps=1, warmup=1")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])

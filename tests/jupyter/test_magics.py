@@ -310,6 +310,8 @@ def test_widgets_get_the_objects_and_callbacks_when_installed(ip, cell, monkeypa
     assert text is None                      # a `%scellis plan` line's own cell is not the spec's cell
     assert f"batch_size = {plan.fixes[i].settings['batch_size']}" in ip.user_ns["mlp"].cell_text()
     assert ip.user_ns["mlp"].spec.recipe["batch_size"] == plan.fixes[i].settings["batch_size"]
+    assert cell(MLP).error is None        # the cell's own spec again (32 hidden units): its capacity likewise
+    cap = int(ip.user_ns["mlp"].plan(batch_size=8).peak_bytes) + 1
     cell(MLP.replace("%%scellis mlp", f"%%scellis mlp --memory {cap}"))     # the cell planned at that capacity
     (plan,), kw = got["PlanView"]
     assert plan.verdict == "red"

@@ -124,7 +124,7 @@ def test_a_100k_point_curve_saves_decimated_and_syncs_whole():
 
 
 def test_plan_view_fix_replans_and_returns_cell_text():
-    memory = 260_000
+    memory = 240_000      # batch 64 peaks at 259.7 kB on the reference device, batch 32 at 204.9 kB
     p = sc.plan(sc.Spec.from_text(SPEC), device="reference", memory=memory)
     assert p.verdict == "red"
     i = next(k for k, f in enumerate(p.fixes) if f.kind == "batch_size" and f.settings.get("batch_size"))

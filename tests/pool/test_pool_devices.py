@@ -29,7 +29,10 @@ nodes = [
   { name = "logits", op = "linear", out = 10 },
 ]
 [recipe]
-optimizer = { name = "adamw", lr = 3e-3 }
+# SGD with momentum, not Adam: Adam's first steps move every weight by about lr whatever the size of its
+# gradient, so a near-zero gradient whose sign differs in the last bit (slices summed vs one batch) moves the
+# weight by 2 lr; with SGD a weight's difference stays proportional to its gradient's, so rtol 1e-4 holds
+optimizer = { name = "sgd", lr = 0.05, momentum = 0.9 }
 batch_size = 60
 clip_grad_norm = 0.5
 determinism = "prod"
