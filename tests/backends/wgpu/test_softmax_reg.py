@@ -71,3 +71,22 @@ def test_rerun_is_bit_identical():
     a = sc.Tensor(F.softmax(sc.tensor(x, device=WG).node), WG).numpy()
     b = sc.Tensor(F.softmax(sc.tensor(x, device=WG).node), WG).numpy()
     assert a.tobytes() == b.tobytes()
+
+
+
+def test_row_reg_off_takes_the_two_read_path(monkeypatch):
+    """SCELLIS_ROW_REG=off (for an A/B on a device) turns the one-read path off for softmax and the norms;
+    the two-read path gives the same values within the tolerances above (layer_norm: rtol/atol 1e-4)."""
+    assert sk.plan(1024, 1, 8, True, False)["REG"]
+    monkeypatch.setenv("SCELLIS_ROW_REG", "off")
+    assert not sk.plan(1024, 1, 8, True, False)["REG"]
+    x = R.standard_normal((7, 1024)).astype(np.float32)      # a shape of its own: a fresh pipeline
+    got = sc.Tensor(F.softmax(sc.tensor(x, device=WG).node), WG).numpy()
+    np.testing.assert_allclose(got, ref(x, False), rtol=1e-5, atol=2e-6)
+    w = R.standard_normal(1024).astype(np.float32)
+    got = sc.Tensor(F.layer_norm(sc.tensor(x, device=WG).node, (1024,), sc.tensor(w, device=WG).node), WG).numpy()
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * w
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    keys = [k for k in WG.impl._pipelines if k.startswith(("softmax", "norm"))]
+    assert any("REG=False" in k for k in keys if k.startswith("norm")) and any("REG=False" in k for k in keys)

@@ -16,6 +16,7 @@ import struct
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
+from .softmax import row_reg
 from .reduce import pack_words, row_threads, split_boxes
 from .strided import footprint, window
 
@@ -74,7 +75,7 @@ def _norm(be, v, ins, out):
         wg = WG if short else row_threads(n // q)
         kreg = reg_chunks(n // q, wg, short, sg)
         flags = {"RMS": v.op == "rms_norm", "W": has_w, "B": has_b, "SG": sg, "WGROW": not short, "VEC": vec,
-                 "REG": kreg <= KREG_MAX}
+                 "REG": kreg <= KREG_MAX and row_reg()}
         src = render("norm", flags=flags, ENABLE=enable_f16(d), T=t, WG=wg, RPW=rpw, BBIND=3 + has_w,
                      KREG=min(kreg, KREG_MAX))
         key = f"norm:{d}:{wg}:k{min(kreg, KREG_MAX)}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))

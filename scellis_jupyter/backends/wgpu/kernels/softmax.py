@@ -14,6 +14,7 @@ slice's column) larger than the limit is refused with a KernelError.
 from __future__ import annotations
 
 import math
+import os
 
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
@@ -38,7 +39,13 @@ def plan(R: int, inner: int, nrows: int, vec: bool, subgroups: bool) -> dict:
     lanes = wg if not short else (SG_MIN_SIZE if subgroups else wg // RPW_SHORT)
     kreg = (chunks + lanes - 1) // lanes
     return {"COL": False, "SG": subgroups, "WGROW": not short, "VEC": vec, "WG": wg,
-            "RPW": RPW_SHORT if short else 1, "REG": kreg <= KREG_MAX, "KREG": min(kreg, KREG_MAX)}
+            "RPW": RPW_SHORT if short else 1, "REG": kreg <= KREG_MAX and row_reg(), "KREG": min(kreg, KREG_MAX)}
+
+
+def row_reg() -> bool:
+    """The one-read register path is on unless SCELLIS_ROW_REG=off (to compare it with the two-read path on
+    a device: it holds up to KREG_MAX vec4 a thread, which may cost occupancy)."""
+    return os.environ.get("SCELLIS_ROW_REG", "on") not in ("0", "off", "false")
 
 
 KREG_MAX = 16       # chunks an invocation keeps in registers for the one-read path (16 vec4: 64 floats)
