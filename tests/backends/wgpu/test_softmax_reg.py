@@ -18,6 +18,12 @@ try:
 except sc.ScellisError:  # pragma: no cover
     WG = None
 pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+
+
+@pytest.fixture(autouse=True)
+def _row_reg_on(monkeypatch):
+    """These tests are of the one-read path, which is off by default (SCELLIS_ROW_REG, softmax.row_reg)."""
+    monkeypatch.setenv("SCELLIS_ROW_REG", "on")
 R = np.random.default_rng(17)
 SHAPES = [(8, 1024), (5, 1027), (37, 256), (11, 60), (3, 4096), (2, 5001), (9, 130)]
 
@@ -75,10 +81,10 @@ def test_rerun_is_bit_identical():
 
 
 def test_row_reg_off_takes_the_two_read_path(monkeypatch):
-    """SCELLIS_ROW_REG=off (for an A/B on a device) turns the one-read path off for softmax and the norms;
-    the two-read path gives the same values within the tolerances above (layer_norm: rtol/atol 1e-4)."""
+    """Without SCELLIS_ROW_REG=on (the default) softmax and the norms take the two-read path, with the same
+    values within the tolerances above (layer_norm: rtol/atol 1e-4)."""
     assert sk.plan(1024, 1, 8, True, False)["REG"]
-    monkeypatch.setenv("SCELLIS_ROW_REG", "off")
+    monkeypatch.delenv("SCELLIS_ROW_REG")
     assert not sk.plan(1024, 1, 8, True, False)["REG"]
     x = R.standard_normal((7, 1024)).astype(np.float32)      # a shape of its own: a fresh pipeline
     got = sc.Tensor(F.softmax(sc.tensor(x, device=WG).node), WG).numpy()

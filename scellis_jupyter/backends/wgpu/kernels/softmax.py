@@ -43,9 +43,12 @@ def plan(R: int, inner: int, nrows: int, vec: bool, subgroups: bool) -> dict:
 
 
 def row_reg() -> bool:
-    """The one-read register path is on unless SCELLIS_ROW_REG=off (to compare it with the two-read path on
-    a device: it holds up to KREG_MAX vec4 a thread, which may cost occupancy)."""
-    return os.environ.get("SCELLIS_ROW_REG", "on") not in ("0", "off", "false")
+    """The one-read register path only with SCELLIS_ROW_REG=on. Off by default: on the H200 (2026-12-03,
+    benchmarks/kernels.py, same call) the two-read path was faster at every measured shape: softmax 983 /
+    1673 / 977 GB/s against 797 / 1379 / 927, layer_norm 1244 / 1549 / 1733 against 1028 / 1364 / 970,
+    rms_norm 1309 / 1522 / 1397 against 1007 / 1092 / 860 (8192x1024 / 4096x4096 / 65536x256): holding up
+    to KREG_MAX vec4 a thread costs more occupancy than the second read of a row that is still in cache."""
+    return os.environ.get("SCELLIS_ROW_REG", "off") in ("1", "on", "true")
 
 
 KREG_MAX = 16       # chunks an invocation keeps in registers for the one-read path (16 vec4: 64 floats)
