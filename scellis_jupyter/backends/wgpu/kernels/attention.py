@@ -13,9 +13,7 @@ flash_bwd.wgsl: 4 rows x 16 CK keys per thread in named vec4s, tiles sized from 
 workgroup memory, vec4 loads when rows and offsets are 4-aligned, the next tile prefetched into
 registers), which also carry attention dropout; above that the one-row-per-thread kernels of
 attention_fwd.wgsl / attention_bwd.wgsl. SCELLIS_ATTENTION_KERNEL=rowwise forces the latter and
-SCELLIS_ATTENTION_TILE_{FWD,DQ,DKDV}=TYxCK a tile shape (benchmarking). A third family, chosen by
-SCELLIS_ATTENTION_{FWD,BWD,DKDV,DQ}=op (attention_op.py: outer-product forward, 4x4-per-thread dot
-tiles in the backward), takes the place of the register-tiled kernel it names, same bindings and params.
+SCELLIS_ATTENTION_TILE_{FWD,DQ,DKDV}=TYxCK a tile shape (benchmarking).
 """
 from __future__ import annotations
 
@@ -33,7 +31,6 @@ from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
 from .strided import broadcast_strides, collapse, contiguous_strides, window
 from .elementwise import fill
-from .attention_op import bwd_cfg, bwd_subs, op_cfg, op_subs
 
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
 MAX_HEAD = 256     # head sizes above this would need too much private memory per thread
@@ -230,25 +227,10 @@ def _attention(be, v, ins, out):
     if bh == 0 or lq == 0:
         return
     isz = dt.ITEMSIZE[t]
-    ocfg = op_cfg(be, d, dv)
-    cfg = _flash_cfg(be, "fwd", d, dv) if ocfg is None else None
+    cfg = _flash_cfg(be, "fwd", d, dv)
     scale = float(v.attrs["scale"])
-    drop, dtail = _dropout(be, v, cfg is not None or ocfg is not None,
-                           5 + (mask is not None) + (sbase is not None))
-    if ocfg is not None:
-        rg, cg, ny, sg = ocfg
-        rows_per = 4 * rg * ny
-
-        def kernel(vec):
-            subs = dict(op_subs(rg, cg, ny, dv, sg, drop[0]), ENABLE=enable_f16(t), T=WGSL_TYPE[t], D=d, DV=dv,
-                        CAUSAL=str(causal).lower(), MASKED=str(mask is not None).lower(), MASK_BINDING=6,
-                        BASE_BINDING=6 + (mask is not None))
-            flags = {"MASK": mask is not None, "VEC": vec, "DROP": drop[0], "BASED": drop[1], "SG": sg}
-            key = (f"flash_fwd_op:rg={rg}:cg={cg}:ny={ny}:sg={sg}:mask={mask is not None}:vec={vec}:"
-                   f"drop={drop[0]}:based={drop[1]}:t={t}:d={d}:dv={dv}:causal={causal}")
-            return key, render("flash_fwd_op", None, flags=flags, **subs)
-        pscale = scale * LOG2E
-    elif cfg is not None:
+    drop, dtail = _dropout(be, v, cfg is not None, 5 + (mask is not None) + (sbase is not None))
+    if cfg is not None:
         ty, ck = cfg
         rows_per = 4 * ty
         def kernel(vec):
@@ -290,7 +272,7 @@ def _attention(be, v, ins, out):
         params = struct.pack("<IIIIIIiIfIIIIIIIIIII4I4I", nb, lq, lk, nr, r0, nqb, lk - lq, NEG_INF,
                              pscale, qo, ko, vo, oo, lo_, moff, b0, msq, msk, mrank, 0,
                              *mshape, *mstride) + dtail
-        key, src = kernel((cfg is not None or ocfg is not None) and d % 4 == 0 and dv % 4 == 0 and (qo | ko | vo | oo) % 4 == 0)
+        key, src = kernel(cfg is not None and d % 4 == 0 and dv % 4 == 0 and (qo | ko | vo | oo) % 4 == 0)
         be.launch(key, src, storages, params, nb * nqb)
 
 
@@ -334,30 +316,17 @@ def _attention_bwd(be, v, ins, out):
     has = mask is not None
     kst, sst = _render("attention_bwd", "stats", has, dict(base, BK=1))
     scale = float(v.attrs["scale"])
-    odq, okv = bwd_cfg(be, "dq", d, dv), bwd_cfg(be, "dkdv", d, dv)
-    cdq = _flash_cfg(be, "dq", d, dv) if odq is None else None
-    ckv = _flash_cfg(be, "dkdv", d, dv) if okv is None else None
-    flash_dq, flash_kv = cdq is not None or odq is not None, ckv is not None or okv is not None
-    drop, dtail = _dropout(be, v, flash_dq and flash_kv, 7 + has + (sbase is not None))
-    if flash_dq and flash_kv:
+    cdq, ckv = _flash_cfg(be, "dq", d, dv), _flash_cfg(be, "dkdv", d, dv)
+    drop, dtail = _dropout(be, v, cdq is not None and ckv is not None, 7 + has + (sbase is not None))
+    if cdq is not None and ckv is not None:
         fb = dict(ENABLE=base["ENABLE"], T=base["T"], D=d, DV=dv, CAUSAL=base["CAUSAL"],
                   MASKED=str(has).lower(), MASK_BINDING=8, BASE_BINDING=8 + has)
-
-        def one(kind, tiled, op, vec):
-            if op is None:
-                return _render("flash_bwd", kind, has, dict(fb, TY=tiled[0], CK=tiled[1], NT=16 * tiled[0]),
-                               k2=tiled[1] == 2, vec=vec, drop=drop)
-            flags = {"MASK": has, "VEC": vec, "DROP": drop[0], "BASED": drop[1]}
-            key = (f"flash_bwd_op:{kind}:rg={op[0]}:cg={op[1]}:ny={op[2]}:mask={has}:vec={vec}:drop={drop[0]}:"
-                   f"based={drop[1]}:t={t}:d={d}:dv={dv}:causal={causal}")
-            return key, render("flash_bwd_op", kind, flags=flags,
-                               **dict(fb, **bwd_subs(kind, *op, d, dv, drop[0])))
-
         def kernels(vec):
-            return one("dq", cdq, odq, vec), one("dkdv", ckv, okv, vec)
-        rows_dq = 4 * odq[0] * odq[2] if odq is not None else 4 * cdq[0]
-        rows_kv = 4 * okv[0] * okv[2] if okv is not None else 4 * ckv[0]
-        pscale = scale * LOG2E
+            return (_render("flash_bwd", "dq", has, dict(fb, TY=cdq[0], CK=cdq[1], NT=16 * cdq[0]),
+                            k2=cdq[1] == 2, vec=vec, drop=drop),
+                    _render("flash_bwd", "dkdv", has, dict(fb, TY=ckv[0], CK=ckv[1], NT=16 * ckv[0]),
+                            k2=ckv[1] == 2, vec=vec, drop=drop))
+        rows_dq, rows_kv, pscale = 4 * cdq[0], 4 * ckv[0], scale * LOG2E
     else:
         rowwise = (_render("attention_bwd", "dq", has, dict(base, BK=bk_dq, KS=max(bk_dq * d, 1),
                                                             VS=max(bk_dq * dv, 1))),
@@ -400,7 +369,7 @@ def _attention_bwd(be, v, ins, out):
     ms = lambda w: ([w["m"][0]] if mask is not None else []) + ([sbase] if drop[1] else [])  # noqa: E731
     plan = [(c, wins(*c)) for c in chunks]
     # vec4 bindings when every row and window offset is 4-aligned (flash kernels only)
-    vec = (flash_dq and flash_kv and d % 4 == 0 and dv % 4 == 0
+    vec = (cdq is not None and ckv is not None and d % 4 == 0 and dv % 4 == 0
            and all(w[n][1] % 4 == 0 for _, (w, _) in plan for n in ("q", "k", "v", "o", "dout", "dq", "dk", "dv")))
     (kdq, sdq), (kkv, skv) = kernels(vec)
     # 1. stats for every chunk (before any dq is written over them)
