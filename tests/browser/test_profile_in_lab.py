@@ -3,6 +3,7 @@ icicle; hovering a block says its time and share, clicking a layer zooms into it
 "whole step" zooms out; it follows the dark theme and stays within a narrow notebook. Screenshots go to
 tests/browser/artifacts/profile-*.png."""
 import re
+from pathlib import Path
 import time
 
 import nbformat
