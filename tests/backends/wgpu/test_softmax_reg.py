@@ -24,6 +24,8 @@ pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason=
 def _row_reg_on(monkeypatch):
     """These tests are of the one-read path, which is off by default (SCELLIS_ROW_REG, softmax.row_reg)."""
     monkeypatch.setenv("SCELLIS_ROW_REG", "on")
+
+
 R = np.random.default_rng(17)
 SHAPES = [(8, 1024), (5, 1027), (37, 256), (11, 60), (3, 4096), (2, 5001), (9, 130)]
 

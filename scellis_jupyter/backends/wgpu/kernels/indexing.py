@@ -27,6 +27,7 @@ import os
 from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, bindings, enable_f16, render, snippet
 from .registry import launcher
+from ...storage import Storage
 from .reduce import pack_words
 from .strided import contiguous_strides, window
 from .elementwise import copy
@@ -146,7 +147,6 @@ def split_pieces(be, m: int, out_axis: int, n_axis: int) -> int:
 
 
 def _scatter_split(be, d, ct, words, m, pieces, length, wo, wb, wi, ws) -> None:
-    from ...storage import Storage
     n = m * pieces
     scr = Storage(be, be.scratch("scatter-split", n * 4), 0, (n,), ct, n * 4)
     one = render("indexing", ENABLE=enable_f16(d), BODY=snippet("indexing", "scatter_add_part", T=WGSL_TYPE[d], C=ct),
