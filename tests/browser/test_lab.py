@@ -132,7 +132,10 @@ def _drive(lab, ctx, page, artifacts, run_cell):
     _wait(lambda: _attr(page, panel, "state") == "interrupted", 30, what="the run to be interrupted")
     # every step the engine ran is on the curve, once (the last chunk is flushed when the run ends, and may
     # land just after the state), and then it stops growing
-    _wait(lambda: pts() == int(_attr(page, panel, "step")), 10, what="the curve to hold every step once")
+    try:
+        _wait(lambda: pts() == int(_attr(page, panel, "step")), 10, what="the curve to hold every step once")
+    except AssertionError:
+        raise AssertionError(f"the curve holds {pts()} points, the panel says step {_attr(page, panel, 'step')}") from None
     stopped = pts()
     time.sleep(1.0)
     assert pts() == stopped

@@ -114,14 +114,39 @@ def test_a_100k_point_curve_saves_decimated_and_syncs_whole():
     assert s_vals.max() == 50.0 and s_steps[0] == 1 and s_skip.tolist() == [77_777]
     c._on_sync({}, [])                                          # a view opened: every point, once
     kinds = [m["type"] for m, _ in sent]
-    assert kinds == ["append", "snapshot"]
-    full = unpack(sent[1][1][0])[0]
-    assert full[2].tolist() == steps.tolist() and 8 * n < len(sent[1][1][0]) < 8 * n + 200
+    assert kinds == ["snapshot"]
+    full = unpack(sent[0][1][0])[0]
+    assert full[2].tolist() == steps.tolist() and 8 * n < len(sent[0][1][0]) < 8 * n + 200
     c.append("r", "loss", n + 1, 0.001)
     c._push.flush()
     c._send_pending()
     assert unpack(sent[-1][1][0])[0][2].tolist() == [n + 1]     # later chunks carry only the new point
 
+
+def test_a_view_sync_while_the_run_appends_sends_each_point_once():
+    """The browser's store is the last snapshot plus the chunks after it. The run thread appends at any
+    moment, here each time a message goes out (as it may while a view syncs): that store must still hold
+    every step exactly once (a point in both a snapshot and a later chunk was the lab test's failure)."""
+    c = LossCurve()
+    sent = []
+    nxt = iter(range(4, 100))
+
+    def send(content, buffers=None):
+        sent.append((content, buffers))
+        c.store.append("r", "loss", next(nxt), 0.5)             # the run thread, mid-sync
+    c.send = send
+    c.add("r", "loss", np.arange(1, 4), np.array([3.0, 2.0, 1.0]))
+    c.append("r", "loss", 100, 0.1)                             # pending when the view opens
+    c._on_sync({}, [])
+    c._on_sync({}, [])                                          # a second view (another tab)
+    c._send_pending()
+    c.send = lambda content, buffers=None: sent.append((content, buffers))     # the run has ended
+    c._send_pending()
+    browser: list[int] = []
+    for msg, bufs in sent:
+        steps = [int(x) for x in unpack(bufs[0])[0][2]]
+        browser = steps if msg["type"] == "snapshot" else browser + steps
+    assert browser == c.store.arrays()[("r", "loss")][0].tolist()              # each point once, in order
 
 def test_plan_view_fix_replans_and_returns_cell_text():
     memory = 240_000      # batch 64 peaks at 259.7 kB on the reference device, batch 32 at 204.9 kB

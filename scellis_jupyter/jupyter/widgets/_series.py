@@ -85,8 +85,11 @@ class SeriesStore:
                 sk = steps[sk] if sk.dtype == bool else sk
                 s.skipped.extend(np.asarray(sk).astype("<u4").tolist())
 
-    def snapshot(self, max_points: int | None = None) -> bytes:
-        """Everything, packed (each series decimated to ~max_points when given, skipped steps kept)."""
+    def snapshot(self, max_points: int | None = None, *, mark_sent: bool = False) -> bytes:
+        """Everything, packed (each series decimated to ~max_points when given, skipped steps kept).
+
+        `mark_sent`: the snapshot goes to the browser as its whole store, so later chunks start after it; done
+        under the same lock, a point appended by the run thread meanwhile is in one of the two, never both."""
         with self._lock:
             items = []
             for (r, n), s in self._s.items():
@@ -94,10 +97,12 @@ class SeriesStore:
                 if max_points is not None:
                     steps, vals = decimate(steps, vals, max_points)
                 items.append((r, n, steps, vals, np.array(s.skipped, "<u4")))
+                if mark_sent:
+                    s.sent, s.sent_skipped = len(s.steps), len(s.skipped)
             return pack(items)
 
     def pending(self) -> bytes | None:
-        """The points added since the last snapshot or chunk, packed (None when there are none)."""
+        """The points added since the last chunk (or snapshot sent with mark_sent), packed (None when there are none)."""
         with self._lock:
             items = []
             for (r, n), s in self._s.items():

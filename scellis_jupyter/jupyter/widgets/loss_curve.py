@@ -114,10 +114,10 @@ class LossCurve(ScellisWidget):
             self._packed = self.store.snapshot(SAVE_POINTS)
 
     def _on_sync(self, content, buffers) -> None:
-        """A view opened (a page reload): what is pending as a chunk, then every point as one snapshot."""
+        """A view opened (a page reload): every point as one snapshot, which replaces the browser's store; the
+        pending points are in it, so the next chunk starts after it (each point reaches the browser once)."""
         with self._lock:
-            self._send_chunk()
-            self.send({"type": "snapshot"}, [self.store.snapshot()])
+            self.send({"type": "snapshot"}, [self.store.snapshot(mark_sent=True)])
 
     # ---- static form --------------------------------------------------------------------------------
     def _groups(self) -> dict[str, list]:
