@@ -15,6 +15,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import KernelError
 from .storage import Storage
+from .blas import pin_one_thread
 from ..rng.philox import stream_bits
 from ..rng.philox import bits_to_uniform
 from ..graph.opset import conv_out
@@ -31,6 +32,7 @@ class ReferenceBackend:
     name = "reference"
 
     def __init__(self):
+        pin_one_thread()                 # the same bits in every process (backends/blas.py says why)
         self._arena = np.zeros(0, np.uint8)
         self.allocated = 0
         self.peak = 0
