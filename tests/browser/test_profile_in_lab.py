@@ -4,12 +4,12 @@ icicle; hovering a block says its time and share, clicking a layer zooms into it
 tests/browser/artifacts/profile-*.png."""
 import re
 from pathlib import Path
-import time
 
 import nbformat
 import pytest
 
-from test_lab import _open, _theme, _wait
+import lab_notebook as notebook
+from test_lab import _dark_and_narrow, _lab_page, _open, _wait
 
 pytestmark = pytest.mark.slow
 
@@ -43,15 +43,8 @@ CHECK = 'print("dispatches", len(view.timeline), "on", view.info["device"])'
 
 def test_profile_view_hovers_zooms_and_fits(lab, chromium_browser, artifacts, run_cell):
     url, nb_dir = lab
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(SETUP), nbformat.v4.new_code_cell(CHECK)]
-    nbformat.write(nb, nb_dir / "profile.ipynb")
-    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 1400})
-    page = ctx.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
+    notebook.write_cells(nb_dir / "profile.ipynb", SETUP, CHECK)
+    with _lab_page(chromium_browser, artifacts, "profile-failure.png", 1400) as (page, errors):
         _open(page, url, "profile.ipynb")
         run_cell(page, 0, timeout=180)
         page.wait_for_selector(".sc-prof .sc-blk", timeout=60_000)
@@ -102,29 +95,12 @@ def test_profile_view_hovers_zooms_and_fits(lab, chromium_browser, artifacts, ru
         _wait(lambda: host.get_attribute("data-zoom") == "", 10, what="the zoom-out")
         assert box.locator(".sc-blk[data-level='0']").count() == len(labels)
         page.mouse.move(0, 0)
-        light = box.evaluate("e => getComputedStyle(e).color")
-        _theme(page, dark=True)
-        dark = box.evaluate("e => getComputedStyle(e).color")
-        assert light != dark, "the view did not follow the dark theme"
-        box.screenshot(path=str(artifacts / "profile-dark.png"))
-        _theme(page, dark=False)
-        page.keyboard.press("Escape")
-        page.keyboard.press("Control+b")
-        page.set_viewport_size({"width": 420, "height": 1400})
-        time.sleep(1.0)
-        over = box.evaluate("e => e.getBoundingClientRect().right - "
-                            "e.closest('.jp-OutputArea-output').getBoundingClientRect().right")
-        assert over <= 2, over
+        _dark_and_narrow(page, box, artifacts, "profile")
         flame = box.locator(".sc-flame").first
         assert flame.evaluate("e => e.getBoundingClientRect().right") <= \
             box.evaluate("e => e.getBoundingClientRect().right") + 1
         box.screenshot(path=str(artifacts / "profile-narrow.png"))
         assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
-    except BaseException:
-        page.screenshot(path=str(artifacts / "profile-failure.png"))
-        raise
-    finally:
-        ctx.close()
 
 
 def test_profile_static_form_shows_in_nbconvert_html_offline(chromium_browser, artifacts, tmp_path):
