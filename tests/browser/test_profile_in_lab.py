@@ -3,12 +3,12 @@ icicle; hovering a block says its time and share, clicking a layer zooms into it
 "whole step" zooms out; it follows the dark theme and stays within a narrow notebook. Screenshots go to
 tests/browser/artifacts/profile-*.png."""
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
 
 import lab_notebook as notebook
+from fixtures.notebooks import run_notebook
 from test_lab import _dark_and_narrow, _lab_page, _open, _wait
 
 pytestmark = pytest.mark.slow
@@ -106,22 +106,10 @@ def test_profile_view_hovers_zooms_and_fits(lab, chromium_browser, artifacts, ru
 def test_profile_static_form_shows_in_nbconvert_html_offline(chromium_browser, artifacts, tmp_path):
     """Executed headless with widget state saved, exported by nbconvert, opened from file:// with the network
     off: the widget view cannot load (its manager comes from a CDN), the static icicle and table show."""
-    import os
-
-    import nbclient
     from nbconvert import HTMLExporter
-    ROOT = Path(__file__).resolve().parents[2]     # the repository (not `from conftest`: another conftest may answer)
     code = SETUP.replace('dev = "wgpu" if', 'dev = "reference" if False and').replace("steps=2, warmup=2",
                                                                                    "steps=1, warmup=1")
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    env = {"SCELLIS_DEVICE": "reference", "PYTHONPATH": str(ROOT)}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True).execute()
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    nb = run_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), timeout=300)
     body, _ = HTMLExporter().from_notebook_node(nb)
     assert "data-scellis-static" in body and "layer fc1/bwd: " in body, body[:3000]
     path = tmp_path / "profile.html"
