@@ -74,10 +74,14 @@ display(GraphView(info, on_edit=on_edit), CatalogBrowser(registry.list_entries("
         LRFinderView(res.lrs, res.losses, res.suggestion, on_apply=lambda lr: f"lr = {lr:.3g}"), heat)'''
 
 
-def write(path: Path) -> Path:
+def write_cells(path: Path, *sources: str) -> Path:
+    """A notebook of these code cells at `path`, on the python3 kernel (so JupyterLab asks for no kernel)."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell("import scellis_jupyter as sc\n" + SETUP), nbformat.v4.new_code_cell(PLAN),
-                nbformat.v4.new_code_cell(TRAIN), nbformat.v4.new_code_cell(OTHERS)]
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in sources]
     nbformat.write(nb, path)
     return path
+
+
+def write(path: Path) -> Path:
+    return write_cells(path, "import scellis_jupyter as sc\n" + SETUP, PLAN, TRAIN, OTHERS)

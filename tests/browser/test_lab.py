@@ -5,6 +5,8 @@ a narrow notebook, and the static form from a file:// page with no network."""
 import json
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -51,6 +53,42 @@ def _theme(page, dark: bool):
     page.wait_for_function(f"() => document.body.dataset.jpThemeLight === '{'false' if dark else 'true'}'",
                            timeout=20_000)
     time.sleep(0.8)
+
+
+@contextmanager
+def _lab_page(browser, artifacts: Path, failure: str, height: int) -> Iterator[tuple[object, list[str]]]:
+    """(page, its JavaScript errors so far) in a fresh 1280 px wide context; a failing test leaves a screenshot
+    of the page in artifacts/`failure`, and the context is closed either way."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": height})
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield page, errors
+    except BaseException:
+        page.screenshot(path=str(artifacts / failure))
+        raise
+    finally:
+        ctx.close()
+
+
+def _dark_and_narrow(page, box, artifacts: Path, name: str) -> None:
+    """A widget follows the dark theme (its text colour changes; artifacts/`name`-dark.png) and, with the file
+    browser closed and the window 420 px wide, its box stays within its output area. Leaves the page light and
+    narrow."""
+    light = box.evaluate("e => getComputedStyle(e).color")
+    _theme(page, dark=True)
+    dark = box.evaluate("e => getComputedStyle(e).color")
+    assert light != dark, "the view did not follow the dark theme"
+    box.screenshot(path=str(artifacts / f"{name}-dark.png"))
+    _theme(page, dark=False)
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+b")                 # the file browser away: the notebook gets the width
+    page.set_viewport_size({"width": 420, "height": page.viewport_size["height"]})
+    time.sleep(1.0)
+    over = box.evaluate("e => e.getBoundingClientRect().right - "
+                        "e.closest('.jp-OutputArea-output').getBoundingClientRect().right")
+    assert over <= 2, over
 
 
 def _shots(page, artifacts, tag):
@@ -265,14 +303,10 @@ def test_a_saved_running_panel_whose_kernel_is_gone_says_so(lab, chromium_browse
     `running` (the saved state), and a click on Stop reaches no kernel. The view waits for the kernel's answer
     and, none coming from an idle kernel, says the run is not reachable from here and disables its buttons."""
     url, nb_dir = lab
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell("import scellis_jupyter as sc\n" + notebook.SETUP),
-                nbformat.v4.new_code_cell(f'SPEC = """{notebook.SPEC}"""\n'
-                                          'run = ThreadRun(SPEC, steps=100_000, name="orphan", device="reference", '
-                                          'delay=0.01)\ndisplay(RunPanel(run))\nrun.start()\nprint("training")')]
-    path = nb_dir / "orphan.ipynb"
-    nbformat.write(nb, path)
+    path = notebook.write_cells(nb_dir / "orphan.ipynb", "import scellis_jupyter as sc\n" + notebook.SETUP,
+                                f'SPEC = """{notebook.SPEC}"""\n'
+                                'run = ThreadRun(SPEC, steps=100_000, name="orphan", device="reference", '
+                                'delay=0.01)\ndisplay(RunPanel(run))\nrun.start()\nprint("training")')
     ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 1400})
     page = ctx.new_page()
     try:

@@ -3,13 +3,13 @@ icicle; hovering a block says its time and share, clicking a layer zooms into it
 "whole step" zooms out; it follows the dark theme and stays within a narrow notebook. Screenshots go to
 tests/browser/artifacts/profile-*.png."""
 import re
-from pathlib import Path
-import time
 
 import nbformat
 import pytest
 
-from test_lab import _open, _theme, _wait
+import lab_notebook as notebook
+from fixtures.notebooks import run_notebook
+from test_lab import _dark_and_narrow, _lab_page, _open, _wait
 
 pytestmark = pytest.mark.slow
 
@@ -43,15 +43,8 @@ CHECK = 'print("dispatches", len(view.timeline), "on", view.info["device"])'
 
 def test_profile_view_hovers_zooms_and_fits(lab, chromium_browser, artifacts, run_cell):
     url, nb_dir = lab
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(SETUP), nbformat.v4.new_code_cell(CHECK)]
-    nbformat.write(nb, nb_dir / "profile.ipynb")
-    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 1400})
-    page = ctx.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
+    notebook.write_cells(nb_dir / "profile.ipynb", SETUP, CHECK)
+    with _lab_page(chromium_browser, artifacts, "profile-failure.png", 1400) as (page, errors):
         _open(page, url, "profile.ipynb")
         run_cell(page, 0, timeout=180)
         page.wait_for_selector(".sc-prof .sc-blk", timeout=60_000)
@@ -102,50 +95,21 @@ def test_profile_view_hovers_zooms_and_fits(lab, chromium_browser, artifacts, ru
         _wait(lambda: host.get_attribute("data-zoom") == "", 10, what="the zoom-out")
         assert box.locator(".sc-blk[data-level='0']").count() == len(labels)
         page.mouse.move(0, 0)
-        light = box.evaluate("e => getComputedStyle(e).color")
-        _theme(page, dark=True)
-        dark = box.evaluate("e => getComputedStyle(e).color")
-        assert light != dark, "the view did not follow the dark theme"
-        box.screenshot(path=str(artifacts / "profile-dark.png"))
-        _theme(page, dark=False)
-        page.keyboard.press("Escape")
-        page.keyboard.press("Control+b")
-        page.set_viewport_size({"width": 420, "height": 1400})
-        time.sleep(1.0)
-        over = box.evaluate("e => e.getBoundingClientRect().right - "
-                            "e.closest('.jp-OutputArea-output').getBoundingClientRect().right")
-        assert over <= 2, over
+        _dark_and_narrow(page, box, artifacts, "profile")
         flame = box.locator(".sc-flame").first
         assert flame.evaluate("e => e.getBoundingClientRect().right") <= \
             box.evaluate("e => e.getBoundingClientRect().right") + 1
         box.screenshot(path=str(artifacts / "profile-narrow.png"))
         assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
-    except BaseException:
-        page.screenshot(path=str(artifacts / "profile-failure.png"))
-        raise
-    finally:
-        ctx.close()
 
 
 def test_profile_static_form_shows_in_nbconvert_html_offline(chromium_browser, artifacts, tmp_path):
     """Executed headless with widget state saved, exported by nbconvert, opened from file:// with the network
     off: the widget view cannot load (its manager comes from a CDN), the static icicle and table show."""
-    import os
-
-    import nbclient
     from nbconvert import HTMLExporter
-    ROOT = Path(__file__).resolve().parents[2]     # the repository (not `from conftest`: another conftest may answer)
     code = SETUP.replace('dev = "wgpu" if', 'dev = "reference" if False and').replace("steps=2, warmup=2",
                                                                                    "steps=1, warmup=1")
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
-    env = {"SCELLIS_DEVICE": "reference", "PYTHONPATH": str(ROOT)}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True).execute()
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    nb = run_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), timeout=300)
     body, _ = HTMLExporter().from_notebook_node(nb)
     assert "data-scellis-static" in body and "layer fc1/bwd: " in body, body[:3000]
     path = tmp_path / "profile.html"

@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from test_lab import _attr, _cell_text, _open, _wait
+from test_lab import _attr, _cell_text, _lab_page, _open, _wait
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,17 +44,8 @@ def _shot(cell, artifacts, name):
 def test_quickstart_in_jupyterlab(lab, chromium_browser, artifacts, run_cell):
     url, nb_dir = lab
     path = _prepare(nb_dir)
-    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 2400})
-    page = ctx.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
+    with _lab_page(chromium_browser, artifacts, "quickstart-failure.png", 2400) as (page, errors):
         _drive(page, url, path, artifacts, errors, run_cell)
-    except BaseException:
-        page.screenshot(path=str(artifacts / "quickstart-failure.png"))
-        raise
-    finally:
-        ctx.close()
     _static_offline(chromium_browser, path, artifacts, nb_dir)
 
 

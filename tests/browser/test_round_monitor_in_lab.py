@@ -2,12 +2,11 @@
 `fit` is still running (sites report within a round, rounds land one by one, the eps spent grows), follows
 the dark theme, and stays within a narrow notebook."""
 import re
-import time
 
-import nbformat
 import pytest
 
-from test_lab import _open, _theme, _wait
+import lab_notebook as notebook
+from test_lab import _dark_and_narrow, _lab_page, _open, _wait
 
 pytestmark = pytest.mark.slow
 ROUNDS = 5
@@ -44,35 +43,18 @@ fed.fit({ROUNDS}, evaluate=lambda w: {{"mse": float(np.mean((fed.predict(xt, w) 
 print("fit done", fed.ledger.spent)'''
 
 
-def _runner(request):
-    """The shared run-a-cell helper: the `run_cell` fixture (conftest) where there is one."""
-    try:
-        return request.getfixturevalue("run_cell")
-    except pytest.FixtureLookupError:
-        from test_quickstart_in_lab import _run_cell
-        return _run_cell
-
-
-def test_round_monitor_renders_and_updates_in_lab(lab, chromium_browser, artifacts, request):
-    _run_cell = _runner(request)
+def test_round_monitor_renders_and_updates_in_lab(lab, chromium_browser, artifacts, run_cell):
     url, nb_dir = lab
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(SETUP), nbformat.v4.new_code_cell(FIT)]
-    nbformat.write(nb, nb_dir / "rounds.ipynb")
-    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 1600})
-    page = ctx.new_page()
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    try:
+    notebook.write_cells(nb_dir / "rounds.ipynb", SETUP, FIT)
+    with _lab_page(chromium_browser, artifacts, "rounds-failure.png", 1600) as (page, errors):
         _open(page, url, "rounds.ipynb")
-        _run_cell(page, 0, timeout=120)
+        run_cell(page, 0, timeout=120)
         sel = "[data-rounds]"
         page.wait_for_selector(sel, timeout=60_000)
         rounds = lambda: int(page.locator(sel).first.get_attribute("data-rounds"))  # noqa: E731
         assert rounds() == 0 and "no mse yet" in page.locator(".sc-rounds").inner_text()
         assert page.locator(".sc-rounds [data-site]").count() == 3
-        _run_cell(page, 1, wait=False)
+        run_cell(page, 1, wait=False)
         # live: a round count strictly between 0 and ROUNDS is seen while the cell still runs
         # within a round: a site that has sent its update while another still trains
         _wait(lambda: page.locator(".sc-rounds [data-now=sent]").count() >= 1 and
@@ -93,23 +75,6 @@ def test_round_monitor_renders_and_updates_in_lab(lab, chromium_browser, artifac
         assert f"{eps:.4f}"[:5] in out                      # the kernel's ledger says what the view shows
         box = page.locator(".sc-rounds").first
         box.screenshot(path=str(artifacts / "rounds-light.png"))
-        light = box.evaluate("e => getComputedStyle(e).color")
-        _theme(page, dark=True)
-        dark = box.evaluate("e => getComputedStyle(e).color")
-        assert light != dark, "the view did not follow the dark theme"
-        box.screenshot(path=str(artifacts / "rounds-dark.png"))
-        _theme(page, dark=False)
-        page.keyboard.press("Escape")
-        page.keyboard.press("Control+b")
-        page.set_viewport_size({"width": 420, "height": 1600})
-        time.sleep(1.0)
-        over = box.evaluate("e => e.getBoundingClientRect().right - "
-                            "e.closest('.jp-OutputArea-output').getBoundingClientRect().right")
-        assert over <= 2, over
+        _dark_and_narrow(page, box, artifacts, "rounds")
         box.screenshot(path=str(artifacts / "rounds-narrow.png"))
         assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
-    except BaseException:
-        page.screenshot(path=str(artifacts / "rounds-failure.png"))
-        raise
-    finally:
-        ctx.close()

@@ -5,21 +5,16 @@ here independently."""
 from __future__ import annotations
 
 import ast
-import os
 import re
-from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-ROOT = Path(__file__).resolve().parents[2]
+from fixtures.notebooks import ROOT, cell_text, run_notebook
+
 ROUNDS = 3
-
-
-def _text(cell) -> str:
-    return "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in cell.get("outputs", []))
 
 
 def _rdp_eps(z: float, k: int, delta: float) -> float:
@@ -31,29 +26,17 @@ def _rdp_eps(z: float, k: int, delta: float) -> float:
 
 @pytest.mark.slow
 def test_federated_digits_notebook(tmp_path):
-    from nbclient import NotebookClient
-    nb = nbformat.read(ROOT / "notebooks" / "federated_digits.ipynb", as_version=4)
-    env = {"SCELLIS_EXAMPLE_STEPS": str(ROUNDS), "SCELLIS_DEVICE": "reference", "PYTHONPATH": str(ROOT),
-           "SCELLIS_STORE": str(tmp_path / "store")}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    nb = run_notebook(nbformat.read(ROOT / "notebooks" / "federated_digits.ipynb", as_version=4), cwd=tmp_path,
+                      SCELLIS_EXAMPLE_STEPS=str(ROUNDS), SCELLIS_STORE=str(tmp_path / "store"))
     c = nb.cells
     # the split: every training row on exactly one site, classes concentrated (alpha = 0.3)
     x, y = load_digits(return_X_y=True)
     y = y[np.random.default_rng(0).permutation(len(y))][:1500]
-    counts = np.array([ast.literal_eval(m) for m in re.findall(r"per class (\[[^\]]+\])", _text(c[2]))])
+    counts = np.array([ast.literal_eval(m) for m in re.findall(r"per class (\[[^\]]+\])", cell_text(c[2]))])
     assert counts.shape == (3, 10) and counts.sum(axis=0).tolist() == np.bincount(y, minlength=10).tolist()
     assert (counts.max(axis=0) / counts.sum(axis=0)).mean() > 0.6
     assert sorted(p.name for p in tmp_path.glob("site*.npz")) == ["site0.npz", "site1.npz", "site2.npz"]
-    assert "workers=3" in _text(c[3])
+    assert "workers=3" in cell_text(c[3])
     # FedAvg and FedProx: the monitor's saved (refreshed) static form holds every round
     last = {}
     for i, name in ((4, "fedavg"), (5, "fedprox")):
@@ -66,17 +49,17 @@ def test_federated_digits_notebook(tmp_path):
         accs = [float(r.split()[2]) for r in rows]
         assert accs[-1] > 0.25, accs                         # chance is 0.1 on ten classes
         last[name] = accs[-1]
-    fedavg_acc = float(re.search(r"test accuracy (0\.\d+)", _text(c[4])).group(1))
+    fedavg_acc = float(re.search(r"test accuracy (0\.\d+)", cell_text(c[4])).group(1))
     assert fedavg_acc == pytest.approx(last["fedavg"], abs=1e-3)     # the print and the monitor agree
-    per_round = re.findall(r"(FedAvg|FedProx)\s+test accuracy per round: (\[[^\]]+\])", _text(c[5]))
+    per_round = re.findall(r"(FedAvg|FedProx)\s+test accuracy per round: (\[[^\]]+\])", cell_text(c[5]))
     assert [n for n, _ in per_round] == ["FedAvg", "FedProx"]
     assert all(len(ast.literal_eval(v)) == ROUNDS for _, v in per_round)
     # DP: three rounds fit eps = 4.5 at sigma = 2; the fourth is refused and says so
-    dp = _text(c[6])
+    dp = cell_text(c[6])
     assert "error[privacy-budget]" in dp and "round 4 would spend eps to" in dp
     assert "3 round(s)" in dp
     assert float(re.search(r"to ([0-9.]+) >", dp).group(1)) == pytest.approx(_rdp_eps(2.0, 4, 1e-5), abs=1e-3)
-    ledger = re.findall(r"eps spent ([0-9.]+)", _text(c[7]))
+    ledger = re.findall(r"eps spent ([0-9.]+)", cell_text(c[7]))
     assert [float(e) for e in ledger] == pytest.approx([_rdp_eps(2.0, k, 1e-5) for k in (1, 2, 3)], abs=1e-3)
-    assert "PrivacyLedger(spent eps=" in _text(c[7]) and "rounds=3" in _text(c[7])
+    assert "PrivacyLedger(spent eps=" in cell_text(c[7]) and "rounds=3" in cell_text(c[7])
     assert not [o for cell in c if cell.cell_type == "code" for o in cell.outputs if o.get("output_type") == "error"]

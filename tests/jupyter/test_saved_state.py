@@ -2,7 +2,6 @@
 output is followed by its static text/html form of the final state, and nbconvert's HTML (which renders the
 widget view, not a text/html beside it, once the state is saved) still carries each static form."""
 import base64
-import os
 from pathlib import Path
 
 import nbformat
@@ -10,14 +9,14 @@ import pytest
 
 from scellis_jupyter.jupyter.widgets._series import unpack
 
-ROOT = Path(__file__).resolve().parents[2]
+from fixtures.notebooks import ROOT, run_notebook
+
 ADAPTER = (Path(__file__).resolve().parent / "run_thread.py").read_text()
 SPEC = (ROOT / "benchmarks/specs/mlp.toml").read_text().replace("batch_size = 64", 'batch_size = 64\nmetrics = ["accuracy"]')
 
 
 @pytest.mark.slow
 def test_five_widgets_saved_with_state_stay_under_a_megabyte(tmp_path):
-    import nbclient
     cells = [
         "import numpy as np, scellis_jupyter as sc\n" + ADAPTER
         + "\nfrom scellis_jupyter.jupyter.widgets import PlanView, LossCurve, RunPanel, GraphView, LRFinderView",
@@ -32,15 +31,7 @@ def test_five_widgets_saved_with_state_stay_under_a_megabyte(tmp_path):
         ' "input": {"shape": [8, 8]}})',
         "lrs = np.logspace(-5, 0, 80)\nLRFinderView(lrs, 2 - np.exp(-(np.log10(lrs) + 2) ** 2), 3e-3)",
     ]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    env = {"SCELLIS_DEVICE": "reference", "PYTHONPATH": str(ROOT)}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True).execute()
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    nb = run_notebook(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells]), timeout=300)
     path = tmp_path / "five.ipynb"
     nbformat.write(nb, path)
     size = path.stat().st_size

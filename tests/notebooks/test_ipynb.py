@@ -13,27 +13,18 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parents[2]
+from fixtures.notebooks import ROOT, run_notebook
+
 NB = ROOT / "notebooks"
 RUN_MIME = "application/vnd.scellis.run+json"
 
 
 def execute(path: Path, tmp: Path, steps: int, timeout: int = 600):
-    nb = nbformat.read(path, as_version=4)
-    env = {"SCELLIS_EXAMPLE_STEPS": str(steps), "SCELLIS_DEVICE": "reference", "SCELLIS_STORE": str(tmp / "store"),
-           "PYTHONPATH": str(ROOT)}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)                    # the kernel inherits them
-    try:
-        NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(tmp)}}).execute()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    """notebooks/`path` run in `tmp` at `steps` (SCELLIS_EXAMPLE_STEPS) with its store in tmp/store, saved
+    as tmp/<name>; returns (the notebook, the saved file)."""
+    nb = run_notebook(nbformat.read(path, as_version=4), cwd=tmp, timeout=timeout,
+                      SCELLIS_EXAMPLE_STEPS=str(steps), SCELLIS_STORE=str(tmp / "store"))
     out = tmp / path.name
     nbformat.write(nb, out)
     return nb, out

@@ -11,23 +11,9 @@ from scellis_jupyter.executor import run_numpy
 from scellis_jupyter.pool import Pool
 from scellis_jupyter.pool.parallel import DataParallel, _grad_step, data_parallel
 
-SPEC = """
-name = "digits-dp"
-[data]
-dataset = "digits"
-[model]
-nodes = [
-  { name = "hidden", op = "linear", out = 16 },
-  { op = "relu" },
-  { name = "logits", op = "linear", out = 10 },
-]
-[recipe]
-optimizer = { name = "adamw", lr = 3e-3 }
-batch_size = 60
-clip_grad_norm = 0.5          # active: the gradients' norm is above it (asserted)
-determinism = "debug"
-seed = 0
-"""
+from fixtures import spec_text
+
+SPEC = spec_text("digits_dp")
 STEPS = 6
 
 

@@ -15,45 +15,17 @@ from scellis_jupyter.pool.devices import _adapters, parse_devices, resolve
 from scellis_jupyter.pool.parallel import DataParallel
 from scellis_jupyter.pool.sharding import RelayRun, ShardedRun
 
+from fixtures import spec_text
+
 wgpu_devices = [d for d in sc.devices() if d.backend == "wgpu"]
 needs_wgpu = pytest.mark.skipif(not wgpu_devices, reason="no wgpu adapter")
 
-SPEC = """
-name = "digits-dp-gpu"
-[data]
-dataset = "digits"
-[model]
-nodes = [
-  { name = "hidden", op = "linear", out = 16 },
-  { op = "relu" },
-  { name = "logits", op = "linear", out = 10 },
-]
-[recipe]
 # SGD with momentum, not Adam: Adam's first steps move every weight by about lr whatever the size of its
 # gradient, so a near-zero gradient whose sign differs in the last bit (slices summed vs one batch) moves the
 # weight by 2 lr; with SGD a weight's difference stays proportional to its gradient's, so rtol 1e-4 holds
-optimizer = { name = "sgd", lr = 0.05, momentum = 0.9 }
-batch_size = 60
-clip_grad_norm = 0.5
-determinism = "prod"
-seed = 0
-"""
-WIDE = """
-name = "wide-mlp-gpu"
-[data]
-dataset = "digits"
-[model]
-nodes = [
-  { op = "linear", out = 256 }, { op = "relu" },
-  { op = "linear", out = 256 }, { op = "relu" },
-  { op = "linear", out = 256 }, { op = "relu" },
-  { op = "linear", out = 10 },
-]
-[recipe]
-optimizer = { name = "adam", lr = 1e-3 }
-batch_size = 16
-determinism = "prod"
-"""
+SPEC = spec_text("digits_dp", name="digits-dp-gpu", optimizer={"name": "sgd", "lr": 0.05, "momentum": 0.9},
+                 determinism="prod")
+WIDE = spec_text("wide_mlp", name="wide-mlp-gpu", determinism="prod")
 STEPS = 3
 
 

@@ -11,22 +11,9 @@ import scellis_jupyter as sc
 from scellis_jupyter.pool import Pool
 from scellis_jupyter.pool.sharding import RelayRun, ShardedRun, pool_plan, run_fix
 
-WIDE = """
-name = "wide-mlp"
-[data]
-dataset = "digits"
-[model]
-nodes = [
-  { op = "linear", out = 256 }, { op = "relu" },
-  { op = "linear", out = 256 }, { op = "relu" },
-  { op = "linear", out = 256 }, { op = "relu" },
-  { op = "linear", out = 10 },
-]
-[recipe]
-optimizer = { name = "adam", lr = 1e-3 }
-batch_size = 16
-determinism = "debug"
-"""
+from fixtures import spec_text
+
+WIDE = spec_text("wide_mlp")
 STEPS = 4
 
 

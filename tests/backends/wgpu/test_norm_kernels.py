@@ -49,16 +49,6 @@ def build(op, xn, k, wn, bn, eps=1e-5):
     return F.rms_norm(xn, norm, wn, eps)
 
 
-@pytest.fixture(params=[True, False], ids=["subgroups", "fallback"])
-def path(request):
-    be = WG.impl
-    if request.param and "subgroup" not in be.features:
-        pytest.skip("this adapter does not grant `subgroup`")
-    be.use_subgroups(request.param)
-    yield request.param
-    be.use_subgroups(True)
-
-
 @pytest.mark.parametrize("shape,k", SHAPES, ids=[f"{s}-{k}" for s, k in SHAPES])
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("affine", ["none", "w", "wb"])

@@ -17,27 +17,10 @@ try:
     WG = sc.device("wgpu")
 except sc.ScellisError:  # pragma: no cover
     WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
-
-
-@pytest.fixture(autouse=True)
-def _row_reg_on(monkeypatch):
-    """These tests are of the one-read path, which is off by default (SCELLIS_ROW_REG, softmax.row_reg)."""
-    monkeypatch.setenv("SCELLIS_ROW_REG", "on")
-
-
+pytestmark = [pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter"),
+              pytest.mark.usefixtures("row_reg_on")]   # the one-read path (off by default)
 R = np.random.default_rng(29)
 SHAPES = [(8, 1024), (37, 256), (5, 1027), (3, 4096), (11, 60), (2, 5001)]
-
-
-@pytest.fixture(params=[True, False], ids=["subgroups", "fallback"])
-def path(request):
-    be = WG.impl
-    if request.param and "subgroup" not in be.features:
-        pytest.skip("this adapter does not grant `subgroup`")
-    be.use_subgroups(request.param)
-    yield request.param
-    be.use_subgroups(True)
 
 
 def want(x, op, w, b, eps=1e-5):

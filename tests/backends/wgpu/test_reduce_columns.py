@@ -7,7 +7,6 @@ Tolerances: f32 sums rtol/atol 1e-6 * sqrt(R) against float64; f16 inputs sum in
 rtol 1e-3 (atol 1e-3 of the largest |sum|); integer sums and every max are exact. Determinism: the same
 program twice gives identical bits.
 """
-import math
 import os
 
 import numpy as np
@@ -16,6 +15,8 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter.backends.wgpu.kernels import reduce as red
 from scellis_jupyter.graph import functional as F
+
+from reduce_checks import check_f16_sum, check_sum_and_max, on_wgpu, sample
 
 try:
     WG = sc.device("wgpu")
@@ -29,46 +30,16 @@ CASES = [((17, 33), (0,)), ((1000, 100), (0,)), ((512, 64), (0,)), ((511, 384), 
          ((3, 64, 5, 32), (0, 2))]
 
 
-def on_wgpu(build, a, dtype=None):
-    t = sc.tensor(a, device=WG)
-    return sc.Tensor(build(t.to(dtype).node if dtype else t.node), WG).numpy()
-
-
-@pytest.fixture(params=[True, False], ids=["subgroups", "fallback"])
-def path(request):
-    be = WG.impl
-    if request.param and "subgroup" not in be.features:
-        pytest.skip("this adapter does not grant `subgroup`")
-    be.use_subgroups(request.param)
-    yield request.param
-    be.use_subgroups(True)
-
-
 @pytest.mark.parametrize("shape,axes", CASES, ids=[f"{s}-{a}" for s, a in CASES])
 @pytest.mark.parametrize("dtype", ["f32", "i32"])
 def test_column_sums_and_max(path, shape, axes, dtype):
-    if dtype == "i32":
-        a = R.integers(-1000, 1000, shape).astype(np.int32)
-    else:
-        a = R.standard_normal(shape).astype(np.float32)
-    n_red = math.prod(shape[i] for i in axes)
-    got = on_wgpu(lambda x: F.sum_(x, axes), a)
-    if dtype == "i32":
-        assert np.array_equal(got, a.sum(axis=axes, dtype=np.int64).astype(np.int32))
-    else:
-        tol = 1e-6 * math.sqrt(n_red)
-        np.testing.assert_allclose(got, a.astype(np.float64).sum(axis=axes), rtol=tol, atol=tol)
-    assert np.array_equal(on_wgpu(lambda x: F.max_(x, axes), a), a.max(axis=axes))
+    check_sum_and_max(sample(R, shape, dtype), axes)
     assert any(":COL=True" in k for k in WG.impl._pipelines)
 
 
 @pytest.mark.parametrize("shape", [(300, 64), (2000, 130), (20000, 40)])
 def test_column_f16(path, shape):
-    a = R.standard_normal(shape).astype(np.float16)
-    got = sc.Tensor(F.sum_(sc.tensor(a, device=WG).to("f16").node, (0,)), WG).numpy()
-    assert got.dtype == np.float16
-    want = a.astype(np.float64).sum(axis=0)
-    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+    check_f16_sum(R.standard_normal(shape).astype(np.float16), (0,))
 
 
 def test_two_stages_when_columns_are_long():

@@ -7,7 +7,6 @@ and a full reduction). reduce_max keeps numpy's NaN (subgroupMax alone may drop 
 Tolerances: f32 sums rtol/atol 1e-6 * sqrt(R) against float64 (f32 rounding in another order); f16
 inputs sum in f32 and round once: rtol 1e-3; integer sums and every max are exact.
 """
-import math
 import os
 
 import numpy as np
@@ -15,6 +14,8 @@ import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.graph import functional as F
+
+from reduce_checks import check_f16_sum, check_sum_and_max, on_wgpu, sample
 
 try:
     WG = sc.device("wgpu")
@@ -28,36 +29,10 @@ CASES = [((37, 17), (1,)), ((37, 256), (1,)), ((9, 1000), (1,)), ((5, 1025), (1,
          ((2, 300, 250), (1, 2))]
 
 
-def on_wgpu(build, a):
-    return sc.Tensor(build(sc.tensor(a, device=WG).node), WG).numpy()
-
-
-@pytest.fixture(params=[True, False], ids=["subgroups", "fallback"])
-def path(request):
-    be = WG.impl
-    if request.param and "subgroup" not in be.features:
-        pytest.skip("this adapter does not grant `subgroup`")
-    be.use_subgroups(request.param)
-    yield request.param
-    be.use_subgroups(True)
-
-
 @pytest.mark.parametrize("shape,axes", CASES, ids=[f"{s}-{a}" for s, a in CASES])
 @pytest.mark.parametrize("dtype", ["f32", "i32"])
 def test_reduce_layouts(path, shape, axes, dtype):
-    if dtype == "i32":
-        a = R.integers(-1000, 1000, shape).astype(np.int32)
-    else:
-        a = R.standard_normal(shape).astype(np.float32)
-    ax = tuple(range(len(shape))) if axes is None else axes
-    n_red = math.prod(shape[i] for i in ax)
-    got = on_wgpu(lambda x: F.sum_(x, axes), a)
-    if dtype == "i32":
-        assert np.array_equal(got, a.sum(axis=ax, dtype=np.int64).astype(np.int32))
-    else:
-        tol = 1e-6 * math.sqrt(n_red)
-        np.testing.assert_allclose(got, a.astype(np.float64).sum(axis=ax), rtol=tol, atol=tol)
-    assert np.array_equal(on_wgpu(lambda x: F.max_(x, axes), a), a.max(axis=ax))
+    n_red = check_sum_and_max(sample(R, shape, dtype), axes)
     used = [k for k in WG.impl._pipelines if k.startswith("reduce:")]
     assert any(f"SG={path}" in k for k in used) or n_red <= 16
     if n_red >= 65536:
@@ -66,11 +41,7 @@ def test_reduce_layouts(path, shape, axes, dtype):
 
 @pytest.mark.parametrize("shape,axes", [((37, 256), (1,)), ((3, 5000), (1,)), ((3, 200000), (1,))])
 def test_reduce_f16(path, shape, axes):
-    a = R.standard_normal(shape).astype(np.float16)
-    got = sc.Tensor(F.sum_(sc.tensor(a, device=WG).to("f16").node, axes), WG).numpy()
-    assert got.dtype == np.float16
-    want = a.astype(np.float64).sum(axis=axes)
-    np.testing.assert_allclose(got.astype(np.float64), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+    check_f16_sum(R.standard_normal(shape).astype(np.float16), axes)
 
 
 @pytest.mark.parametrize("shape", [(9, 200), (9, 5000), (2, 100000)])

@@ -42,16 +42,6 @@ def run(a, axis, op, dtype="f32"):
     return sc.Tensor(fn(t.node, axis), WG).numpy()
 
 
-@pytest.fixture(params=[True, False], ids=["subgroups", "fallback"])
-def path(request):
-    be = WG.impl
-    if request.param and "subgroup" not in be.features:
-        pytest.skip("this adapter does not grant `subgroup`")
-    be.use_subgroups(request.param)
-    yield request.param
-    be.use_subgroups(True)
-
-
 @pytest.mark.parametrize("shape,axis", SHAPES, ids=[f"{s}-{a}" for s, a in SHAPES])
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
 def test_softmax_layouts(path, shape, axis, op):

@@ -29,16 +29,6 @@ R = np.random.default_rng(5)
 SHAPES = [(5,), (rm.CHUNK,), (rm.CHUNK + 1,), (300, 70), (1,), (3, 7, 11), (64, 1000)]
 
 
-@pytest.fixture(params=[True, False], ids=["subgroups", "fallback"])
-def path(request):
-    be = WG.impl
-    if request.param and "subgroup" not in be.features:
-        pytest.skip("this adapter does not grant `subgroup`")
-    be.use_subgroups(request.param)
-    yield request.param
-    be.use_subgroups(True)
-
-
 def on(dev, arrays, square, dtype=None, arena=False):
     ts = [sc.tensor(a, device=dev) for a in arrays]
     nodes = [(t.to(dtype) if dtype else t).node for t in ts]

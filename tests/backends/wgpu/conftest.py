@@ -1,0 +1,28 @@
+"""Fixtures the wgpu kernel tests share: the subgroup / fallback switch and the one-read (ROW_REG) switch.
+
+The test modules keep their own `WG = sc.device("wgpu")` and skip mark; sc.device caches, so these fixtures
+see the same device (and the module's skip mark runs before them when there is no adapter).
+"""
+import pytest
+
+import scellis_jupyter as sc
+
+
+@pytest.fixture(params=[True, False], ids=["subgroups", "fallback"])
+def path(request: pytest.FixtureRequest):
+    """Run the test on the kernels' subgroup path and again on the fallback; yields whether subgroups are on.
+
+    An adapter without the `subgroup` feature skips the subgroup half; subgroups are switched back on after."""
+    be = sc.device("wgpu").impl
+    if request.param and "subgroup" not in be.features:
+        pytest.skip("this adapter does not grant `subgroup`")
+    be.use_subgroups(request.param)
+    yield request.param
+    be.use_subgroups(True)
+
+
+@pytest.fixture
+def row_reg_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-read path is off by default (SCELLIS_ROW_REG, softmax.row_reg); its tests switch it on
+    (`pytest.mark.usefixtures("row_reg_on")`)."""
+    monkeypatch.setenv("SCELLIS_ROW_REG", "on")
