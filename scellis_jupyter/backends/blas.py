@@ -10,36 +10,17 @@ makes large products in the same process (the user's own numpy) single-threaded 
 """
 from __future__ import annotations
 
+import functools
 import os
-import threading
 
 import numpy as np
 
-_lock = threading.Lock()
-_done = False
-_pinned: list[str] = []
 
-
-def pin_one_thread() -> list[str]:
-    """Set every BLAS numpy loaded to one thread (once per process); returns the libraries set."""
-    global _done
-    with _lock:
-        if _done:
-            return list(_pinned)
-        _done = True
-        try:
-            from threadpoolctl import ThreadpoolController
-        except ImportError:                      # a dependency; without it nothing is pinned
-            return []
-        root = os.path.dirname(os.path.dirname(np.__file__))
-        for lc in ThreadpoolController().lib_controllers:
-            if lc.user_api == "blas" and lc.filepath.startswith(root):
-                if lc.get_num_threads() != 1:
-                    lc.set_num_threads(1)
-                _pinned.append(lc.filepath)
-        return list(_pinned)
-
-
-def pinned() -> list[str]:
-    """The BLAS libraries set to one thread so far."""
-    return list(_pinned)
+@functools.cache
+def pin_one_thread() -> None:
+    """Set every BLAS installed beside numpy (numpy's, scipy's) to one thread; once per process."""
+    from threadpoolctl import ThreadpoolController          # a dependency; imported only when first used
+    root = os.path.dirname(os.path.dirname(np.__file__))
+    for lc in ThreadpoolController().lib_controllers:
+        if lc.user_api == "blas" and lc.filepath.startswith(root):
+            lc.set_num_threads(1)
