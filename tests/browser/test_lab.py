@@ -107,23 +107,14 @@ def _cell_text(page, i):
 
 
 def test_widgets_in_jupyterlab(lab, chromium_browser, artifacts, run_cell):
-    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 2400})
-    page = ctx.new_page()
-    try:
-        _drive(lab, ctx, page, artifacts, run_cell)
-    except BaseException:
-        page.screenshot(path=str(artifacts / "failure.png"))
-        raise
-    finally:
-        ctx.close()
+    with _lab_page(chromium_browser, artifacts, "failure.png", 2400) as (page, errors):
+        _drive(lab, page, errors, artifacts, run_cell)
 
 
-def _drive(lab, ctx, page, artifacts, run_cell):
+def _drive(lab, page, errors, artifacts, run_cell):
     url, nb_dir = lab
     notebook.write(nb_dir / "widgets.ipynb")
-    ctx.grant_permissions(["notifications"], origin=url)
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.context.grant_permissions(["notifications"], origin=url)
     _open(page, url, "widgets.ipynb")
     _run_all(page, len(nbformat.read(nb_dir / "widgets.ipynb", 4).cells), run_cell)
     plan, curve, panel = "[data-verdict]", ".sc-curve", "[data-state]"
@@ -307,9 +298,7 @@ def test_a_saved_running_panel_whose_kernel_is_gone_says_so(lab, chromium_browse
                                 f'SPEC = """{notebook.SPEC}"""\n'
                                 'run = ThreadRun(SPEC, steps=100_000, name="orphan", device="reference", '
                                 'delay=0.01)\ndisplay(RunPanel(run))\nrun.start()\nprint("training")')
-    ctx = chromium_browser.new_context(viewport={"width": 1280, "height": 1400})
-    page = ctx.new_page()
-    try:
+    with _lab_page(chromium_browser, artifacts, "orphan-failure.png", 1400) as (page, _errors):
         _open(page, url, path.name + "?reset")         # a clean workspace: only this notebook's cells on the page
         _wait(lambda: page.locator(".jp-Notebook .jp-Cell").count() == 2, 60, what="the cells")
         run_cell(page, 0, timeout=120)
@@ -340,8 +329,3 @@ def test_a_saved_running_panel_whose_kernel_is_gone_says_so(lab, chromium_browse
         assert stop.is_disabled() and "not reachable" in stop.get_attribute("title")
         page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea").screenshot(
             path=str(artifacts / "lab-orphan-panel.png"))
-    except BaseException:
-        page.screenshot(path=str(artifacts / "orphan-failure.png"))
-        raise
-    finally:
-        ctx.close()
