@@ -104,8 +104,15 @@ def wgpu_program(ctx: Ctx, tensors):
     return run, sync
 
 
+WINDOW_S = 0.05     # a measurement spans at least this long (more runs than `iters` for short ones)
+
+
 def time_loop(run, sync, iters: int, warmup: int, budget_s: float) -> float:
-    """Seconds per iteration: warm up, then N runs with one sync at the end (N shrunk to fit the budget)."""
+    """Seconds per iteration: warm up, then N runs with one sync at the end. N starts at `iters` (fewer if
+    one run would overrun `budget_s`) and grows fourfold until the N runs span WINDOW_S: the one sync at
+    the end (a readback on wgpu, about 0.5 ms there, against tens of microseconds for
+    torch.cuda.synchronize) must be a small share of the window, or it is charged to short kernels (20
+    runs of a 25 us softmax read as 49 us a run on the H200). Each shorter round warms the next."""
     for _ in range(max(warmup, 1)):
         run()
     sync()
@@ -114,13 +121,18 @@ def time_loop(run, sync, iters: int, warmup: int, budget_s: float) -> float:
     sync()
     one = time.perf_counter() - t0
     n = max(1, min(iters, int(budget_s / max(one, 1e-9))))
-    t0 = time.perf_counter()
-    for _ in range(n):
-        run()
-    t1 = time.perf_counter()
-    sync()
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            run()
+        t1 = time.perf_counter()
+        sync()
+        took = time.perf_counter() - t0
+        if took >= WINDOW_S or took * 5 > budget_s:
+            break
+        n *= 4
     LAST_HOST[0] = (t1 - t0) / n        # host time to issue one run (the rest is waiting for the device)
-    return (time.perf_counter() - t0) / n
+    return took / n
 
 
 LAST_HOST = [0.0]

@@ -33,6 +33,18 @@ def test_the_rule_splits_few_tiles_with_long_k_only():
     assert T.default_config(384, 384, 1, 16384)[0] == T.default_config(384, 384, 1)[0]   # the tile is unchanged
 
 
+def test_a_split_matrix_of_enough_big_tiles_takes_the_big_tile():
+    """384 x 1152 (27 128x128 tiles, 108 64x64 ones): unsplit it takes 64x64 tiles; with K = 16384 it
+    splits on the big tile until FILL_WORKGROUPS run or a split would keep under MIN_SPLIT_K of K."""
+    assert T.default_config(384, 1152, 1) == ("mid_pf", 1)
+    v, s = T.default_config(384, 1152, 1, 16384)
+    assert v == "big_p" and s > 1
+    assert 27 * s >= T.FILL_WORKGROUPS or 16384 // (2 * s) < T.MIN_SPLIT_K
+    assert T.default_config(384, 1152, 1, 16384, whole=False) == ("mid_pf", 1)   # a chunk never splits
+    assert T.default_config(384, 1152, 1, 16384, "f16") == ("mid_pf", 1)
+    assert T.default_config(256, 256, 1, 16384)[0] == "mid_pf"     # 4 big tiles: too few for the big tile
+
+
 def test_debug_tuner_candidates_keep_the_rule_split():
     s = T.default_config(70, 90, 1, 4100)[1]
     cands = T.candidates("f32", 70, 90, 4100, 1, True, "debug", 1 << 27)
@@ -66,3 +78,14 @@ def test_debug_runs_the_shape_split_bit_identically(tune, monkeypatch):
             assert WG.impl.dispatches - before == 2          # the partial products, then their fixed-order sum
             _check(r1, la, b)
             assert np.array_equal(r1, (xa @ sc.tensor(b, device=WG)).numpy())
+
+
+def test_the_fill_target_can_be_set_for_measuring(monkeypatch):
+    """SCELLIS_KSPLIT_FILL moves the workgroups the rule aims for; a bad value is refused by name."""
+    monkeypatch.setenv("SCELLIS_KSPLIT_FILL", "128")
+    assert T.default_config(384, 384, 1, 16384) == ("mid_pf", 4)      # 36 tiles x 4 >= 128
+    monkeypatch.setenv("SCELLIS_KSPLIT_FILL", "0")
+    with pytest.raises(sc.ScellisError, match="SCELLIS_KSPLIT_FILL"):
+        T.default_config(384, 384, 1, 16384)
+    monkeypatch.delenv("SCELLIS_KSPLIT_FILL")
+    assert T.default_config(384, 384, 1, 16384) == ("mid_pf", 16)     # 36 x 16 >= 512

@@ -57,3 +57,28 @@ def test_reduce_bits_repeat(path):
     assert np.array_equal(on_wgpu(lambda x: F.sum_(x, 1), a), on_wgpu(lambda x: F.sum_(x, 1), a))
     b = R.standard_normal((50, 700)).astype(np.float32)
     assert np.array_equal(on_wgpu(lambda x: F.sum_(x, 1), b), on_wgpu(lambda x: F.sum_(x, 1), b))
+
+
+def _subrow_keys(a):
+    WG.impl._pipelines.clear()
+    WG.impl._records.clear()
+    got = on_wgpu(lambda x: F.sum_(x, 1), a)
+    np.testing.assert_allclose(got, a.astype(np.float64).sum(1), rtol=1e-6 * np.sqrt(a.shape[1]), atol=1e-5)
+    return [k for k in WG.impl._pipelines if k.startswith("reduce:")]
+
+
+def test_rows_up_to_subrow_max_take_a_subgroup_each(monkeypatch):
+    """SUBROW_MAX (1024) is the longest row a subgroup takes; SCELLIS_SUBROW_MAX moves the line (for
+    measuring it), and a value that is not a whole number is refused, naming the variable."""
+    if not getattr(WG.impl, "subgroups", False):
+        pytest.skip("the adapter has no subgroups")
+    from scellis_jupyter.backends.wgpu.kernels import reduce as RD
+    a = R.standard_normal((9, 1000)).astype(np.float32)
+    assert RD.subrow_max() == RD.SUBROW_MAX == 1024
+    assert any("SUBROW=True" in k for k in _subrow_keys(a))
+    assert not any("SUBROW=True" in k for k in _subrow_keys(R.standard_normal((9, 1025)).astype(np.float32)))
+    monkeypatch.setenv("SCELLIS_SUBROW_MAX", "256")
+    assert not any("SUBROW=True" in k for k in _subrow_keys(a))
+    monkeypatch.setenv("SCELLIS_SUBROW_MAX", "lots")
+    with pytest.raises(sc.ScellisError, match="SCELLIS_SUBROW_MAX"):
+        RD.subrow_max()

@@ -31,17 +31,12 @@ from .... import dtypes as dt
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from ...storage import Storage
-from .matmul_tune import VARIANTS, choose, default_config, packed_f16, time_direct
+from .matmul_tune import VARIANTS, choose, packed_f16, time_direct
 from .registry import launcher
 from .strided import collapse, contiguous_strides, window
 
 WG_MAX = 65535
 XYZW = "xyzw"
-
-def pick_variant(m: int, n: int, batch: int) -> str:
-    """The deterministic table's tile (see matmul_tune.default_config)."""
-    return default_config(m, n, batch)[0]
-
 
 @functools.lru_cache(maxsize=None)
 def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = None, ta: bool = False,

@@ -48,11 +48,30 @@ VARIANTS = {
     "mid_pf": (64, 64, 4, 4, 16, ("pf", "pad", "fma")),
     "huge_pf": (128, 256, 8, 16, 8, ("pf", "pad", "fma")),   # 8x16 per thread, 32 vec4 accumulators
 }
-SPLITS = (1, 2, 4, 8)
+SPLITS = (1, 2, 4, 8, 16, 32)
 # the shape rule's K-split: when a whole f32 matrix has fewer than FEW_TILES output tiles and K of at least
 # LONG_K, split K until about FILL_WORKGROUPS workgroups run (a 132-SM GPU otherwise idles), each split
 # keeping at least MIN_SPLIT_K of K
-FEW_TILES, LONG_K, FILL_WORKGROUPS, MIN_SPLIT_K = 64, 2048, 128, 1024
+# (512: four workgroups an SM. On the H200, 2026-12-04, the GPT step's weight gradients of K = 16384 ran at
+# 27-28 TFLOP/s split 16 ways (big_p / tall_pf tiles) against 12-18 split 4 ways, and the step went from 72.7
+# to 63.6 ms.) A matrix of at least BIG_SPLIT_TILES 128x128 tiles takes the big tile when it splits: 384 x
+# 1152 ran at 26.2 as big_p split 8 ways against 14.9 as 108 unsplit 64x64 tiles.
+FEW_TILES, LONG_K, FILL_WORKGROUPS, MIN_SPLIT_K, BIG_SPLIT_TILES = 64, 2048, 512, 1024, 16
+
+
+def fill_workgroups() -> int:
+    """SCELLIS_KSPLIT_FILL: the workgroups the shape rule's K-split aims for (default FILL_WORKGROUPS);
+    for measuring the rule on an adapter."""
+    v = os.environ.get("SCELLIS_KSPLIT_FILL")
+    if not v:
+        return FILL_WORKGROUPS
+    try:
+        n = int(v)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise KernelError(f"SCELLIS_KSPLIT_FILL={v!r} is not a positive number of workgroups", where="environment")
+    return n
 DEFAULT_BINDING = 1 << 27
 
 
@@ -60,8 +79,10 @@ def default_config(m: int, n: int, batch: int, k: int = 0, dtype: str = "f32", w
                    binding_limit: int = DEFAULT_BINDING) -> tuple[str, int]:
     """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise; and a
     K-split for a whole f32 matrix of few output tiles and long K (a fixed rule of the shape alone:
-    M = N = 384, K = 16384 gives 36 64x64 tiles, split 4 ways). k = 0: tile only."""
-    if m >= 128 and n >= 128 and math.ceil(m / 128) * math.ceil(n / 128) * batch >= 32:
+    M = N = 384, K = 16384 gives 36 64x64 tiles, split 16 ways). k = 0: tile only."""
+    big_tiles = math.ceil(m / 128) * math.ceil(n / 128) * batch
+    splittable = k >= LONG_K and whole and dtype == "f32" and batch == 1
+    if m >= 128 and n >= 128 and (big_tiles >= 32 or (splittable and big_tiles >= BIG_SPLIT_TILES)):
         v = "big_p"
     elif m >= 48 and n >= 48:
         v = "mid_pf"
@@ -71,10 +92,11 @@ def default_config(m: int, n: int, batch: int, k: int = 0, dtype: str = "f32", w
     tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
     splits = 1
     if k >= LONG_K and tiles < FEW_TILES:
+        fill = fill_workgroups()
         for s in SPLITS:
             if k >= MIN_SPLIT_K * s and ksplit_ok(s, m, n, k, batch, dtype, None, binding_limit) and whole:
                 splits = s
-                if tiles * s >= FILL_WORKGROUPS:
+                if tiles * s >= fill:
                     break
     return v, splits
 
