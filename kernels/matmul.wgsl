@@ -90,6 +90,33 @@ while (k0 < kend) {
   workgroupBarrier();
 }
 
+//=== loop_db
+// double-buffered workgroup memory (the "db" variants): the first tile is staged into buffer 0; then each
+// step fetches the next tile into registers, multiplies the current buffer, writes the registers into
+// the other buffer and waits once (one barrier a tile instead of two: a thread writes a buffer only
+// after every thread has passed the barrier that ended the reads of it). Unrolled twice so each copy
+// addresses its buffers by constants. The summation order is the plain loop's.
+var k0 = kbeg;
+{{FETCH}}
+{{PUT0}}
+workgroupBarrier();
+loop {
+  if (k0 >= kend) { break; }
+  k0 = k0 + {{BK}}u;
+  {{FETCH}}
+  {{COMPUTE0}}
+  {{FOLD}}
+  {{PUT1}}
+  workgroupBarrier();
+  if (k0 >= kend) { break; }
+  k0 = k0 + {{BK}}u;
+  {{FETCH}}
+  {{COMPUTE1}}
+  {{FOLD}}
+  {{PUT0}}
+  workgroupBarrier();
+}
+
 //=== acc
 // accumulator of output row R (within the thread's RM rows), column group H (4 columns)
 var c{{R}}_{{H}} = vec4<f32>(0.0);
@@ -116,7 +143,7 @@ var pb{{J}} = vec4<{{ST}}>(0.0);
 
 //=== put_a
 // A slot J into As (k-major)
-{ let e = t + {{E0}}u; As[(e % {{BK}}u) * {{TM4}}u + e / {{BK}}u] = pa{{J}}; }
+{ let e = t + {{E0}}u; As[{{AO}}u + (e % {{BK}}u) * {{TM4}}u + e / {{BK}}u] = pa{{J}}; }
 
 //=== fetch_a_t
 // transposed A slot: 1 k x 4 consecutive rows of A = 4 contiguous elements of row gk of the stored A^T
@@ -134,7 +161,7 @@ var pb{{J}} = vec4<{{ST}}>(0.0);
 
 //=== put_a_t
 // transposed A slot J into As (k-major, row stride ASTR vec4s)
-{ let e = t + {{E0}}u; As[(e / {{TM4}}u) * {{ASTR}}u + e % {{TM4}}u] = pa{{J}}; }
+{ let e = t + {{E0}}u; As[{{AO}}u + (e / {{TM4}}u) * {{ASTR}}u + e % {{TM4}}u] = pa{{J}}; }
 
 //=== fetch_b
 // B load slot: 1 k x 4 columns of B into pb J; zero outside B
@@ -152,7 +179,7 @@ var pb{{J}} = vec4<{{ST}}>(0.0);
 
 //=== put_b
 // B slot J into Bs
-Bs[t + {{E0}}u] = pb{{J}};
+Bs[{{BO}}u + t + {{E0}}u] = pb{{J}};
 
 //=== fetch_b_t
 // transposed B slot: 1 k x 4 columns of B = element gk of 4 consecutive rows of the stored B^T
@@ -170,7 +197,7 @@ Bs[t + {{E0}}u] = pb{{J}};
 
 //=== put_b_t
 // transposed B slot J into Bs (k-major, row stride BSTR vec4s: padded when that fits)
-{ let e = t + {{E0}}u; Bs[(e % {{BK}}u) * {{BSTR}}u + e / {{BK}}u] = pb{{J}}; }
+{ let e = t + {{E0}}u; Bs[{{BO}}u + (e % {{BK}}u) * {{BSTR}}u + e / {{BK}}u] = pb{{J}}; }
 
 //=== k_step
 // one k of the staged tiles: the thread's A and B vec4s, then every accumulator's update

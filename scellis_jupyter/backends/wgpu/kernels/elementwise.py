@@ -105,12 +105,13 @@ VEC_EPT = 4     # chunks of four an invocation takes in the vec4 kernel (two wit
 
 
 def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape, value_bits: int = 0,
-                template: str = "elementwise", also_dtypes=(), lanes=None):
+                template: str = "elementwise", also_dtypes=(), lanes=None, rows: bool = False):
     """Dispatch BODY over `shape`; ins: list of (Storage, strides, base_elem); splits to fit bindings.
 
     `elementwise.wgsl` has 4 operand slots (out + 3 inputs), `fused.wgsl` 8 (out + 7 inputs). With
     `lanes` (the body of one lane of a four-element chunk, see _run_vec), contiguous chunks take the
-    vec4 kernel (kernels/elementwise_vec.wgsl) instead.
+    vec4 kernel (kernels/elementwise_vec.wgsl) instead. `rows` (a plain copy of one input): chunks whose
+    innermost dim is contiguous on both sides take kernels/copy_rows.wgsl (`rows_ok`).
     """
     slots = 8 if template == "fused" else 4
     if len(ins) + 1 > slots:
@@ -148,6 +149,9 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
             offs.append(off)
         if lanes is not None and vec_ok(sizes, cstrides, offs, dtypes):
             _run_vec(be, template, lanes, sizes, cstrides, offs, wins, dtypes, also_dtypes)
+            continue
+        if rows and rows_ok(sizes, cstrides, offs, dtypes):
+            _run_rows(be, sizes, cstrides, offs, wins, dtypes[0])
             continue
         r = len(sizes)
         shp = list(sizes) + [1] * (MAX_RANK - r)
@@ -240,7 +244,42 @@ def _iota(be, v, ins, out):
 
 
 def copy(be, name, out, out_strides, out_base, x, in_strides, in_base, shape):
-    run_strided(be, name, snippet("elementwise", "copy"), out, out_strides, out_base, [(x, in_strides, in_base)], shape)
+    run_strided(be, name, snippet("elementwise", "copy"), out, out_strides, out_base, [(x, in_strides, in_base)], shape,
+                rows=rows_enabled())
+
+
+ROW_DTYPES = ("f32", "f16", "i32", "u32", "bool")
+ROWS_MAX_RANK = 8
+
+
+def rows_enabled() -> bool:
+    """The row-copy path is on unless SCELLIS_WGPU_ROWS=off (to compare, or to rule it out)."""
+    return os.environ.get("SCELLIS_WGPU_ROWS", "on") not in ("0", "off", "false")
+
+
+def rows_ok(sizes, cstrides, offs, dtypes) -> bool:
+    """A copy chunk kernels/copy_rows.wgsl can take: rank 2 or more (rank 1 has the vec4 kernel), the same
+    dtype both sides, the innermost dim stepping by 1 in the output and the input with a length that is
+    a multiple of 4, and every other stride and both bases multiples of 4 (whole 16-byte chunks)."""
+    if len(sizes) < 2 or len(sizes) > ROWS_MAX_RANK or len(cstrides) != 2 or dtypes[0] != dtypes[1]:
+        return False
+    if dtypes[0] not in ROW_DTYPES or sizes[-1] % 4:
+        return False
+    so, sx = cstrides
+    if so[-1] != 1 or sx[-1] != 1 or any(off % 4 for off in offs):
+        return False
+    return all(s >= 0 and s % 4 == 0 for s in so[:-1] + sx[:-1])
+
+
+def _run_rows(be, sizes, cstrides, offs, wins, dtype) -> None:
+    so, sx = cstrides
+    q = sizes[-1] // 4
+    decomp = "\n".join(snippet("copy_rows", "dim", S=sizes[d], OS=so[d] // 4, XS=sx[d] // 4)
+                        for d in range(len(sizes) - 2, -1, -1))
+    src = render("copy_rows", ENABLE=enable_f16(dtype), T=WGSL_TYPE[dtype], Q=q, DECOMP=decomp)
+    n4 = math.prod(sizes) // 4
+    key = f"copy_rows:{dtype}:{q}:{tuple(sizes)}:{tuple(so)}:{tuple(sx)}"
+    be.launch(key, src, wins, struct.pack("<4I", n4, offs[0] // 4, offs[1] // 4, 0), (n4 + 255) // 256)
 
 
 @launcher("permute")

@@ -48,6 +48,7 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     the same tiles."""
     tm, tn, rm, rn, bk, flags = VARIANTS[variant]
     prefetch = "pf" in flags
+    nbuf = 2 if "db" in flags else 1          # double-buffered workgroup memory (loop_db)
     if packed and dtype != "f16":
         raise KernelError("packed-f16 matmul needs f16 operands", where="op 'matmul'")
     txn, tym = tn // rn, tm // rm
@@ -62,9 +63,11 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     # "pad": each k-row of As one vec4 longer when that fits the 16 KiB default, so the k-major stores
     # of a warp's threads (TM/4 vec4s apart) fall in different banks
     vb = 8 if packed else 16
-    astr = tm // 4 + (1 if "pad" in flags and (bk * (tm // 4 + 1) + bk * tn // 4) * vb <= 16384 else 0)
+    lim = PAD_LIMIT * nbuf
+    astr = tm // 4 + (1 if "pad" in flags and nbuf * (bk * (tm // 4 + 1) + bk * tn // 4) * vb <= lim else 0)
     # transposed B is stored k-major with strided writes too: padded likewise when it still fits
-    bstr = tn // 4 + (1 if tb and "pad" in flags and (bk * astr + bk * (tn // 4 + 1)) * vb <= 16384 else 0)
+    bstr = tn // 4 + (1 if tb and "pad" in flags and nbuf * (bk * astr + bk * (tn // 4 + 1)) * vb <= lim else 0)
+    ao, bo = bk * astr, bk * bstr             # the second buffer's offsets (vec4s)
     sn_ = functools.partial(snippet, "matmul")
     accs = [(r, h) for r in range(rm) for h in range(gn)]
 
@@ -73,31 +76,47 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
         decl += [sn_("hacc", R=r, H=h) for r, h in accs]
     decl += [sn_("stage_a", J=j, ST=st) for j in range(a_slots)]
     decl += [sn_("stage_b", J=j, ST=st) for j in range(b_slots)]
+    def puts(buf: int) -> list[str]:
+        a0, b0 = buf * ao, buf * bo
+        if ta:
+            out = [sn_("put_a_t", J=j, E0=j * threads, TM4=tm // 4, ASTR=astr, AO=a0) for j in range(a_slots)]
+        else:
+            out = [sn_("put_a", J=j, E0=j * threads, BK=bk, TM4=astr, AO=a0) for j in range(a_slots)]
+        if tb:
+            out += [sn_("put_b_t", J=j, E0=j * threads, BK=bk, BSTR=bstr, BO=b0) for j in range(b_slots)]
+        else:
+            out += [sn_("put_b", J=j, E0=j * threads, BO=b0) for j in range(b_slots)]
+        return out
     if ta:
         fetch = [sn_("fetch_a_t", J=j, E0=j * threads, TM4=tm // 4, ST=st) for j in range(a_slots)]
-        put = [sn_("put_a_t", J=j, E0=j * threads, TM4=tm // 4, ASTR=astr) for j in range(a_slots)]
     else:
         fetch = [sn_("fetch_a", J=j, E0=j * threads, BK=bk, ST=st) for j in range(a_slots)]
-        put = [sn_("put_a", J=j, E0=j * threads, BK=bk, TM4=astr) for j in range(a_slots)]
     if tb:
         fetch += [sn_("fetch_b_t", J=j, E0=j * threads, BK=bk, ST=st) for j in range(b_slots)]
-        put += [sn_("put_b_t", J=j, E0=j * threads, BK=bk, BSTR=bstr) for j in range(b_slots)]
     else:
         fetch += [sn_("fetch_b", J=j, E0=j * threads, TN4=tn // 4, ST=st) for j in range(b_slots)]
-        put += [sn_("put_b", J=j, E0=j * threads) for j in range(b_slots)]
+    put = puts(0)
     acc = "h" if packed else "c"
     fma = "fma_fused" if "fma" in flags else "fma"
-    comp = []
-    for kk in range(bk):
-        fmas = [" ".join(sn_(fma, ACC=acc, ST=st, R=g * 4 + i, G=g, C=XYZW[i], H=h) for h in range(gn))
-                for g in range(gm) for i in range(4)]
-        comp.append(sn_("k_step",
-                        A_REGS="\n".join(sn_("a_reg", G=g, I=kk * astr + g * sm // 4) for g in range(gm)),
-                        B_REGS="\n".join(sn_("b_reg", H=h, I=kk * bstr + h * sn // 4) for h in range(gn)),
-                        FMAS="\n".join(fmas)))
+    def compute(buf: int) -> str:
+        comp = []
+        for kk in range(bk):
+            fmas = [" ".join(sn_(fma, ACC=acc, ST=st, R=g * 4 + i, G=g, C=XYZW[i], H=h) for h in range(gn))
+                    for g in range(gm) for i in range(4)]
+            comp.append(sn_("k_step",
+                            A_REGS="\n".join(sn_("a_reg", G=g, I=buf * ao + kk * astr + g * sm // 4)
+                                             for g in range(gm)),
+                            B_REGS="\n".join(sn_("b_reg", H=h, I=buf * bo + kk * bstr + h * sn // 4)
+                                             for h in range(gn)),
+                            FMAS="\n".join(fmas)))
+        return "\n".join(comp)
     fold = [sn_("fold", R=r, H=h) for r, h in accs] if packed else []
-    mainloop = sn_("loop_prefetch" if prefetch else "loop", BK=bk, FETCH="\n".join(fetch), PUT="\n".join(put),
-                   COMPUTE="\n".join(comp), FOLD="\n".join(fold))
+    if nbuf == 2:
+        mainloop = sn_("loop_db", BK=bk, FETCH="\n".join(fetch), PUT0="\n".join(put), PUT1="\n".join(puts(1)),
+                       COMPUTE0=compute(0), COMPUTE1=compute(1), FOLD="\n".join(fold))
+    else:
+        mainloop = sn_("loop_prefetch" if prefetch else "loop", BK=bk, FETCH="\n".join(fetch),
+                       PUT="\n".join(put), COMPUTE=compute(0), FOLD="\n".join(fold))
     cols = "store_cols_epi" if epi else "store_cols"
     store = [sn_("store_row", ROW=g * sm + i,
                  COLS="\n".join(sn_(cols, COL=h * sn, R=g * 4 + i, H=h, T=t) for h in range(gn)))
@@ -105,9 +124,12 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     epi_text, epi_params, enable = _epi_parts(epi, dtype)
 
     return render("matmul", ENABLE=enable, T=t, ST=st, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
-                  THREADS=threads, TXN=txn, AS_LEN=bk * astr, BS_LEN=bk * bstr,
+                  THREADS=threads, TXN=txn, AS_LEN=nbuf * bk * astr, BS_LEN=nbuf * bk * bstr,
                   DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store),
                   EPI_PARAMS=epi_params, EPILOGUE=epi_text)
+
+
+PAD_LIMIT = 16384   # workgroup bytes a single-buffered tile pads within (WebGPU's default limit); twice that for "db"
 
 
 def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:

@@ -47,7 +47,20 @@ VARIANTS = {
     "wide_pf": (64, 128, 4, 8, 16, ("pf", "pad", "fma")),
     "mid_pf": (64, 64, 4, 4, 16, ("pf", "pad", "fma")),
     "huge_pf": (128, 256, 8, 16, 8, ("pf", "pad", "fma")),   # 8x16 per thread, 32 vec4 accumulators
+    # "db": two workgroup-memory buffers, one barrier a k-tile instead of two (matmul.wgsl loop_db); needs
+    # twice the workgroup memory (up to 25 KiB: over WebGPU's default 16 KiB, within llvmpipe's and the H200's)
+    "big_db": (128, 128, 8, 8, 8, ("pf", "pad", "db")),    # big_p's products in big_p's order: the same bits
+    "tall_db": (128, 64, 8, 4, 16, ("pf", "pad", "fma", "db")),
+    "huge_db": (128, 256, 8, 16, 8, ("pf", "pad", "fma", "db")),
 }
+def smem_bytes(variant: str, packed: bool = False) -> int:
+    """Workgroup-memory bytes of a tile variant at most (its padded A and B tiles, times two when
+    double-buffered): what the adapter's max-compute-workgroup-storage-size must allow."""
+    tm, tn, _rm, _rn, bk, flags = VARIANTS[variant]
+    nbuf = 2 if "db" in flags else 1
+    return nbuf * bk * (tm // 4 + 1 + tn // 4 + 1) * (8 if packed else 16)
+
+
 SPLITS = (1, 2, 4, 8, 16, 32)
 # the shape rule's K-split: when a whole f32 matrix has fewer than FEW_TILES output tiles and K of at least
 # LONG_K, split K until about FILL_WORKGROUPS workgroups run (a 132-SM GPU otherwise idles), each split
@@ -75,15 +88,22 @@ def fill_workgroups() -> int:
 DEFAULT_BINDING = 1 << 27
 
 
+def db_enabled() -> bool:
+    """Whether the table may take the double-buffered big tile (SCELLIS_MATMUL_DB=off: never; to compare)."""
+    return os.environ.get("SCELLIS_MATMUL_DB", "on") not in ("0", "off", "false")
+
+
 def default_config(m: int, n: int, batch: int, k: int = 0, dtype: str = "f32", whole: bool = True,
-                   binding_limit: int = DEFAULT_BINDING) -> tuple[str, int]:
+                   binding_limit: int = DEFAULT_BINDING, smem: int = 16384) -> tuple[str, int]:
     """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise; and a
     K-split for a whole f32 matrix of few output tiles and long K (a fixed rule of the shape alone:
-    M = N = 384, K = 16384 gives 36 64x64 tiles, split 16 ways). k = 0: tile only."""
+    M = N = 384, K = 16384 gives 36 64x64 tiles, split 16 ways). k = 0: tile only. The big tile is
+    big_db (double-buffered, the same bits as big_p) where the adapter's workgroup memory `smem` holds it:
+    on the H200 (2026-12-04) it ran the GPT step's matmuls at 29.8-31.4 TFLOP/s against big_p's 29.1-29.9."""
     big_tiles = math.ceil(m / 128) * math.ceil(n / 128) * batch
     splittable = k >= LONG_K and whole and dtype == "f32" and batch == 1
     if m >= 128 and n >= 128 and (big_tiles >= 32 or (splittable and big_tiles >= BIG_SPLIT_TILES)):
-        v = "big_p"
+        v = "big_db" if smem >= smem_bytes("big_db") and db_enabled() else "big_p"
     elif m >= 48 and n >= 48:
         v = "mid_pf"
     else:
@@ -173,7 +193,8 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
     ta / tb: an operand is read transposed (a separate shape class: its loads differ)."""
     mode = os.environ.get("SCELLIS_MATMUL_TUNE", "off")
     tier = getattr(be, "tier", None)
-    base = default_config(m, n, batch, k, dtype, whole, be.binding_limit)
+    smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
+    base = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem)
     if mode == "off":
         return base
     if mode != "on":
@@ -196,12 +217,12 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
     return got
 
 
-def candidates(dtype, m, n, k, batch, whole, tier, binding_limit) -> list[tuple[str, int]]:
+def candidates(dtype, m, n, k, batch, whole, tier, binding_limit, smem_limit: int = 16384) -> list[tuple[str, int]]:
     """Configs to time; under debug only with the shape rule's split (measurement picks the tile alone)."""
     fixed = default_config(m, n, batch, k, dtype, whole, binding_limit)[1] if tier == "debug" else None
     out = []
     for v, (tm, tn, *_rest) in VARIANTS.items():
-        if v == "small" and m >= 64 and n >= 64:
+        if (v == "small" and m >= 64 and n >= 64) or smem_bytes(v) > smem_limit:
             continue
         tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
         for s in SPLITS:
@@ -215,8 +236,10 @@ def candidates(dtype, m, n, k, batch, whole, tier, binding_limit) -> list[tuple[
 
 
 def autotune(be, dtype, m, n, k, batch, whole, tier, timer) -> tuple[str, int]:
-    best, best_t = default_config(m, n, batch, k, dtype, whole, be.binding_limit), math.inf
-    for cand in candidates(dtype, m, n, k, batch, whole, tier, be.binding_limit):
+    smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
+    best, best_t = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem), math.inf
+    smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
+    for cand in candidates(dtype, m, n, k, batch, whole, tier, be.binding_limit, smem):
         try:
             t = timer(*cand)
         except Exception:       # a variant that fails to build or run here is simply not chosen
