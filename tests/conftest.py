@@ -7,7 +7,8 @@ os.environ.setdefault("SCELLIS_DEVICE", "reference")
 
 # ---- wgpu tests without an adapter: loud locally, a failure in CI ------------------------------------------
 # Tests of the wgpu backend skip when this machine has no adapter, with a reason starting "no wgpu"
-# (`skipif(WG is None and not CI, reason="no wgpu adapter")`, or `pytest.skip(f"no wgpu device: {e}")`).
+# (fixtures.devices.needs_wgpu: `skipif(WG is None and not CI, reason="no wgpu adapter")`, or
+# `pytest.skip(f"no wgpu device: {e}")`).
 # Locally that must not pass unnoticed, so the session summary says how many did not run; with CI set, a
 # missing adapter is a failure, whichever way the test skipped.
 _NO_WGPU = ("no wgpu adapter", "no wgpu device")

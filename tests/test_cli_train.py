@@ -24,13 +24,9 @@ import scellis_jupyter as sc
 from scellis_jupyter.store import Store
 
 from fixtures import spec_text
+from fixtures.devices import needs_wgpu
 
 ROOT = str(Path(sc.__file__).resolve().parent.parent)
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
 
 SPEC = spec_text("digits_mlp_small")
 N = 12          # mid-epoch (22 batches per epoch); 2N crosses the epoch end and its evaluation

@@ -1,16 +1,9 @@
 """Readbacks through a bounded staging buffer: a tensor larger than it is read in pieces, exactly."""
-import os
-
 import numpy as np
-import pytest
 
-import scellis_jupyter as sc
+from fixtures.devices import WG, needs_wgpu
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+pytestmark = needs_wgpu
 
 
 def test_reads_larger_than_the_staging_window_come_back_exactly_and_map_only_the_window(monkeypatch):

@@ -10,11 +10,8 @@ from scellis_jupyter.executor import measure_step
 from scellis_jupyter.plan.plan import GREEN_HEADROOM
 
 from fixtures import spec_text
+from fixtures.devices import WG
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
 
 MLP = spec_text("plan_mlp")
 

@@ -1,17 +1,12 @@
 """The plan covers the whole run: the evaluation Programs (built by program.evaluation for the run and
 the plan alike), readback staging, launcher scratch; measured by the backend, by create_buffer, by a Run."""
-import os
-
 import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.executor import measure_step
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
 DEVICES = ["reference", pytest.param("wgpu", marks=needs_wgpu)]
 
 WINE = """

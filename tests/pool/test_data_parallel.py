@@ -17,12 +17,6 @@ SPEC = spec_text("digits_dp")
 STEPS = 6
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with Pool(workers=2, processes=False) as p:
-        yield p
-
-
 def _batch(dp):
     return next(iter(dp.batches()))
 

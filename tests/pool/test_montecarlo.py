@@ -24,12 +24,6 @@ def moments(u):                                  # two outputs per sample: E[U] 
     return np.stack([u[:, 0], u[:, 0] ** 2], axis=1)
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with Pool(workers=2, processes=False) as p:
-        yield p
-
-
 def test_draws_are_the_stream_words_by_sample_index():
     whole = bits_to_uniform(stream_bits(stream_key(5, "mc"), 0, 3 * 100)).reshape(100, 3)
     np.testing.assert_array_equal(draws(5, "mc", 40, 70, 3), whole[40:70])

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import scellis_jupyter as sc
-from scellis_jupyter.pool import Pool
 from scellis_jupyter.pool.devices import _adapters, parse_devices, resolve
 from scellis_jupyter.pool.parallel import DataParallel
 from scellis_jupyter.pool.sharding import RelayRun, ShardedRun
@@ -48,12 +47,6 @@ def test_adapter_indices_cycle_when_there_are_fewer_adapters():
     assert resolve(f"wgpu:{n}") is resolve("wgpu:0")            # one more than there are: back to the first
     assert resolve("wgpu:0").backend == "wgpu"
     assert resolve("wgpu:0").is_gpu or not any(d.is_gpu for d in wgpu_devices)   # a GPU before llvmpipe
-
-
-@pytest.fixture(scope="module")
-def pool():
-    with Pool(workers=2, processes=False) as p:
-        yield p
 
 
 def _torch_first_step(init: dict, x, y):

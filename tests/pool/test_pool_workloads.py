@@ -32,12 +32,6 @@ seed = 0
 STEPS = 4
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with Pool(workers=2, processes=False) as p:
-        yield p
-
-
 def test_with_recipe_sets_nested_keys():
     s = sc.Spec.from_text(with_recipe(SPEC, {"optimizer.lr": 0.05, "batch_size": 32, "seed": 7}))
     assert s.recipe["optimizer"]["lr"] == 0.05 and s.recipe["batch_size"] == 32 and s.recipe["seed"] == 7

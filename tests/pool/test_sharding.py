@@ -18,12 +18,6 @@ STEPS = 4
 
 
 @pytest.fixture(scope="module")
-def pool():
-    with Pool(workers=2, processes=False) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
 def memory():
     """One byte less than the single-device plan needs: red on one device."""
     return sc.plan(WIDE, device="reference", fixes=False).peak_bytes - 1

@@ -13,11 +13,9 @@ from scellis_jupyter.graph import functional as F
 from scellis_jupyter.program import epilogue
 from scellis_jupyter.program.schedule import compile_program
 
+from fixtures.devices import WG
+
 REF = sc.device("reference")
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
 R = np.random.default_rng(3)
 SPEC = os.path.join(os.path.dirname(__file__), "..", "fixtures", "specs", "plan_char_transformer.toml")
 # with dropout in the block: masks from the step's stream inputs, kept for the backward

@@ -10,11 +10,9 @@ from scellis_jupyter.graph import functional as F
 from scellis_jupyter.program import fusion
 from scellis_jupyter.program.schedule import compile_program
 
+from fixtures.devices import WG
+
 REF = sc.device("reference")
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
 R = np.random.default_rng(7)
 
 CHAINS = {

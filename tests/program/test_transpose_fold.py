@@ -8,7 +8,6 @@ AdamW steps).
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +20,9 @@ from scellis_jupyter.graph import functional as F
 from scellis_jupyter.program import transpose_fold
 from scellis_jupyter.program.schedule import compile_program
 
+from fixtures.devices import WG, needs_wgpu
+
 REF = sc.device("reference")
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
 R = np.random.default_rng(3)
 
 

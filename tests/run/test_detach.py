@@ -23,13 +23,9 @@ from scellis_jupyter.store.runs import pid_alive
 from scellis_jupyter.run.lifecycle import WaitTimeout, read_events
 
 from fixtures import spec_text
+from fixtures.devices import needs_wgpu
 
 ROOT = str(Path(sc.__file__).resolve().parent.parent)
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
 
 SHORT = spec_text("digits_tiny")
 LONG = SHORT.replace("epochs = 2", "steps = 100000")      # runs until it is stopped

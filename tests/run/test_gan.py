@@ -24,10 +24,8 @@ from scellis_jupyter.data import ring_centers
 from scellis_jupyter.run.gan import GANRun
 from scellis_jupyter.run.run import Run
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
+from fixtures.devices import WG
+
 
 RING = """
 name = "gan-ring"

@@ -9,15 +9,11 @@ import os
 import numpy as np
 import pytest
 
-import scellis_jupyter as sc
 from scellis_jupyter.run.run import Run
 
 from fixtures import spec_text
+from fixtures.devices import WG
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
 
 SPEC = spec_text("digits_tiny").replace('scheduler = { name = "cosine", warmup_steps = 3 }',
                                         'scheduler = { name = "step", step_size = 4, gamma = 0.5 }')

@@ -15,10 +15,8 @@ import scellis_jupyter as sc
 from scellis_jupyter import cli
 from scellis_jupyter.run.profile import profile_html, profile_text, shape_text
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
+from fixtures.devices import WG
+
 ROOT = Path(__file__).resolve().parents[2]
 
 BIG = """

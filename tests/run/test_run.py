@@ -16,11 +16,8 @@ import scellis_jupyter as sc
 from scellis_jupyter.run.run import Run, RunError
 
 from fixtures import spec_text
+from fixtures.devices import WG
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
 
 MLP = spec_text("digits_mlp")
 

@@ -3,19 +3,15 @@ update (AdamW's m, v and weight) runs as one batched dispatch over the parameter
 buffers, the run matches the numpy reference, batching changes no bit, and the plan is what it allocates."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.run.run import Run
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 
 LM = """
 name = "tiny-lm"

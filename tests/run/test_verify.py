@@ -19,10 +19,8 @@ from scellis_jupyter.cli import main
 from scellis_jupyter.store import Store
 from scellis_jupyter.run.verify import VerifyError
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
+from fixtures.devices import WG
+
 
 SPEC = """
 name = "blobs"

@@ -1,7 +1,8 @@
 """Fixtures the wgpu kernel tests share: the subgroup / fallback switch and the one-read (ROW_REG) switch.
 
-The test modules keep their own `WG = sc.device("wgpu")` and skip mark; sc.device caches, so these fixtures
-see the same device (and the module's skip mark runs before them when there is no adapter).
+Most test modules take `WG` and the skip mark `needs_wgpu` from fixtures.devices (a few call sc.device("wgpu")
+themselves); sc.device caches, so these fixtures see the same device (and the module's skip mark runs before
+them when there is no adapter).
 """
 import pytest
 

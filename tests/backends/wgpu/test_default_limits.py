@@ -5,18 +5,9 @@ sized from workgroup memory, 256-thread matmul/reduce/softmax workgroups, 8 bind
 
 wgpu-native refuses too many invocations or bindings when it creates a pipeline, but (unlike a browser)
 not too much workgroup memory, so the test adds up every compiled kernel's `var<workgroup>` arrays itself."""
-import os
+from fixtures.devices import needs_wgpu
 
-import pytest
-
-import scellis_jupyter as sc
-
-try:
-    sc.device("wgpu")
-    HAVE = True
-except sc.ScellisError:  # pragma: no cover
-    HAVE = False
-pytestmark = pytest.mark.skipif(not HAVE and not os.environ.get("CI"), reason="no wgpu adapter")
+pytestmark = needs_wgpu
 
 CODE = r"""
 import numpy as np, scellis_jupyter as sc

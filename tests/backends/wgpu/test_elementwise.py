@@ -9,11 +9,9 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter import ops
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 REF = sc.device("reference")
 R = np.random.default_rng(1)
 

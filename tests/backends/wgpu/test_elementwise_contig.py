@@ -5,8 +5,6 @@ operands: contiguous, evenly strided (a step-2 slice), a scalar, f16, and a rank
 path, for contrast). Reference: float64 numpy of the same op; tolerances rtol 1e-6 / atol 1e-6 for add
 and mul (one f32 rounding), 3e-6 for the gelu chain (erf in f32), f16 within one f16 ulp (rtol 1e-3).
 """
-import os
-
 import numpy as np
 import pytest
 from math import erf
@@ -14,11 +12,9 @@ from math import erf
 import scellis_jupyter as sc
 from scellis_jupyter.graph import functional as F
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 R = np.random.default_rng(17)
 SIZES = [1, 1000, 1024, 1025, 5000, 70001]
 _erf = np.vectorize(erf)

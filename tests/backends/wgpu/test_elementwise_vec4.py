@@ -4,19 +4,15 @@ multiple of 4 (vec4 path) must give exactly the bits of the same values one elem
 path); exactly rounded ops (add, mul, compare, casts) also equal numpy bit for bit, the others match
 numpy float64 at rtol 1e-5 (f32) / 1e-3 (f16). Covers f32, f16, i32, bool outputs, broadcast scalars,
 more than 3 vector inputs (two chunks an invocation) and sizes crossing the unrolled fast path."""
-import os
-
 import numpy as np
 import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.graph import functional as F
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 R = np.random.default_rng(8)
 SIZES = [4, 1024, 4096 + 8, 3 * 256 * 16 + 4, 100000]
 

@@ -1,20 +1,15 @@
 """The multi-tensor fused kernel (kernels/fused_multi.wgsl): one dispatch updates every tensor of a batch
 (program/batching.py) whose operands share buffers, with the values the one-by-one kernels give."""
-import os
-
 import numpy as np
 import pytest
 
-import scellis_jupyter as sc
 from scellis_jupyter.executor.executor import execute
 from scellis_jupyter.graph import functional as F
 from scellis_jupyter.program.schedule import compile_program
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 R = np.random.default_rng(5)
 SHAPES = [(64,), (16, 32), (128,), (8, 8, 4)]       # sizes multiple of 256 bytes: packed into one slab
 ODD = [(10,)]                                       # its own buffer: the one-by-one path

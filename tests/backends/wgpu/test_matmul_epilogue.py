@@ -19,11 +19,9 @@ import scellis_jupyter as sc
 from scellis_jupyter import ops
 from scellis_jupyter.backends.wgpu.kernels.matmul_tune import VARIANTS
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 REF = sc.device("reference")
 R = np.random.default_rng(11)
 

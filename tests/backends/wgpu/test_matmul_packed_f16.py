@@ -12,18 +12,14 @@ against float64 products of the f16 inputs. That bound can fail (it is what the 
 we also check the typical error: the packed path's RMS error is within 8x of torch's CPU f16 matmul's
 (which accumulates in f32) on the same inputs, and within 8x of our debug-tier f16 path's.
 """
-import os
-
 import numpy as np
 import pytest
 
 import scellis_jupyter as sc
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 R = np.random.default_rng(11)
 U16 = 2.0 ** -11
 

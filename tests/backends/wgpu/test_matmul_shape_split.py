@@ -4,19 +4,14 @@ the shape with boundaries that do not depend on the tile variant: reruns are bit
 forced config nor the tuner changes the split under debug. Numerics vs float64 numpy within the f32
 bound of tests/backends/wgpu/test_matmul.py (1e-4 of sqrt(sum_k a^2 b^2) per output).
 """
-import os
-
 import numpy as np
 import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.backends.wgpu.kernels import matmul_tune as T
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
 R = np.random.default_rng(13)
 
 

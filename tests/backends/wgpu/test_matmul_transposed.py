@@ -17,11 +17,9 @@ import scellis_jupyter as sc
 from scellis_jupyter.graph.opset import make
 from scellis_jupyter.tensor import Tensor
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 R = np.random.default_rng(11)
 
 

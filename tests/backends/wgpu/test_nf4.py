@@ -13,10 +13,8 @@ from scellis_jupyter.graph import functional as F
 from scellis_jupyter.graph.autodiff import grad
 from scellis_jupyter.graph.quantize import dequantize, quantize
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
+from fixtures.devices import WG
+
 REF = sc.device("reference")
 
 

@@ -7,19 +7,15 @@ than it takes (37 rows, 8 a workgroup), rows of 1024 (a subgroup a row, vec4) an
 Tolerances (f32 against float64): rtol 1e-5, atol 1e-5 scaled by |w| + |b| of the output (an f32 sum
 in another order); f16 storage: rtol 2e-3, atol 2e-3 of the output scale; gradients: rtol/atol 1e-4.
 """
-import os
-
 import numpy as np
 import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.graph import functional as F
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 REF = sc.device("reference")
 R = np.random.default_rng(91)
 

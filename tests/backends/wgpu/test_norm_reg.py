@@ -4,8 +4,6 @@ statistics to the write), with and without subgroups, against float64 numpy: row
 long for it (two reads), a mean far from 0, f16 storage, and bit-identical reruns.
 Tolerances (f32 against float64): rtol 1e-5, atol 1e-5 of the output scale; f16: rtol/atol 2e-3.
 """
-import os
-
 import numpy as np
 import pytest
 
@@ -13,11 +11,9 @@ import scellis_jupyter as sc
 from scellis_jupyter.backends.wgpu.kernels import norm as nk
 from scellis_jupyter.graph import functional as F
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = [pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter"),
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = [needs_wgpu,
               pytest.mark.usefixtures("row_reg_on")]   # the one-read path (off by default)
 R = np.random.default_rng(29)
 SHAPES = [(8, 1024), (37, 256), (5, 1027), (3, 4096), (11, 60), (2, 5001)]

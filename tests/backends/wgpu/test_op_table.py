@@ -3,8 +3,6 @@ kernels/ops.wgsl on every dtype it is defined for, alone (the strided elementwis
 (the fused kernel), the cast matrix (ops.wgsl casts, cast_i8.wgsl both ways), fills and iota.
 Many of these sections are reached by no other kernel test (sign, sin, reciprocal, integer neg,
 minimum, lt/ne, casts to bool, i8 -> anything, integer literals in a fused group)."""
-import os
-
 import numpy as np
 import pytest
 
@@ -13,11 +11,9 @@ from scellis_jupyter.backends.wgpu import templates
 from scellis_jupyter.graph import functional as F
 from scellis_jupyter.graph.opset import make
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 REF = sc.device("reference")
 R = np.random.default_rng(4)
 

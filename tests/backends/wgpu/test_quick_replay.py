@@ -1,8 +1,6 @@
 """The executor's quick replay on wgpu (a rerun over the same buffer windows skips binding and lookups):
 it must miss, and fall back to the full path, whenever anything it keyed on changes. Each result is
 checked against float64 numpy (rtol 1e-5, atol 1e-6: f32 kernels on llvmpipe)."""
-import os
-
 import numpy as np
 import pytest
 
@@ -12,11 +10,9 @@ from scellis_jupyter.executor.executor import execute
 from scellis_jupyter.graph import functional as F
 from scellis_jupyter.program.schedule import compile_program
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 R = np.random.default_rng(23)
 TOL = dict(rtol=1e-5, atol=1e-6)
 

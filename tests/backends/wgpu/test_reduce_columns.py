@@ -7,22 +7,16 @@ Tolerances: f32 sums rtol/atol 1e-6 * sqrt(R) against float64; f16 inputs sum in
 rtol 1e-3 (atol 1e-3 of the largest |sum|); integer sums and every max are exact. Determinism: the same
 program twice gives identical bits.
 """
-import os
-
 import numpy as np
 import pytest
 
-import scellis_jupyter as sc
 from scellis_jupyter.backends.wgpu.kernels import reduce as red
 from scellis_jupyter.graph import functional as F
 
+from fixtures.devices import WG, needs_wgpu
 from reduce_checks import check_f16_sum, check_sum_and_max, on_wgpu, sample
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+pytestmark = needs_wgpu
 R = np.random.default_rng(41)
 
 CASES = [((17, 33), (0,)), ((1000, 100), (0,)), ((512, 64), (0,)), ((511, 384), (0,)), ((4100, 385), (0,)),

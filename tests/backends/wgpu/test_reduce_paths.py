@@ -7,21 +7,15 @@ and a full reduction). reduce_max keeps numpy's NaN (subgroupMax alone may drop 
 Tolerances: f32 sums rtol/atol 1e-6 * sqrt(R) against float64 (f32 rounding in another order); f16
 inputs sum in f32 and round once: rtol 1e-3; integer sums and every max are exact.
 """
-import os
-
 import numpy as np
 import pytest
 
-import scellis_jupyter as sc
 from scellis_jupyter.graph import functional as F
 
+from fixtures.devices import WG, needs_wgpu
 from reduce_checks import check_f16_sum, check_sum_and_max, on_wgpu, sample
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+pytestmark = needs_wgpu
 R = np.random.default_rng(23)
 
 CASES = [((37, 17), (1,)), ((37, 256), (1,)), ((9, 1000), (1,)), ((5, 1025), (1,)), ((3, 5000), (1,)),

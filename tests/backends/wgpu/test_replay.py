@@ -1,6 +1,5 @@
 """Recorded replay of compiled programs and the output-buffer pool on wgpu (llvmpipe in CI)."""
 import gc
-import os
 
 import numpy as np
 import pytest
@@ -9,11 +8,9 @@ import scellis_jupyter as sc
 from scellis_jupyter.backends.wgpu import kernels as K
 from scellis_jupyter.graph import functional as F
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 R = np.random.default_rng(11)
 
 

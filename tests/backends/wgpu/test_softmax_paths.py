@@ -9,8 +9,6 @@ SCELLIS_WGPU_SUBGROUPS=off (then the device is opened without the feature).
 Tolerances (f32 against float64): softmax rtol 1e-5, atol 2e-6; log_softmax rtol 1e-5, atol 2e-5
 (an f32 sum of up to 70 000 exps in another order); f16 storage: rtol 2e-3, atol 1e-3 (one f16 ulp).
 """
-import os
-
 import numpy as np
 import pytest
 
@@ -18,11 +16,9 @@ import scellis_jupyter as sc
 from scellis_jupyter.backends.wgpu.kernels import softmax as softmax_kernel
 from scellis_jupyter.graph import functional as F
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 R = np.random.default_rng(81)
 
 SHAPES = [((6, 1), -1), ((5, 7), -1), ((3, 1023), -1), ((4, 1024), -1), ((3, 1028), -1), ((2, 5001), -1),

@@ -4,8 +4,6 @@ reduction and the write), with and without subgroups, against float64 numpy; row
 Tolerances (f32 against float64): softmax rtol 1e-5, atol 2e-6; log_softmax rtol 1e-5, atol 2e-5;
 f16 storage rtol 2e-3, atol 1e-3.
 """
-import os
-
 import numpy as np
 import pytest
 
@@ -13,11 +11,9 @@ import scellis_jupyter as sc
 from scellis_jupyter.backends.wgpu.kernels import softmax as sk
 from scellis_jupyter.graph import functional as F
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = [pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter"),
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = [needs_wgpu,
               pytest.mark.usefixtures("row_reg_on")]   # the one-read path (off by default)
 R = np.random.default_rng(17)
 SHAPES = [(8, 1024), (5, 1027), (37, 256), (11, 60), (3, 4096), (2, 5001), (9, 130)]

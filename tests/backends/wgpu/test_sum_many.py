@@ -19,11 +19,9 @@ from scellis_jupyter.backends.wgpu.kernels import reduce_many as rm
 from scellis_jupyter.graph import functional as F
 from scellis_jupyter.graph.autodiff import grad
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 REF = sc.device("reference")
 R = np.random.default_rng(5)
 SHAPES = [(5,), (rm.CHUNK,), (rm.CHUNK + 1,), (300, 70), (1,), (3, 7, 11), (64, 1000)]

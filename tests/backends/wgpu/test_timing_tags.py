@@ -1,18 +1,14 @@
 """Profiling on wgpu: each timestamped pass is tagged with the op, layer and shapes of the program value that
 launched it, also when the program runs for the first time (recorded, then dispatched at its end: the tags
 must follow each dispatch, not the last op launched), and timing off leaves the step's dispatch path as it was."""
-import os
-
 import numpy as np
 import pytest
 
 import scellis_jupyter as sc
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 needs_ts = pytest.mark.skipif(WG is None or "timestamp-query" not in WG.features,
                               reason="the adapter does not grant 'timestamp-query'")
 
