@@ -2,19 +2,15 @@
 permutes, row broadcasts, row slices, concat pieces) move 16-byte chunks with the box's shape baked in.
 A copy moves bits, so each case must equal numpy exactly, and equal the strided kernel's result
 (SCELLIS_WGPU_ROWS=off); the pipelines used show which path ran."""
-import os
-
 import numpy as np
 import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter.graph import functional as F
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-pytestmark = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
 R = np.random.default_rng(31)
 
 

@@ -1,8 +1,6 @@
 """The double-buffered tile variants (matmul.wgsl loop_db): the same products in the same order as their
 single-buffered siblings, so big_db must give big_p's bits exactly (and be within the f32 bound of
 float64 on every edge); the table takes big_db only where the device's workgroup memory holds it."""
-import os
-
 import numpy as np
 import pytest
 
@@ -10,11 +8,8 @@ import scellis_jupyter as sc
 from scellis_jupyter.backends.wgpu.kernels import matmul_tune as T
 from scellis_jupyter.graph import functional as F
 
-try:
-    WG = sc.device("wgpu")
-except sc.ScellisError:  # pragma: no cover
-    WG = None
-needs_wgpu = pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+from fixtures.devices import WG, needs_wgpu
+
 R = np.random.default_rng(41)
 
 
