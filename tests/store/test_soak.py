@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -86,6 +88,82 @@ def _env() -> dict:
                 SCELLIS_DEVICE="reference")
 
 
+# a fork server: `scellis` runs as cli.main(argv) in a child forked from one process that imported the CLI,
+# so a kill does not pay a fresh interpreter's imports (~2 s on a loaded CI machine); each child is a process
+# of its own (stdout to /dev/null, stderr to a file), killed by the test and reaped here ("exit <code>")
+SERVER = r"""
+import json, os, sys, traceback
+from scellis_jupyter import cli
+for line in sys.stdin:
+    err, argv = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        rc = 1
+        try:
+            os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            rc = cli.main(argv)
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(rc)
+    print("pid", pid, flush=True)
+    print("exit", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+class _Child:
+    """One `scellis` run forked by the server: its pid, whether it still runs, its stderr."""
+
+    def __init__(self, server: "_Server", argv: list[str], err: Path):
+        self.server, self.err = server, err
+        server.proc.stdin.write(json.dumps([str(err), argv]) + "\n")
+        server.proc.stdin.flush()
+        line = server.lines.get(timeout=60)
+        assert line.startswith("pid "), f"fork server: {line!r}"
+        self.pid, self.returncode = int(line.split()[1]), None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                line = self.server.lines.get_nowait()
+            except queue.Empty:
+                return None
+            assert line.startswith("exit "), f"fork server: {line!r}"
+            self.returncode = int(line.split()[1])
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        if self.returncode is None:
+            line = self.server.lines.get(timeout=timeout)
+            assert line.startswith("exit "), f"fork server: {line!r}"
+            self.returncode = int(line.split()[1])
+        return self.returncode
+
+    def stderr(self) -> str:
+        return self.err.read_text() if self.err.exists() else ""
+
+
+class _Server:
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=_env())
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(l) for l in self.proc.stdout], daemon=True).start()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def _newest_run(db: Path, known: set) -> str | None:
     c = sqlite3.connect(db)
     try:
@@ -117,40 +195,46 @@ def test_twenty_kills_fsck_resume_bit_identical(tmp_path):
     known: set = set()
     kills = mid_checkpoint_starts = 0
     t0 = time.monotonic()
-    while kills < 20:
-        p = subprocess.Popen([sys.executable, "-m", "scellis_jupyter.cli", *argv, "--store", str(st)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
-        try:
-            run = None
-            while run is None and p.poll() is None:
-                run = _newest_run(db, known) if db.exists() else None
-                time.sleep(0.005)
-            assert run is not None, p.stderr.read().decode()
-            base, want = _checkpoints_of(db, run), rnd.randint(0, 3)
-            while _checkpoints_of(db, run) < base + want and p.poll() is None:
-                time.sleep(0.002)
-            time.sleep(rnd.uniform(0.0, 0.03))
-            assert p.poll() is None, "the run ended before its kill: " + p.stderr.read().decode()
-            os.kill(p.pid, signal.SIGKILL)
-            p.wait(timeout=30)
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        kills += 1
-        known.add(run)
-        mid_checkpoint_starts += want == 0
-        assert store_consistency_problems(st) == [], f"after kill {kills}"
-        report = fsck(st)
-        assert report.ok and report.problems == [], f"fsck after kill {kills}: {report.problems}"
-        runs = Store.open(st).list_runs()
-        assert not [r.id for r in runs if r.state == "running"]          # 0 runs left running
-        (rec,) = [r for r in runs if r.id == run]
-        assert rec.state == "interrupted"
-        if rec.last_checkpoint is not None:           # (a resumed run always has one: where it started)
-            argv = ["resume", run]
-        else:                                         # the very first run, killed before any checkpoint
-            assert argv[0] == "train" and rec.resume_hint == "it saved no checkpoint: start it again"
+    server = _Server()
+    try:
+        while kills < 20:
+            p = _Child(server, [*argv, "--store", str(st)], tmp_path / f"stderr{kills}")
+            try:
+                run = None
+                while run is None and p.poll() is None:
+                    run = _newest_run(db, known) if db.exists() else None
+                    time.sleep(0.005)
+                assert run is not None, p.stderr()
+                base, want = _checkpoints_of(db, run), rnd.randint(0, 3)
+                while _checkpoints_of(db, run) < base + want and p.poll() is None:
+                    time.sleep(0.002)
+                time.sleep(rnd.uniform(0.0, 0.03))
+                assert p.poll() is None, "the run ended before its kill: " + p.stderr()
+                os.kill(p.pid, signal.SIGKILL)
+                p.wait(timeout=30)
+            finally:
+                if p.poll() is None:
+                    try:
+                        os.kill(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:            # exited, its exit line not read yet
+                        pass
+                    p.wait(timeout=30)
+            kills += 1
+            known.add(run)
+            mid_checkpoint_starts += want == 0
+            assert store_consistency_problems(st) == [], f"after kill {kills}"
+            report = fsck(st)
+            assert report.ok and report.problems == [], f"fsck after kill {kills}: {report.problems}"
+            runs = Store.open(st).list_runs()
+            assert not [r.id for r in runs if r.state == "running"]      # 0 runs left running
+            (rec,) = [r for r in runs if r.id == run]
+            assert rec.state == "interrupted"
+            if rec.last_checkpoint is not None:       # (a resumed run always has one: where it started)
+                argv = ["resume", run]
+            else:                                     # the very first run, killed before any checkpoint
+                assert argv[0] == "train" and rec.resume_hint == "it saved no checkpoint: start it again"
+    finally:
+        server.close()
     r = subprocess.run([sys.executable, "-m", "scellis_jupyter.cli", *argv, "--store", str(st), "--json"],
                        capture_output=True, text=True, env=_env(), timeout=300)
     assert r.returncode == 0, r.stderr

@@ -175,7 +175,9 @@ def test_key_block_too_big_is_a_clear_error():
 
 @pytest.mark.slow
 def test_long_sequence_beyond_default_limit():
-    """L=5800 against llvmpipe's own 128 MiB binding limit (causal, forward and backward)."""
+    """L=5800 against llvmpipe's own 128 MiB binding limit (causal, forward and backward): the least L
+    whose f32 score matrix exceeds it is 5793. Head dim 8: the llvmpipe time goes per score, and a narrower
+    head (than 32) takes a third of it off."""
     if WG.impl.binding_limit > 128 * 2**20:
         pytest.skip("adapter binding limit above 128 MiB")
-    _long(WG.impl.binding_limit, 1, 5800, 5800, 32, 1, 1, timeout=900)
+    _long(WG.impl.binding_limit, 1, 5800, 5800, 8, 1, 1, timeout=900)
