@@ -82,8 +82,9 @@ def bad_path(text: bytes, r: random.Random) -> bytes:
 def junk_bytes(text: bytes, r: random.Random) -> bytes:
     kind = r.randrange(5)
     if kind == 0:                                 # the whole file in another encoding
-        return r.choice([b"\xff\xfe", b"\xfe\xff", b""]) + text.decode("utf-8", "replace").encode(r.choice(["utf-16-le", "utf-16-be",
-                                                                                                 "utf-32", "latin-1"]))
+        # (latin-1 cannot hold every character an earlier mutation left: those become '?')
+        enc = r.choice(["utf-16-le", "utf-16-be", "utf-32", "latin-1"])
+        return r.choice([b"\xff\xfe", b"\xfe\xff", b""]) + text.decode("utf-8", "replace").encode(enc, "replace")
     if kind == 1:                                 # random binary
         return bytes(r.randrange(256) for _ in range(r.randint(1, 300)))
     if kind == 2:                                 # a byte-order mark in front (valid spec otherwise)

@@ -631,6 +631,25 @@ def _norm(v, x, *affine, prog):
     return y
 
 
+@k("layer_norm_bwd", "rms_norm_bwd")
+def _norm_bwd(v, x, g, *weight, prog):
+    """dx (and g * xhat with a weight) in x's compute type (f16 in f32, rounded once on store): the formula
+    of autodiff._norm_composite_bwd, with the row statistics computed once."""
+    a = v.attrs
+    xa, ga = _acc(x), _acc(g)
+    axes = tuple(range(x.ndim - int(a["n_axes"]), x.ndim))
+    one = xa.dtype.type(1)
+    d = xa - xa.mean(axis=axes, keepdims=True) if v.op == "layer_norm_bwd" else xa
+    r = one / np.sqrt((d * d).mean(axis=axes, keepdims=True) + xa.dtype.type(a["eps"]))
+    xh = d * r
+    gh = ga * _acc(weight[0]) if weight else ga
+    inner = xh * (gh * xh).mean(axis=axes, keepdims=True)
+    if v.op == "layer_norm_bwd":
+        inner = inner + gh.mean(axis=axes, keepdims=True)
+    dx = r * (gh - inner)
+    return (dx, ga * xh) if weight else dx
+
+
 def _unfold_index(shape, attrs):
     n, c, h, w = shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (attrs[k] for k in ("kernel", "stride", "padding", "dilation"))

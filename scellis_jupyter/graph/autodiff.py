@@ -1,7 +1,8 @@
 """Reverse-mode autodiff on the graph: each primitive's vector-Jacobian product, as more graph nodes.
 
 Why graph-level: backward is just more of the same IR, so it is planned, fused and scheduled like the
-forward pass, on every backend, with no hand-written backward kernels except attention's.
+forward pass, on every backend, with no hand-written backward kernels except attention's and the norms'
+(one row kernel in place of a dozen dispatches; their second derivative goes through the composite).
 """
 from __future__ import annotations
 
@@ -362,38 +363,59 @@ def _(n, g):
     return (F.sub(g, F.mul(F.exp(n), F.sum_(g, ax, keepdims=True))),)
 
 
-def _norm_parts(n):
-    """(x, weight or None, bias or None, normalized axes, xhat, rstd) of a layer_norm / rms_norm node,
-    the statistics recomputed from x as graph nodes (the forward kernel keeps none)."""
-    a = n.attrs
-    x = n.inputs[0]
-    w = n.inputs[1] if a.get("has_w") else None
-    b = n.inputs[1 + bool(a.get("has_w"))] if a.get("has_b") else None
-    axes = tuple(range(len(x.shape) - int(a["n_axes"]), len(x.shape)))
-    if n.op == "layer_norm":
+def _norm_composite_bwd(op: str, x: Node, g: Node, w: Node | None, n_axes: int, eps: float) -> tuple:
+    """(dx, g * xhat) of a layer_norm / rms_norm, as primitives: what the `*_norm_bwd` ops compute.
+    With gh = g * w: dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) (layer_norm), dx = rstd * (gh -
+    xhat * mean(gh * xhat)) (rms_norm); the statistics recomputed from x (the forward kernel keeps none)."""
+    axes = tuple(range(len(x.shape) - int(n_axes), len(x.shape)))
+    if op == "layer_norm":
         d = F.sub(x, F.mean(x, axes, keepdims=True))
-        r = F.rsqrt(F.add(F.mean(F.mul(d, d), axes, keepdims=True), a["eps"]))
     else:
         d = x
-        r = F.rsqrt(F.add(F.mean(F.mul(x, x), axes, keepdims=True), a["eps"]))
-    return x, w, b, axes, F.mul(d, r), r
+    r = F.rsqrt(F.add(F.mean(F.mul(d, d), axes, keepdims=True), eps))
+    xh = F.mul(d, r)
+    gh = F.mul(g, w) if w is not None else g
+    inner = F.mul(xh, F.mean(F.mul(gh, xh), axes, keepdims=True))
+    if op == "layer_norm":
+        inner = F.add(inner, F.mean(gh, axes, keepdims=True))
+    return F.mul(r, F.sub(gh, inner)), F.mul(g, xh)
 
 
 @rule("layer_norm", "rms_norm")
 def _(n, g):
-    # y = xhat * w + b; with gh = g * w: dx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)) (layer_norm),
-    # dx = rstd * (gh - xhat * mean(gh * xhat)) (rms_norm); dw, db sum g * xhat, g over the leading axes
-    x, w, b, axes, xh, r = _norm_parts(n)
-    gh = F.mul(g, w) if w is not None else g
-    inner = F.mul(xh, F.mean(F.mul(gh, xh), axes, keepdims=True))
-    if n.op == "layer_norm":
-        inner = F.add(inner, F.mean(gh, axes, keepdims=True))
-    out = [F.mul(r, F.sub(gh, inner))]
+    # one `layer_norm_bwd` / `rms_norm_bwd` node gives dx (and g * xhat with a weight); dw and db sum
+    # g * xhat and g over the leading axes
+    a = n.attrs
+    x = n.inputs[0]
+    w = n.inputs[1] if a.get("has_w") else None
+    b = n.inputs[1 + bool(a.get("has_w"))] if a.get("has_b") else None
+    bwd = make(n.op + "_bwd", [x, g] + ([w] if w is not None else []), n_axes=int(a["n_axes"]),
+               eps=float(a["eps"]), has_w=w is not None)
+    out = [F.item(bwd, 0) if w is not None else bwd]
     if w is not None:
-        out.append(unbroadcast(F.mul(g, xh), w.shape))
+        out.append(unbroadcast(F.item(bwd, 1), w.shape))
     if b is not None:
         out.append(unbroadcast(g, b.shape))
     return tuple(out)
+
+
+@rule("layer_norm_bwd", "rms_norm_bwd")
+def _(n, gs):
+    """Second derivatives: the gradient of the composite the op stands for (a gradient penalty through a
+    norm, say), built with `grad` on that composite."""
+    a = n.attrs
+    x, g = n.inputs[0], n.inputs[1]
+    w = n.inputs[2] if a.get("has_w") else None
+    dx, gxh = _norm_composite_bwd(n.op[:-4], x, g, w, a["n_axes"], a["eps"])
+    if w is None:
+        outs, gouts = [dx], [gs]
+    else:
+        outs, gouts = [], []
+        for o, go in zip((dx, gxh), gs):
+            if go is not None:
+                outs.append(o)
+                gouts.append(go)
+    return tuple(grad(outs, list(n.inputs), gouts))
 
 
 @rule("unfold")

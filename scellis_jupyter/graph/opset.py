@@ -413,6 +413,30 @@ def _inf_attention(inputs, attrs):
     return (out, tuple(q.shape[:-1])), (q.dtype, acc)
 
 
+for _nb in ("layer_norm_bwd", "rms_norm_bwd"):
+    def _inf_norm_bwd(inputs, attrs, _nb=_nb):
+        """x, g (the output's gradient, x's shape and dtype)[, weight] -> dx, or (dx, g * xhat) with a weight
+        (g * xhat summed over the leading dims is the weight's gradient). One row kernel on a GPU in place of
+        the composite backward's dozen dispatches; the composite (autodiff._norm_composite_bwd) is the meaning."""
+        x, g, rest = inputs[0], inputs[1], inputs[2:]
+        _float_check(_nb, inputs)
+        k = int(attrs["n_axes"])
+        if not 1 <= k <= len(x.shape):
+            raise ShapeError(f"n_axes={k} for a tensor of rank {len(x.shape)}", where=f"op '{_nb}'")
+        if tuple(g.shape) != tuple(x.shape) or g.dtype != x.dtype:
+            raise ShapeError(f"the gradient must have x's shape and dtype: {_fmt(inputs)}", where=f"op '{_nb}'")
+        if len(rest) != int(bool(attrs.get("has_w"))):
+            raise GraphError(f"{len(inputs)} inputs for has_w={attrs.get('has_w')}", where=f"op '{_nb}'")
+        for r in rest:
+            if tuple(r.shape) != tuple(x.shape[len(x.shape) - k:]) or r.dtype != x.dtype:
+                raise ShapeError(f"the weight must have the normalized shape and dtype: {_fmt(inputs)}",
+                                 where=f"op '{_nb}'")
+        if rest:
+            return (tuple(x.shape), tuple(x.shape)), (x.dtype, x.dtype)
+        return tuple(x.shape), x.dtype
+    register(_nb)(_inf_norm_bwd)
+
+
 @register("attention_bwd")
 def _inf_attention_bwd(inputs, attrs):
     """inputs q, k, v, out, lse, dout[, mask] -> (dq, dk, dv)."""

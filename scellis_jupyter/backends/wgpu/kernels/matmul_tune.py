@@ -48,10 +48,10 @@ VARIANTS = {
     "mid_pf": (64, 64, 4, 4, 16, ("pf", "pad", "fma")),
     "huge_pf": (128, 256, 8, 16, 8, ("pf", "pad", "fma")),   # 8x16 per thread, 32 vec4 accumulators
     # "db": two workgroup-memory buffers, one barrier a k-tile instead of two (matmul.wgsl loop_db); needs
-    # twice the workgroup memory (up to 25 KiB: over WebGPU's default 16 KiB, within llvmpipe's and the H200's)
-    "big_db": (128, 128, 8, 8, 8, ("pf", "pad", "db")),    # big_p's products in big_p's order: the same bits
-    "tall_db": (128, 64, 8, 4, 16, ("pf", "pad", "fma", "db")),
-    "huge_db": (128, 256, 8, 16, 8, ("pf", "pad", "fma", "db")),
+    # twice the workgroup memory (16.3 KiB: over WebGPU's default 16 KiB, within llvmpipe's and the H200's).
+    # big_p's products in big_p's order: the same bits. (tall and huge double-buffered ran no faster than
+    # tall_pf / huge_pf on the H200, 2026-12-04, and were dropped.)
+    "big_db": (128, 128, 8, 8, 8, ("pf", "pad", "db")),
 }
 def smem_bytes(variant: str, packed: bool = False) -> int:
     """Workgroup-memory bytes of a tile variant at most (its padded A and B tiles, times two when

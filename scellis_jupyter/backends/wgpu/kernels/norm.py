@@ -1,5 +1,6 @@
 """layer_norm / rms_norm over trailing dims (kernels/norm.wgsl): one kernel, one read of a row (REG: up
-to KREG_MAX chunks an invocation kept in registers), else two.
+to KREG_MAX chunks an invocation kept in registers), else two. Their backward (layer_norm_bwd /
+rms_norm_bwd: dx, and g * xhat with a weight) is one kernel too (kernels/norm_bwd.wgsl), same layouts.
 
 Rows are contiguous (the normalized dims are trailing). Layout, picked per box when the pipeline is
 built: a workgroup per long row, a subgroup per short one (8 rows a workgroup); subgroup sums when the
@@ -13,7 +14,9 @@ from __future__ import annotations
 import math
 import struct
 
+from .... import dtypes as dt
 from ....errors import KernelError
+from ....program.schedule import multi_offset
 from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
 from .softmax import row_reg
@@ -81,4 +84,56 @@ def _norm(be, v, ins, out):
         key = f"norm:{d}:{wg}:k{min(kreg, KREG_MAX)}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))
         wb = [offs[2] // q if has_w else 0, offs[2 + has_w] // q if has_b else 0]
         words = [sizes[0], n // q, xo // q, oo // q] + wb + [eps_bits, 0]
+        be.launch(key, src, wins, pack_words(words, 8), (sizes[0] + rpw - 1) // rpw)
+
+
+@launcher("layer_norm_bwd", "rms_norm_bwd")
+def _norm_bwd(be, v, ins, out):
+    """dx (and g * xhat with a weight) of a layer_norm / rms_norm, a row at a time (kernels/norm_bwd.wgsl),
+    with norm's layouts: split over rows until every binding fits; one row over the limit is refused."""
+    x, g = ins[0], ins[1]
+    a = v.attrs
+    k = int(a["n_axes"])
+    shape = tuple(x.shape)
+    n = math.prod(shape[len(shape) - k:])
+    rows = math.prod(shape[:len(shape) - k])
+    if n == 0 or rows == 0:
+        return
+    has_w = bool(a.get("has_w"))
+    d = x.dtype
+    isz = 2 if d == "f16" else 4
+    if has_w:
+        dx = out.sub(0, shape, d, dt.nbytes(shape, d))
+        gxh = out.sub(multi_offset(v.shape, v.dtype, 1), shape, d, dt.nbytes(shape, d))
+        row_ops = [dx, x, g, gxh]
+    else:
+        dx = out
+        row_ops = [dx, x, g]
+    st_rows = (n, 1)
+    ops = [(0, st_rows, isz)] * len(row_ops) + ([(0, (0, 1), isz)] if has_w else [])
+    try:
+        boxes = list(split_boxes((rows, n), ops, be.binding_limit, be.offset_align,
+                                 lambda sizes: 0 if sizes[0] > 1 else None))
+    except KernelError:
+        raise KernelError(f"one {v.op} row of {n} elements exceeds the binding limit {be.binding_limit}",
+                          where=f"op '{v.op}'", hint="raise SCELLIS_MAX_BINDING_BYTES or reshape") from None
+    sg = bool(getattr(be, "subgroups", False))
+    eps_bits = struct.unpack("<I", struct.pack("<f", float(a["eps"])))[0]
+    for starts, sizes in boxes:
+        lo, hi = footprint(starts, sizes, st_rows)
+        rw = [window(s, 0, lo, hi, isz, be.offset_align) for s in row_ops]
+        ww = [window(ins[2], 0, 0, n - 1, isz, be.offset_align)] if has_w else []
+        offs = [o for _, o in rw + ww]
+        vec = n % 4 == 0 and all(o % 4 == 0 for o in offs)
+        q = 4 if vec else 1
+        short = n // q <= SHORT_ROW
+        rpw = RPW_SHORT if short else 1
+        wg = WG if short else row_threads(n // q)
+        flags = {"RMS": v.op == "rms_norm_bwd", "W": has_w, "SG": sg, "WGROW": not short, "VEC": vec}
+        src = render("norm_bwd", flags=flags, ENABLE=enable_f16(d), T=WGSL_TYPE[d], WG=wg, RPW=rpw)
+        key = f"norm_bwd:{d}:{wg}:" + ":".join(f"{f}={flags[f]}" for f in sorted(flags))
+        (wdx, odx), (wx, ox), (wgr, og) = rw[:3]
+        wins = [wdx, wx, wgr] + ([ww[0][0], rw[3][0]] if has_w else [])
+        words = [sizes[0], n // q, ox // q, og // q, odx // q, ww[0][1] // q if has_w else 0,
+                 rw[3][1] // q if has_w else 0, eps_bits]
         be.launch(key, src, wins, pack_words(words, 8), (sizes[0] + rpw - 1) // rpw)
