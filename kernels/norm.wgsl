@@ -42,36 +42,8 @@ const CN: f32 = 1.0;
 fn hsum(v: f32) -> f32 { return v; }
 #endif
 
-var<workgroup> sh: array<f32, {{WG}}>;
-
-// the sum of v over the invocations of one row, the same value in each (fixed order)
-#if SG
-#if WGROW
-fn rowsum(v: f32, lid: u32, lane: u32, sg: u32, nsg: u32) -> f32 {
-  let s = subgroupAdd(v);
-  if (lane == 0u) { sh[sg] = s; }
-  workgroupBarrier();
-  var t = sh[0];
-  for (var j = 1u; j < nsg; j = j + 1u) { t = t + sh[j]; }
-  workgroupBarrier();
-  return t;
-}
-#else
-fn rowsum(v: f32, lid: u32, lane: u32, sg: u32, nsg: u32) -> f32 { return subgroupAdd(v); }
-#endif
-#else
-fn rowsum(v: f32, lid: u32, k: u32, lanes: u32, unused: u32) -> f32 {
-  sh[lid] = v;
-  workgroupBarrier();
-  for (var h = lanes / 2u; h > 0u; h = h / 2u) {
-    if (k < h) { sh[lid] = sh[lid] + sh[lid + h]; }
-    workgroupBarrier();
-  }
-  let t = sh[lid - k];
-  workgroupBarrier();
-  return t;
-}
-#endif
+alias RT = f32;                      // what rowsum sums
+#include norm:rowsum
 
 #if RMS
 // (sum of x^2 over this invocation's chunks k, k + lanes, ..; four loads in flight)
@@ -285,5 +257,40 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
   if (live) { st = stats_c(P(2u) + row * n, k, lanes, n); }
   let sc = finish(st, lid.x, k, lanes, 0u);
   if (live) { write_c(row, k, lanes, sc); }
+}
+#endif
+
+//=== rowsum
+// the sum of v over the invocations of one row, the same value in each (fixed order), in the type RT the
+// including file aliases (f32 here; vec4<f32> in norm_bwd.wgsl, four sums at once): with SG and a
+// workgroup a row, subgroupAdd then the subgroups' sums in order through workgroup memory; with SG and a
+// subgroup a row, subgroupAdd; without SG a fixed tree over the row's LANES invocations
+var<workgroup> sh: array<RT, {{WG}}>;
+
+#if SG
+#if WGROW
+fn rowsum(v: RT, lid: u32, lane: u32, sg: u32, nsg: u32) -> RT {
+  let s = subgroupAdd(v);
+  if (lane == 0u) { sh[sg] = s; }
+  workgroupBarrier();
+  var t = sh[0];
+  for (var j = 1u; j < nsg; j = j + 1u) { t = t + sh[j]; }
+  workgroupBarrier();
+  return t;
+}
+#else
+fn rowsum(v: RT, lid: u32, lane: u32, sg: u32, nsg: u32) -> RT { return subgroupAdd(v); }
+#endif
+#else
+fn rowsum(v: RT, lid: u32, k: u32, lanes: u32, unused: u32) -> RT {
+  sh[lid] = v;
+  workgroupBarrier();
+  for (var h = lanes / 2u; h > 0u; h = h / 2u) {
+    if (k < h) { sh[lid] = sh[lid] + sh[lid + h]; }
+    workgroupBarrier();
+  }
+  let t = sh[lid - k];
+  workgroupBarrier();
+  return t;
 }
 #endif

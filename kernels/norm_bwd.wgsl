@@ -36,36 +36,8 @@ struct Params { q: array<vec4<u32>, 2> }
 
 fn P(i: u32) -> u32 { return p.q[i / 4u][i % 4u]; }
 
-var<workgroup> sh: array<vec4<f32>, {{WG}}>;
-
-// four sums over the invocations of one row, the same values in each (fixed order)
-#if SG
-#if WGROW
-fn rowsum(v: vec4<f32>, lid: u32, lane: u32, sg: u32, nsg: u32) -> vec4<f32> {
-  let s = subgroupAdd(v);
-  if (lane == 0u) { sh[sg] = s; }
-  workgroupBarrier();
-  var t = sh[0];
-  for (var j = 1u; j < nsg; j = j + 1u) { t = t + sh[j]; }
-  workgroupBarrier();
-  return t;
-}
-#else
-fn rowsum(v: vec4<f32>, lid: u32, lane: u32, sg: u32, nsg: u32) -> vec4<f32> { return subgroupAdd(v); }
-#endif
-#else
-fn rowsum(v: vec4<f32>, lid: u32, k: u32, lanes: u32, unused: u32) -> vec4<f32> {
-  sh[lid] = v;
-  workgroupBarrier();
-  for (var h = lanes / 2u; h > 0u; h = h / 2u) {
-    if (k < h) { sh[lid] = sh[lid] + sh[lid + h]; }
-    workgroupBarrier();
-  }
-  let t = sh[lid - k];
-  workgroupBarrier();
-  return t;
-}
-#endif
+alias RT = vec4<f32>;                // rowsum (norm.wgsl) takes four sums at once
+#include norm:rowsum
 
 // gh = g * w at chunk c of the row starting at chunk rb (of x and g)
 fn gh_at(gb: u32, c: u32) -> CT {

@@ -103,3 +103,22 @@ def test_second_derivatives_match_torch(op):
     (dxt,) = torch.autograd.grad(yt, [X], torch.tensor(gy), create_graph=True)
     want = torch.autograd.grad((dxt * torch.tensor(c)).sum(), [X, Wt])
     _check(got, [t.numpy() for t in want], 1e-10)
+
+
+@needs_wgpu
+def test_rows_split_under_a_lowered_binding_limit_give_the_same_bits(monkeypatch):
+    """Boxes of rows, each binding within the limit, compute each row as the unsplit kernel does (dx the
+    same bits; the weight and bias gradients sum over rows, and the split column sums add their pieces in
+    another order: within f32 rounding); a single row over the limit is refused by name."""
+    x, w, b, gy = _sample((64, 256))
+    whole = _ours(WG, "layer_norm", "wb", x, w, b, gy)
+    monkeypatch.setattr(WG.impl, "binding_limit", 16384)      # 16 rows of 1 KiB a box
+    for reset in (WG.impl._records, WG.impl._prog_params):
+        reset.clear()
+    WG.impl._pipelines.clear()
+    split = _ours(WG, "layer_norm", "wb", x, w, b, gy)
+    assert np.array_equal(whole[0], split[0])
+    _check(split[1:], whole[1:], 1e-6)
+    x, w, b, gy = _sample((4, 8192))                             # one row: 32 KiB
+    with pytest.raises(sc.ScellisError, match="layer_norm.*row of 8192 elements exceeds the binding limit"):
+        _ours(WG, "layer_norm", "wb", x, w, b, gy)

@@ -37,6 +37,18 @@ def reg_chunks(chunks: int, wg: int, short: bool, subgroups: bool) -> int:
     return (chunks + lanes - 1) // lanes
 
 
+def _row_boxes(be, op: str, rows: int, n: int, n_rows: int, n_vectors: int, isz: int) -> list:
+    """(starts, sizes) boxes over [rows, n] so that `n_rows` row-shaped operands and `n_vectors` operands of
+    one row's length fit the binding limit, split over rows only; one row that does not fit is refused."""
+    ops = [(0, (n, 1), isz)] * n_rows + [(0, (0, 1), isz)] * n_vectors
+    try:
+        return list(split_boxes((rows, n), ops, be.binding_limit, be.offset_align,
+                                lambda sizes: 0 if sizes[0] > 1 else None))
+    except KernelError:
+        raise KernelError(f"one {op} row of {n} elements exceeds the binding limit {be.binding_limit}",
+                          where=f"op '{op}'", hint="raise SCELLIS_MAX_BINDING_BYTES or reshape") from None
+
+
 @launcher("layer_norm", "rms_norm")
 def _norm(be, v, ins, out):
     x = ins[0]
@@ -52,13 +64,7 @@ def _norm(be, v, ins, out):
     has_w, has_b = bool(a.get("has_w")), bool(a.get("has_b"))
     affine = list(ins[1:])
     st_rows = (n, 1)
-    ops = [(0, st_rows, isz), (0, st_rows, isz)] + [(0, (0, 1), isz)] * len(affine)
-    try:
-        boxes = list(split_boxes((rows, n), ops, be.binding_limit, be.offset_align,
-                                 lambda sizes: 0 if sizes[0] > 1 else None))
-    except KernelError:
-        raise KernelError(f"one {v.op} row of {n} elements exceeds the binding limit {be.binding_limit}",
-                          where=f"op '{v.op}'", hint="raise SCELLIS_MAX_BINDING_BYTES or reshape") from None
+    boxes = _row_boxes(be, v.op, rows, n, 2, len(affine), isz)
     sg = bool(getattr(be, "subgroups", False))
     eps_bits = struct.unpack("<I", struct.pack("<f", float(a["eps"])))[0]
     t = WGSL_TYPE[d]
@@ -110,13 +116,7 @@ def _norm_bwd(be, v, ins, out):
         dx = out
         row_ops = [dx, x, g]
     st_rows = (n, 1)
-    ops = [(0, st_rows, isz)] * len(row_ops) + ([(0, (0, 1), isz)] if has_w else [])
-    try:
-        boxes = list(split_boxes((rows, n), ops, be.binding_limit, be.offset_align,
-                                 lambda sizes: 0 if sizes[0] > 1 else None))
-    except KernelError:
-        raise KernelError(f"one {v.op} row of {n} elements exceeds the binding limit {be.binding_limit}",
-                          where=f"op '{v.op}'", hint="raise SCELLIS_MAX_BINDING_BYTES or reshape") from None
+    boxes = _row_boxes(be, v.op, rows, n, len(row_ops), int(has_w), isz)
     sg = bool(getattr(be, "subgroups", False))
     eps_bits = struct.unpack("<I", struct.pack("<f", float(a["eps"])))[0]
     for starts, sizes in boxes:
