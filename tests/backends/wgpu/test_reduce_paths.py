@@ -10,6 +10,7 @@ inputs sum in f32 and round once: rtol 1e-3; integer sums and every max are exac
 import numpy as np
 import pytest
 
+from scellis_jupyter.errors import ScellisError
 from scellis_jupyter.graph import functional as F
 
 from fixtures.devices import WG, needs_wgpu
@@ -74,5 +75,5 @@ def test_rows_up_to_subrow_max_take_a_subgroup_each(monkeypatch):
     monkeypatch.setenv("SCELLIS_SUBROW_MAX", "256")
     assert not any("SUBROW=True" in k for k in _subrow_keys(a))
     monkeypatch.setenv("SCELLIS_SUBROW_MAX", "lots")
-    with pytest.raises(sc.ScellisError, match="SCELLIS_SUBROW_MAX"):
+    with pytest.raises(ScellisError, match="SCELLIS_SUBROW_MAX"):
         RD.subrow_max()
