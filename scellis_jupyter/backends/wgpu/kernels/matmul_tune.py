@@ -53,6 +53,8 @@ VARIANTS = {
     # tall_pf / huge_pf on the H200, 2026-12-04, and were dropped.)
     "big_db": (128, 128, 8, 8, 8, ("pf", "pad", "db")),
 }
+
+
 def smem_bytes(variant: str, packed: bool = False) -> int:
     """Workgroup-memory bytes of a tile variant at most (its padded A and B tiles, times two when
     double-buffered): what the adapter's max-compute-workgroup-storage-size must allow."""
@@ -66,8 +68,8 @@ SPLITS = (1, 2, 4, 8, 16, 32)
 # LONG_K, split K until about FILL_WORKGROUPS workgroups run (a 132-SM GPU otherwise idles), each split
 # keeping at least MIN_SPLIT_K of K
 # (512: four workgroups an SM. On the H200, 2026-12-04, the GPT step's weight gradients of K = 16384 ran at
-# 27-28 TFLOP/s split 16 ways (big_p / tall_pf tiles) against 12-18 split 4 ways, and the step went from 72.7
-# to 63.6 ms.) A matrix of at least BIG_SPLIT_TILES 128x128 tiles takes the big tile when it splits: 384 x
+# 26.7-27.9 TFLOP/s split 16 ways (big_p / tall_pf tiles) against 12-18 split 4 ways, and the step went from
+# 72.7 to 63.6 ms.) A matrix of at least BIG_SPLIT_TILES 128x128 tiles takes the big tile when it splits: 384 x
 # 1152 ran at 26.2 as big_p split 8 ways against 14.9 as 108 unsplit 64x64 tiles.
 FEW_TILES, LONG_K, FILL_WORKGROUPS, MIN_SPLIT_K, BIG_SPLIT_TILES = 64, 2048, 512, 1024, 16
 
@@ -85,6 +87,8 @@ def fill_workgroups() -> int:
     if n < 1:
         raise KernelError(f"SCELLIS_KSPLIT_FILL={v!r} is not a positive number of workgroups", where="environment")
     return n
+
+
 DEFAULT_BINDING = 1 << 27
 
 
@@ -99,7 +103,7 @@ def default_config(m: int, n: int, batch: int, k: int = 0, dtype: str = "f32", w
     K-split for a whole f32 matrix of few output tiles and long K (a fixed rule of the shape alone:
     M = N = 384, K = 16384 gives 36 64x64 tiles, split 16 ways). k = 0: tile only. The big tile is
     big_db (double-buffered, the same bits as big_p) where the adapter's workgroup memory `smem` holds it:
-    on the H200 (2026-12-04) it ran the GPT step's matmuls at 29.8-31.4 TFLOP/s against big_p's 29.1-29.9."""
+    on the H200 (2026-12-04) it ran the GPT step's matmuls at 27.8-31.4 TFLOP/s against big_p's 27.2-29.9."""
     big_tiles = math.ceil(m / 128) * math.ceil(n / 128) * batch
     splittable = k >= LONG_K and whole and dtype == "f32" and batch == 1
     if m >= 128 and n >= 128 and (big_tiles >= 32 or (splittable and big_tiles >= BIG_SPLIT_TILES)):

@@ -252,7 +252,7 @@ def _dispatch(be, op, od, xd, ct, comb, init, words, wins, n_o, R, sg, pieces) -
 
 
 # with subgroups, reduced boxes up to this long get a subgroup an output (1024: on the H200, 2026-12-04,
-# sum(-1) of 8192x1024 ran at 3504 GB/s so against 1942 as a 256-thread workgroup a row; torch 2631-3480)
+# sum(-1) of 8192x1024 ran at 3504 GB/s against 1942 as a 256-thread workgroup a row; torch 2631-3480)
 SUBROW_MAX = 1024
 SUBROW_RPW = 8
 
