@@ -37,6 +37,13 @@ def reg_chunks(chunks: int, wg: int, short: bool, subgroups: bool) -> int:
     return (chunks + lanes - 1) // lanes
 
 
+def _row_shape(x, attrs) -> tuple[int, int]:
+    """(row length, rows) of a norm's input: the trailing attrs['n_axes'] dims are a row."""
+    shape = tuple(x.shape)
+    k = int(attrs["n_axes"])
+    return math.prod(shape[len(shape) - k:]), math.prod(shape[:len(shape) - k])
+
+
 def _row_boxes(be, op: str, rows: int, n: int, n_rows: int, n_vectors: int, isz: int) -> list:
     """(starts, sizes) boxes over [rows, n] so that `n_rows` row-shaped operands and `n_vectors` operands of
     one row's length fit the binding limit, split over rows only; one row that does not fit is refused."""
@@ -53,10 +60,7 @@ def _row_boxes(be, op: str, rows: int, n: int, n_rows: int, n_vectors: int, isz:
 def _norm(be, v, ins, out):
     x = ins[0]
     a = v.attrs
-    k = int(a["n_axes"])
-    shape = tuple(x.shape)
-    n = math.prod(shape[len(shape) - k:])
-    rows = math.prod(shape[:len(shape) - k])
+    n, rows = _row_shape(x, a)
     if n == 0 or rows == 0:
         return
     d = v.dtype
@@ -99,10 +103,8 @@ def _norm_bwd(be, v, ins, out):
     with norm's layouts: split over rows until every binding fits; one row over the limit is refused."""
     x, g = ins[0], ins[1]
     a = v.attrs
-    k = int(a["n_axes"])
     shape = tuple(x.shape)
-    n = math.prod(shape[len(shape) - k:])
-    rows = math.prod(shape[:len(shape) - k])
+    n, rows = _row_shape(x, a)
     if n == 0 or rows == 0:
         return
     has_w = bool(a.get("has_w"))
