@@ -97,7 +97,16 @@ def _drive(page, url, path, artifacts, errors, run_cell):
     # the stop button: the run is interrupted and the curve stops growing
     train_cell.locator("[data-action=stop]").click()
     _wait(lambda: _attr(page, panel, "state") == "interrupted", 60, what="the run to be interrupted")
-    stopped = int(page.locator(pts_sel).first.get_attribute("data-points"))
+    # the last point can still be on its way when the state says interrupted (a CI run saw 239, then 240):
+    # wait until two reads half a second apart agree, then the curve must not grow for another second
+    seen = [int(page.locator(pts_sel).first.get_attribute("data-points"))]
+
+    def settled() -> bool:
+        time.sleep(0.5)
+        seen.append(int(page.locator(pts_sel).first.get_attribute("data-points")))
+        return seen[-1] == seen[-2]
+    _wait(settled, 10, what="the curve to stop growing after the stop")
+    stopped = seen[-1]
     time.sleep(1.0)
     assert int(page.locator(pts_sel).first.get_attribute("data-points")) == stopped
     _shot(train_cell, artifacts, "interrupted")
