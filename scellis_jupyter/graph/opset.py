@@ -341,23 +341,33 @@ for _s in ("softmax", "log_softmax"):
     register(_s)(_inf_sm)
 
 
+def _norm_axes(op: str, x, attrs) -> int:
+    """attrs['n_axes']: how many trailing dims of x are a row (a norm's and its backward's check)."""
+    k = int(attrs["n_axes"])
+    if not 1 <= k <= len(x.shape):
+        raise ShapeError(f"n_axes={k} for a tensor of rank {len(x.shape)}", where=f"op '{op}'")
+    return k
+
+
+def _norm_affine(op: str, x, affine, k: int, what: str, inputs) -> None:
+    """Each affine operand (`what`: its name in the message) has a row's shape and x's dtype."""
+    for r in affine:
+        if tuple(r.shape) != tuple(x.shape[len(x.shape) - k:]) or r.dtype != x.dtype:
+            raise ShapeError(f"{what} must have the normalized shape and dtype: {_fmt(inputs)}", where=f"op '{op}'")
+
+
 for _nm in ("layer_norm", "rms_norm"):
     def _inf_norm(inputs, attrs, _nm=_nm):
         """x [..., *normalized] (+ weight, + bias of the normalized shape): normalized over the trailing
         attrs['n_axes'] dims, one kernel a row on a GPU (the composite in functional.py is the meaning)."""
         x, rest = inputs[0], inputs[1:]
         _float_check(_nm, inputs)
-        k = int(attrs["n_axes"])
-        if not 1 <= k <= len(x.shape):
-            raise ShapeError(f"n_axes={k} for a tensor of rank {len(x.shape)}", where=f"op '{_nm}'")
+        k = _norm_axes(_nm, x, attrs)
         want = 1 + bool(attrs.get("has_w")) + bool(attrs.get("has_b"))
         if len(inputs) != want or (_nm == "rms_norm" and attrs.get("has_b")):
             raise GraphError(f"{len(inputs)} inputs for flags has_w={attrs.get('has_w')}, "
                              f"has_b={attrs.get('has_b')}", where=f"op '{_nm}'")
-        for r in rest:
-            if tuple(r.shape) != tuple(x.shape[len(x.shape) - k:]) or r.dtype != x.dtype:
-                raise ShapeError(f"weight/bias must have the normalized shape and dtype: {_fmt(inputs)}",
-                                 where=f"op '{_nm}'")
+        _norm_affine(_nm, x, rest, k, "weight/bias", inputs)
         return tuple(x.shape), x.dtype
     register(_nm)(_inf_norm)
 
@@ -420,17 +430,12 @@ for _nb in ("layer_norm_bwd", "rms_norm_bwd"):
         the composite backward's dozen dispatches; the composite (autodiff._norm_composite_bwd) is the meaning."""
         x, g, rest = inputs[0], inputs[1], inputs[2:]
         _float_check(_nb, inputs)
-        k = int(attrs["n_axes"])
-        if not 1 <= k <= len(x.shape):
-            raise ShapeError(f"n_axes={k} for a tensor of rank {len(x.shape)}", where=f"op '{_nb}'")
+        k = _norm_axes(_nb, x, attrs)
         if tuple(g.shape) != tuple(x.shape) or g.dtype != x.dtype:
             raise ShapeError(f"the gradient must have x's shape and dtype: {_fmt(inputs)}", where=f"op '{_nb}'")
         if len(rest) != int(bool(attrs.get("has_w"))):
             raise GraphError(f"{len(inputs)} inputs for has_w={attrs.get('has_w')}", where=f"op '{_nb}'")
-        for r in rest:
-            if tuple(r.shape) != tuple(x.shape[len(x.shape) - k:]) or r.dtype != x.dtype:
-                raise ShapeError(f"the weight must have the normalized shape and dtype: {_fmt(inputs)}",
-                                 where=f"op '{_nb}'")
+        _norm_affine(_nb, x, rest, k, "the weight", inputs)
         if rest:
             return (tuple(x.shape), tuple(x.shape)), (x.dtype, x.dtype)
         return tuple(x.shape), x.dtype

@@ -121,10 +121,10 @@ def _norm_bwd(be, v, ins, out):
     boxes = _row_boxes(be, v.op, rows, n, len(row_ops), int(has_w), isz)
     sg = bool(getattr(be, "subgroups", False))
     eps_bits = struct.unpack("<I", struct.pack("<f", float(a["eps"])))[0]
+    ww = [window(ins[2], 0, 0, n - 1, isz, be.offset_align)] if has_w else []    # the same for every box
     for starts, sizes in boxes:
         lo, hi = footprint(starts, sizes, st_rows)
         rw = [window(s, 0, lo, hi, isz, be.offset_align) for s in row_ops]
-        ww = [window(ins[2], 0, 0, n - 1, isz, be.offset_align)] if has_w else []
         offs = [o for _, o in rw + ww]
         vec = n % 4 == 0 and all(o % 4 == 0 for o in offs)
         q = 4 if vec else 1
