@@ -37,6 +37,8 @@ from .strided import collapse, contiguous_strides, window
 
 WG_MAX = 65535
 XYZW = "xyzw"
+PAD_LIMIT = 16384   # workgroup bytes a single-buffered tile pads within (WebGPU's default limit); twice that for "db"
+
 
 @functools.lru_cache(maxsize=None)
 def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = None, ta: bool = False,
@@ -127,9 +129,6 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
                   THREADS=threads, TXN=txn, AS_LEN=nbuf * bk * astr, BS_LEN=nbuf * bk * bstr,
                   DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store),
                   EPI_PARAMS=epi_params, EPILOGUE=epi_text)
-
-
-PAD_LIMIT = 16384   # workgroup bytes a single-buffered tile pads within (WebGPU's default limit); twice that for "db"
 
 
 def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:
