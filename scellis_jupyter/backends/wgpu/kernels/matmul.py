@@ -31,13 +31,12 @@ from .... import dtypes as dt
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from ...storage import Storage
-from .matmul_tune import VARIANTS, choose, packed_f16, time_direct
+from .matmul_tune import VARIANTS, choose, packed_f16, tile_strides, time_direct
 from .registry import launcher
 from .strided import collapse, contiguous_strides, window
 
 WG_MAX = 65535
 XYZW = "xyzw"
-PAD_LIMIT = 16384   # workgroup bytes a single-buffered tile pads within (WebGPU's default limit); twice that for "db"
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,7 +49,6 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     the same tiles."""
     tm, tn, rm, rn, bk, flags = VARIANTS[variant]
     prefetch = "pf" in flags
-    nbuf = 2 if "db" in flags else 1          # double-buffered workgroup memory (loop_db)
     if packed and dtype != "f16":
         raise KernelError("packed-f16 matmul needs f16 operands", where="op 'matmul'")
     txn, tym = tn // rn, tm // rm
@@ -62,13 +60,7 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     assert a_slots * threads * 4 == tm * bk and b_slots * threads * 4 == tn * bk
     t = WGSL_TYPE[dtype]
     st = "f16" if packed else "f32"
-    # "pad": each k-row of As one vec4 longer when that fits the 16 KiB default, so the k-major stores
-    # of a warp's threads (TM/4 vec4s apart) fall in different banks
-    vb = 8 if packed else 16
-    lim = PAD_LIMIT * nbuf
-    astr = tm // 4 + (1 if "pad" in flags and nbuf * (bk * (tm // 4 + 1) + bk * tn // 4) * vb <= lim else 0)
-    # transposed B is stored k-major with strided writes too: padded likewise when it still fits
-    bstr = tn // 4 + (1 if tb and "pad" in flags and nbuf * (bk * astr + bk * (tn // 4 + 1)) * vb <= lim else 0)
+    astr, bstr, nbuf = tile_strides(variant, packed, tb)   # padded k-rows; nbuf 2: double-buffered (loop_db)
     ao, bo = bk * astr, bk * bstr             # the second buffer's offsets (vec4s)
     sn_ = functools.partial(snippet, "matmul")
     accs = [(r, h) for r in range(rm) for h in range(gn)]

@@ -55,12 +55,27 @@ VARIANTS = {
 }
 
 
-def smem_bytes(variant: str, packed: bool = False) -> int:
-    """Workgroup-memory bytes of a tile variant at most (its padded A and B tiles, times two when
-    double-buffered): what the adapter's max-compute-workgroup-storage-size must allow."""
+PAD_LIMIT = 16384   # workgroup bytes a single-buffered tile pads within (WebGPU's default limit); twice that for "db"
+
+
+def tile_strides(variant: str, packed: bool = False, tb: bool = False) -> tuple[int, int, int]:
+    """(A row stride, B row stride in vec4s, buffers) of a variant's workgroup tiles: "pad" adds a vec4 to
+    each k-row of As (and of a transposed B's Bs) where that still fits PAD_LIMIT per buffer, so the k-major
+    stores of a warp's threads fall in different banks. matmul.source() lays its tiles out by this."""
     tm, tn, _rm, _rn, bk, flags = VARIANTS[variant]
     nbuf = 2 if "db" in flags else 1
-    return nbuf * bk * (tm // 4 + 1 + tn // 4 + 1) * (8 if packed else 16)
+    vb, lim = (8 if packed else 16), PAD_LIMIT * nbuf
+    astr = tm // 4 + (1 if "pad" in flags and nbuf * (bk * (tm // 4 + 1) + bk * tn // 4) * vb <= lim else 0)
+    bstr = tn // 4 + (1 if tb and "pad" in flags and nbuf * (bk * astr + bk * (tn // 4 + 1)) * vb <= lim else 0)
+    return astr, bstr, nbuf
+
+
+def smem_bytes(variant: str, packed: bool = False) -> int:
+    """Workgroup-memory bytes of a tile variant, the larger of its two layouts (a transposed B may be
+    padded too): what the adapter's max-compute-workgroup-storage-size must allow."""
+    bk = VARIANTS[variant][4]
+    return max(nbuf * bk * (astr + bstr) * (8 if packed else 16)
+               for astr, bstr, nbuf in (tile_strides(variant, packed, tb) for tb in (False, True)))
 
 
 SPLITS = (1, 2, 4, 8, 16, 32)
