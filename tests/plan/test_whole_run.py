@@ -72,8 +72,17 @@ def test_the_step_alone_is_planned_when_asked():
 
 
 @needs_wgpu
-def test_attention_scratch_for_head_dim_1_is_planned_on_wgpu():
+@pytest.mark.parametrize("path", ["flash", "scores"])
+def test_attention_scratch_is_planned_on_wgpu(path, monkeypatch):
+    """Each attention path's launcher scratch is in the plan, and the measured peak is the planned one:
+    flash with head dim 1 keeps (lse, delta) apart; the score path holds the scores and their gradient."""
+    monkeypatch.setenv("SCELLIS_ATTENTION_PATH", path)
+    WG.impl.forget_programs()
     p = sc.plan(sc.Spec.from_text(TINY_HEADS), device=WG)
-    assert p.extras["scratch attention-stats"] == 2048   # (lse, delta) f32 pairs for 4 x 4 heads x 16 rows
+    if path == "flash":
+        assert p.extras["scratch attention-stats"] == 2048   # (lse, delta) f32 pairs for 4 x 4 heads x 16 rows
+    else:                                                    # 4 x 4 heads of 16 x 16 f32 scores, twice
+        assert p.extras["scratch attention-scores"] == p.extras["scratch attention-dscores"] == 16384
     m = measure_step(p, WG)
+    WG.impl.forget_programs()
     assert m["measured_peak_bytes"] == m["device_buffer_peak_bytes"] == p.peak_bytes, m

@@ -171,11 +171,19 @@ class WgpuBackend:
     def use_subgroups(self, on: bool) -> None:
         """Switch the kernels' subgroup paths on (only where the device has the feature) or off, and forget
         recorded programs so that none replays a pipeline built for the other path (tests run both)."""
-        self.flush()
         self.subgroups = bool(on) and "subgroup" in self.features
+        self.forget_programs()
+
+    def forget_programs(self) -> None:
+        """Drop every recorded program and its cached dispatch parameters, so the next run of each goes
+        through its launchers again: for a switch that changes which kernels a launcher picks (the
+        subgroup paths, SCELLIS_ATTENTION_PATH and other benchmarking switches) within one process; the
+        plans' dry runs are forgotten with them."""
+        self.flush()
         self._records.clear()
         self._prog_params.clear()
         self._quick.clear()
+        self._dry.clear()
 
     # ---- memory -------------------------------------------------------------------------------------
     def _track(self, n: int) -> None:

@@ -1,4 +1,5 @@
-"""Flash attention on wgpu (forward and backward) vs the reference path; long sequences past the binding limit."""
+"""Attention on wgpu (forward and backward) vs the reference path, on both the flash path and the
+materialized-score path (`path` fixture); long sequences past the binding limit."""
 import os
 import subprocess
 import sys
@@ -55,8 +56,18 @@ CASES = {  # batch, lq, lk, d, dv, causal, mask shape
 }
 
 
+@pytest.fixture(params=["flash", "scores"])
+def attn_path(request, monkeypatch):
+    """Each test on the flash kernels and again on the materialized-score path (programs recorded on the
+    other path are forgotten before and after)."""
+    monkeypatch.setenv("SCELLIS_ATTENTION_PATH", request.param)
+    WG.impl.forget_programs()
+    yield request.param
+    WG.impl.forget_programs()
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_forward_backward_match_reference(name):
+def test_forward_backward_match_reference(name, attn_path):
     batch, lq, lk, d, dv, causal, ms = CASES[name]
     q, k, v, g, mask = _case(len(name), batch, lq, lk, d, dv, ms)
     a = _run(WG, q, k, v, g, causal, mask)
@@ -67,7 +78,7 @@ def test_forward_backward_match_reference(name):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=2e-5, err_msg=what)
 
 
-def test_fully_masked_rows_are_zero():
+def test_fully_masked_rows_are_zero(attn_path):
     q, k, v, g, _ = _case(3, (2,), 6, 4, 8, 8)
     mask = np.ones((6, 4), bool)
     mask[2] = False
@@ -96,7 +107,7 @@ def test_f16(causal):
         np.testing.assert_allclose(x.astype(np.float32), y.astype(np.float32), rtol=2e-2, atol=4e-3, err_msg=what)
 
 
-def test_backward_is_deterministic():
+def test_backward_is_deterministic(attn_path):
     q, k, v, g, mask = _case(5, (2,), 45, 50, 8, 8, (45, 50))
     a = _run(WG, q, k, v, g, True, mask)
     b = _run(WG, q, k, v, g, True, mask)

@@ -5,37 +5,27 @@ f16 storage, determinism. Each case also checks that the flash kernels (not the 
 
 Tolerances: f32 rtol 2e-4 / atol 2e-5 (f32 accumulation over at most a few hundred terms of O(1)
 values); f16 storage rtol 3e-2 / atol 8e-3 against the reference on the same f16-rounded inputs (one
-f16 rounding of out, p-weighted sums, and of each gradient).
+f16 rounding of out, p-weighted sums, and of each gradient). Every test forces the flash path
+(SCELLIS_ATTENTION_PATH=flash): short f32 sequences would otherwise take the materialized-score path.
 """
 import numpy as np
 import pytest
 
 import scellis_jupyter as sc
 from scellis_jupyter import ops
+from fixtures.attention import dense
 
 WG = sc.device("wgpu")
 
 
-def dense(q, k, v, g, causal, mask, scale):
-    """softmax(q k^T scale | allowed) v and its gradients for upstream g, in float64, one dense matrix."""
-    q, k, v, g = (np.asarray(a, np.float64) for a in (q, k, v, g))
-    lq, lk = q.shape[-2], k.shape[-2]
-    s = q @ np.swapaxes(k, -1, -2) * scale
-    allow = np.ones(s.shape, bool)
-    if causal:
-        allow &= np.tril(np.ones((lq, lk), bool), k=lk - lq)
-    if mask is not None:
-        allow &= np.broadcast_to(mask, s.shape)
-    s = np.where(allow, s, -np.inf)
-    mx = np.max(s, axis=-1, keepdims=True)
-    mx = np.where(np.isfinite(mx), mx, 0.0)
-    e = np.where(allow, np.exp(s - mx), 0.0)
-    den = e.sum(-1, keepdims=True)
-    p = np.where(den > 0, e / np.where(den > 0, den, 1.0), 0.0)
-    o = p @ v
-    dp = g @ np.swapaxes(v, -1, -2)
-    ds = p * (dp - np.sum(g * o, -1, keepdims=True))
-    return o, ds @ k * scale, np.swapaxes(ds, -1, -2) @ q * scale, np.swapaxes(p, -1, -2) @ g
+@pytest.fixture(autouse=True, scope="module")
+def _flash_path():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SCELLIS_ATTENTION_PATH", "flash")
+    WG.impl.forget_programs()
+    yield
+    mp.undo()
+    WG.impl.forget_programs()
 
 
 def _run(q, k, v, g, causal, mask, dtype):

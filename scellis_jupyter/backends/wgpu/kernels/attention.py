@@ -1,4 +1,8 @@
-"""Flash attention on wgpu: forward (out, lse) and backward (dq, dk, dv) without any Lq x Lk buffer.
+"""Attention on wgpu: forward (out, lse) and backward (dq, dk, dv); flash kernels without any Lq x Lk buffer.
+
+Short f32 sequences without dropout take the materialized-score path of attention_scores.py instead
+(batched matmuls and row kernels over chunks of heads), which is faster there; everything below is
+the flash path.
 
 Why this shape: the score matrix is what makes naive attention run out of memory and out of binding
 size on long sequences, so every kernel recomputes scores blockwise from q, k (and lse in the
@@ -31,6 +35,7 @@ from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
 from .strided import broadcast_strides, collapse, contiguous_strides, window
 from .elementwise import fill
+from .attention_scores import heads_per_chunk, scores_bwd, scores_fwd
 
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
 MAX_HEAD = 256     # head sizes above this would need too much private memory per thread
@@ -227,8 +232,12 @@ def _attention(be, v, ins, out):
     if bh == 0 or lq == 0:
         return
     isz = dt.ITEMSIZE[t]
-    cfg = _flash_cfg(be, "fwd", d, dv)
     scale = float(v.attrs["scale"])
+    nb = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask)
+    if nb is not None:
+        scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), nb)
+        return
+    cfg = _flash_cfg(be, "fwd", d, dv)
     drop, dtail = _dropout(be, v, cfg is not None, 5 + (mask is not None) + (sbase is not None))
     if cfg is not None:
         ty, ck = cfg
@@ -305,6 +314,11 @@ def _attention_bwd(be, v, ins, out):
             fill(be, dk, 0)
             fill(be, dvv, 0)
         return
+    scale = float(v.attrs["scale"])
+    nb = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask) if dout.dtype == t else None
+    if nb is not None:
+        scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), nb)
+        return
     stats = _stats_storage(be, dq, bh * lq)
     bk_dq = _blk(be, d + dv)
     bk_kv = _blk(be, d + dv + 2)
@@ -315,7 +329,6 @@ def _attention_bwd(be, v, ins, out):
         raise KernelError(f"attention gradient dtype {dout.dtype} differs from q's {t}", where="op 'attention_bwd'")
     has = mask is not None
     kst, sst = _render("attention_bwd", "stats", has, dict(base, BK=1))
-    scale = float(v.attrs["scale"])
     cdq, ckv = _flash_cfg(be, "dq", d, dv), _flash_cfg(be, "dkdv", d, dv)
     drop, dtail = _dropout(be, v, cdq is not None and ckv is not None, 7 + has + (sbase is not None))
     if cdq is not None and ckv is not None:

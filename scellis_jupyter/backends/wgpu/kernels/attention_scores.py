@@ -1,0 +1,140 @@
+"""Attention through materialized scores, for short sequences: batched matmuls and row kernels.
+
+Why: at short lengths (the GPT's L = 256) the flash kernels spend their time on per-block overheads
+(staging, the running-max bookkeeping) rather than arithmetic, while the products of the textbook
+formulation are ordinary batched matmuls that run at the matmul's rate. So, over chunks of whole
+heads whose Lq x Lk scores fit a scratch buffer (SCORES_BYTES), the forward is S = q k^T, a row
+kernel P = softmax(S * scale) with lse (kernels/attention_scores.wgsl:fwd), out = P v; the backward
+recomputes P from lse (:probs), dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)) scale
+(:dscores), dq = dS k, dk = dS^T q. It takes f32 without dropout; the flash kernels take the rest.
+The scratch is `be.scratch`, so a plan's dry run counts it. SCELLIS_ATTENTION_PATH=flash|scores
+forces a path (benchmarking; `scores` still needs f32 and no dropout).
+"""
+from __future__ import annotations
+
+import os
+import struct
+from types import SimpleNamespace
+
+from ...storage import Storage
+from ..templates import render
+from .matmul import _matmul
+from .strided import window
+
+SCORES_BYTES = 64 << 20   # scratch a score buffer may take (two of them in the backward)
+SCORES_MAX_LK = 1024      # longer key sequences take the flash kernels (set from H200 timings, RESULTS.md)
+NEG_INF = 0xFF800000
+WG = 256                  # threads a workgroup of the row kernels
+
+
+def heads_per_chunk(be, v, t: str, bh: int, lq: int, lk: int, d: int, dv: int, mask) -> int | None:
+    """Heads a chunk of the scores path takes, or None where the flash kernels run instead."""
+    mode = os.environ.get("SCELLIS_ATTENTION_PATH", "auto")
+    if mode == "flash" or t != "f32" or float(v.attrs.get("dropout", 0.0)) or min(bh, lq, lk, d, dv) == 0:
+        return None
+    if mode != "scores" and lk > SCORES_MAX_LK:
+        return None
+    row = lq * max(lk, d, dv) * 4          # the widest per-head binding of the row kernels
+    cap = min(SCORES_BYTES, be.binding_limit - be.offset_align)
+    if row > cap:
+        return None
+    nb = min(bh, cap // row)
+    while mask is not None and nb > 1 and any(
+            (hi - lo + 1) * 4 + be.offset_align > be.binding_limit
+            for lo, hi in (mask.footprint(b, min(b + nb, bh), 0, lq) for b in range(0, bh, nb))):
+        nb = (nb + 1) // 2
+    return nb
+
+
+def _row_layout(n: int) -> tuple[int, int]:
+    """(threads a row, rows a workgroup) for rows of n elements: about 4 elements a thread."""
+    t = 32
+    while t < WG and t * 4 < n:
+        t *= 2
+    return t, WG // t
+
+
+def _kernel(section: str, t: int, rpw: int, causal: bool, masked: bool) -> tuple[str, str]:
+    src = render("attention_scores", section, flags={"MASK": masked},
+                 T=t, RPW=rpw, CAUSAL=str(causal).lower(), MASK_BINDING=3)
+    return f"attention_scores:{section}:T={t}:RPW={rpw}:causal={causal}:mask={masked}", src
+
+
+def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = False) -> None:
+    _matmul(be, SimpleNamespace(dtype="f32", shape=c.shape, attrs={"trans_a": ta, "trans_b": tb}), [a, b], c)
+
+
+def _heads(s: Storage, b0: int, b1: int, rows: int, width: int) -> Storage:
+    """Heads b0..b1 of a contiguous [BH, rows, width] f32 tensor as a [b1 - b0, rows, width] view."""
+    per = rows * width * 4
+    return s.sub(b0 * per, (b1 - b0, rows, width), "f32", (b1 - b0) * per)
+
+
+def _win(s: Storage, b0: int, b1: int, per: int) -> tuple[Storage, int]:
+    """The aligned binding over heads b0..b1 (per elements each) of s, and the element offset in it."""
+    return window(s, 0, b0 * per, b1 * per - 1, 4, s.backend.offset_align)
+
+
+def _params(n, lq, lk, scale, offs, mparams, b0: int, dv: int = 0) -> bytes:
+    """The row kernels' Params (kernels/attention_scores.wgsl); offs: (scores, lse or P, dout, out)."""
+    moff, msq, msk, mrank, mshape, mstride = mparams
+    return struct.pack("<IIIiIIIIfIIIIIII4I4I", n * lq, lq, lk, lk - lq, *offs, scale, NEG_INF,
+                       moff, b0, msq, msk, mrank, dv, *mshape, *mstride)
+
+
+def _mask_bind(mask, b0: int, b1: int, lq: int, al: int) -> tuple[list, tuple]:
+    if mask is None:
+        return [], (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
+    lo, hi = mask.footprint(b0, b1, 0, lq)
+    wm, mo = window(mask.m, 0, lo, hi, 4, al)
+    return [wm], mask.params(mo, lo)
+
+
+def _scores(be, name: str, n: int, lq: int, lk: int) -> Storage:
+    nbytes = n * lq * lk * 4
+    return Storage(be, be.scratch(name, nbytes), 0, (n, lq, lk), "f32", nbytes)
+
+
+def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tuple, nb: int) -> None:
+    """out and lse of attention over chunks of nb heads (dims: bh, lq, lk, d, dv)."""
+    bh, lq, lk, d, dv = dims
+    t, rpw = _row_layout(lk)
+    key, src = _kernel("fwd", t, rpw, causal, mask is not None)
+    for b0 in range(0, bh, nb):
+        b1 = min(bh, b0 + nb)
+        s = _scores(be, "attention-scores", b1 - b0, lq, lk)
+        _mm(be, _heads(q, b0, b1, lq, d), _heads(k, b0, b1, lk, d), s, tb=True)
+        wl, lo = _win(lse, b0, b1, lq)
+        ms, mp = _mask_bind(mask, b0, b1, lq, be.offset_align)
+        be.launch(key, src, [s, wl] + ms, _params(b1 - b0, lq, lk, scale, (0, lo, 0, 0), mp, b0),
+                  -(-(b1 - b0) * lq // rpw))
+        _mm(be, s, _heads(val, b0, b1, lk, dv), _heads(o, b0, b1, lq, dv))
+
+
+def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: float, dims: tuple, nb: int) -> None:
+    """dq, dk, dv (grads) of attention over chunks of nb heads, recomputing P from lse."""
+    bh, lq, lk, d, dv = dims
+    dq, dk, dvv = grads
+    t, rpw = _row_layout(lk)
+    kp, sp = _kernel("probs", t, rpw, causal, mask is not None)
+    td, rd = _row_layout(max(lk, dv))
+    kd, sd = _kernel("dscores", td, rd, causal, False)
+    for b0 in range(0, bh, nb):
+        b1 = min(bh, b0 + nb)
+        n = b1 - b0
+        s = _scores(be, "attention-scores", n, lq, lk)
+        dp = _scores(be, "attention-dscores", n, lq, lk)
+        qh, kh, vh, doh = (_heads(q, b0, b1, lq, d), _heads(k, b0, b1, lk, d), _heads(val, b0, b1, lk, dv),
+                           _heads(dout, b0, b1, lq, dv))
+        _mm(be, qh, kh, s, tb=True)
+        wl, lo = _win(lse, b0, b1, lq)
+        ms, mp = _mask_bind(mask, b0, b1, lq, be.offset_align)
+        be.launch(kp, sp, [s, wl] + ms, _params(n, lq, lk, scale, (0, lo, 0, 0), mp, b0), -(-n * lq // rpw))
+        _mm(be, s, doh, _heads(dvv, b0, b1, lk, dv), ta=True)
+        _mm(be, doh, vh, dp, tb=True)
+        wd, do_ = _win(dout, b0, b1, lq * dv)
+        wo, oo = _win(o, b0, b1, lq * dv)
+        nomask = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
+        be.launch(kd, sd, [dp, s, wd, wo], _params(n, lq, lk, scale, (0, 0, do_, oo), nomask, b0, dv), -(-n * lq // rd))
+        _mm(be, dp, kh, _heads(dq, b0, b1, lq, d))
+        _mm(be, dp, qh, _heads(dk, b0, b1, lk, d), ta=True)

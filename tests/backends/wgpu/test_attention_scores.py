@@ -1,0 +1,157 @@
+"""The materialized-score attention path (kernels/attention_scores.py, kernels/attention_scores.wgsl):
+which inputs take it, forward and every gradient against a dense float64 reference over several
+chunks of heads (per-batch masks index the right heads in each chunk), fully masked rows, row
+layouts of 32 to 256 threads, determinism, and the scratch a plan's dry run counts.
+
+Tolerances: rtol 2e-4 / atol 2e-5, as for the flash kernels (f32 products over at most a few hundred
+terms of O(1) values, then an f32 softmax).
+"""
+import numpy as np
+import pytest
+
+import scellis_jupyter as sc
+from scellis_jupyter import ops
+from scellis_jupyter.backends.wgpu.kernels import attention, attention_scores
+from fixtures.attention import dense
+
+WG = sc.device("wgpu")
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Which path each attention launch took: ('scores_fwd' | 'scores_bwd', chunks) per call. Recorded
+    programs are forgotten first: a graph seen before (in any test) would replay without its launchers."""
+    seen = []
+    WG.impl.forget_programs()
+
+    def wrap(name, fn):
+        def run(*a, **kw):
+            seen.append((name, -(-a[-2][0] // a[-1])))      # (what, chunks): dims[0] heads over nb a chunk
+            return fn(*a, **kw)
+        monkeypatch.setattr(attention, name, run)
+    wrap("scores_fwd", attention_scores.scores_fwd)
+    wrap("scores_bwd", attention_scores.scores_bwd)
+    yield seen
+    WG.impl.forget_programs()      # programs recorded under a patched chunk budget must not replay later
+
+
+def _run(q, k, v, g, causal, mask, dtype="f32", **kw):
+    ts = [sc.tensor(a, dtype=dtype, device=WG, requires_grad=True) for a in (q, k, v)]
+    m = sc.tensor(mask, device=WG) if mask is not None else None
+    o = ops.attention(*ts, causal=causal, mask=m, **kw)
+    o.backward(sc.tensor(g, dtype=dtype, device=WG))
+    return [o.numpy()] + [t.grad.numpy() if hasattr(t.grad, "numpy") else sc.Tensor(t.grad, WG).numpy() for t in ts]
+
+
+def _case(seed, batch, lq, lk, d, dv, mshape=None):
+    r = np.random.default_rng(seed)
+    arrs = [r.standard_normal(batch + shp).astype(np.float32) for shp in ((lq, d), (lk, d), (lk, dv), (lq, dv))]
+    return arrs, ((r.random(mshape) > 0.3) if mshape is not None else None)
+
+
+CASES = {  # batch, lq, lk, d, dv, causal, mask shape, score bytes a chunk may take (None: the default)
+    "gpt-like-causal": ((2, 3), 64, 64, 16, 16, True, None, None),
+    "chunks-per-batch-mask": ((3, 2), 20, 24, 8, 8, True, (3, 1, 20, 24), 20 * 24 * 4 * 2),   # 2 heads a chunk
+    "chunks-key-padding": ((4, 3), 17, 17, 8, 4, False, (4, 1, 1, 17), 17 * 17 * 4 * 5),     # 5, 5, 2 heads
+    "one-head-a-chunk-lq<lk": ((3,), 9, 40, 12, 20, True, None, 9 * 40 * 4),
+    "causal-lq>lk-empty-rows": ((2,), 12, 5, 8, 4, True, None, None),
+    "long-rows-256-threads": ((1,), 6, 1000, 8, 8, False, (6, 1000), None),
+    "wide-v-rows-by-dv": ((2,), 5, 3, 4, 200, False, None, None),                      # dscores rows of dv
+    "one-row-one-key": ((3,), 1, 1, 32, 32, False, None, None),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_scores_path_matches_dense_float64(name, calls, monkeypatch):
+    batch, lq, lk, d, dv, causal, ms, cap = CASES[name]
+    if cap is not None:
+        monkeypatch.setattr(attention_scores, "SCORES_BYTES", cap)
+    (q, k, v, g), mask = _case(len(name), batch, lq, lk, d, dv, ms)
+    got = _run(q, k, v, g, causal, mask)
+    heads = int(np.prod(batch)) if batch else 1
+    nb = heads if cap is None else cap // (lq * max(lk, d, dv) * 4)
+    want_chunks = -(-heads // nb)
+    assert calls == [("scores_fwd", want_chunks), ("scores_bwd", want_chunks)]
+    want = dense(q, k, v, g, causal, mask, 1.0 / np.sqrt(d))
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, want):
+        assert x.shape == y.shape, what
+        np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5, err_msg=f"{name}: {what}")
+
+
+def test_fully_masked_rows_give_zero_and_neg_inf_lse(calls):
+    from scellis_jupyter.graph import functional as F
+    (q, k, v, g), _ = _case(3, (2,), 6, 4, 8, 8)
+    mask = np.ones((6, 4), bool)
+    mask[2] = False
+    o, dq, dk, dv = _run(q, k, v, g, False, mask)
+    assert [c[0] for c in calls] == ["scores_fwd", "scores_bwd"]
+    assert np.all(o[:, 2] == 0) and np.all(dq[:, 2] == 0)
+    ts = [sc.tensor(a, device=WG) for a in (q, k, v)]
+    node = F.attention(ts[0].node, ts[1].node, ts[2].node, mask=sc.tensor(mask, device=WG).node)
+    lse = sc.Tensor(F.item(node.inputs[0], 1), WG).numpy()
+    assert np.all(np.isneginf(lse[:, 2])) and np.all(np.isfinite(np.delete(lse, 2, axis=1)))
+    for x, y in zip((o, dq, dk, dv), dense(q, k, v, g, False, mask, 1.0 / np.sqrt(8))):
+        np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5)
+
+
+def test_scores_path_is_deterministic(calls, monkeypatch):
+    monkeypatch.setattr(attention_scores, "SCORES_BYTES", 33 * 30 * 4 * 2)
+    (q, k, v, g), mask = _case(5, (5,), 33, 30, 16, 16, (5, 1, 30))
+    a = _run(q, k, v, g, True, mask)
+    b = _run(q, k, v, g, True, mask)
+    assert calls[0] == ("scores_fwd", 3)
+    for x, y in zip(a, b):
+        assert np.array_equal(x, y)
+
+
+def test_which_path_runs(calls, monkeypatch):
+    """f32 without dropout up to SCORES_MAX_LK keys takes the scores path; f16, dropout, longer keys, a
+    head over the chunk budget, or SCELLIS_ATTENTION_PATH=flash take the flash kernels. The same graph
+    each time, its recorded program forgotten before each run."""
+    (q, k, v, g), _ = _case(4, (2,), 16, 24, 8, 8)
+
+    def took(**kw):
+        WG.impl.forget_programs()
+        del calls[:]
+        _run(q, k, v, g, True, None, **kw)
+        return [c[0] for c in calls]
+    assert took() == ["scores_fwd", "scores_bwd"]
+    if WG.impl.has_f16:
+        assert took(dtype="f16") == []
+    from scellis_jupyter.rng.generator import Generator
+    assert took(dropout=0.1, gen=Generator(7).stream("attn")) == []
+    monkeypatch.setattr(attention_scores, "SCORES_MAX_LK", 23)
+    assert took() == []
+    monkeypatch.setattr(attention_scores, "SCORES_MAX_LK", 24)
+    assert took() == ["scores_fwd", "scores_bwd"]
+    monkeypatch.setattr(attention_scores, "SCORES_BYTES", 16 * 24 * 4 - 1)       # one head's scores do not fit
+    assert took() == []
+    monkeypatch.setattr(attention_scores, "SCORES_BYTES", 16 * 24 * 4)
+    assert took() == ["scores_fwd", "scores_bwd"]
+    monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "flash")
+    assert took() == []
+    monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "scores")
+    monkeypatch.setattr(attention_scores, "SCORES_MAX_LK", 1)
+    assert took() == ["scores_fwd", "scores_bwd"]
+
+
+def test_a_plans_dry_run_counts_the_score_scratch(calls):
+    """The planner's dry run records both score buffers of the backward (2 chunks of 3 heads here)."""
+    from scellis_jupyter.graph.autodiff import grad
+    from scellis_jupyter.plan.model import _StandIn
+    from scellis_jupyter.program import compile_program
+    (q, k, v, g), _ = _case(2, (6,), 40, 50, 8, 8)
+    ts = [sc.tensor(a, device=WG, requires_grad=True) for a in (q, k, v)]
+    o = ops.attention(*ts, causal=True)
+    nodes = [o.node] + grad([o.node], [t.node for t in ts], [sc.tensor(g, device=WG).node])
+    prog, leaves = compile_program(nodes, WG.impl.name, "debug")
+    _, whole = WG.impl.dry_run(prog, [_StandIn(n) for n in leaves])
+    assert whole.get("attention-scores") == WG.impl.alloc_bytes(6 * 40 * 50 * 4), whole
+    WG.impl.forget_programs()
+    attention_scores.SCORES_BYTES, old = 40 * 50 * 4 * 3, attention_scores.SCORES_BYTES
+    try:
+        _, scratch = WG.impl.dry_run(prog, [_StandIn(n) for n in leaves])
+    finally:
+        attention_scores.SCORES_BYTES = old
+    need = WG.impl.alloc_bytes(3 * 40 * 50 * 4)
+    assert scratch.get("attention-scores") == need and scratch.get("attention-dscores") == need, scratch
