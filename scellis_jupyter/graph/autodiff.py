@@ -338,9 +338,33 @@ def _(n, g):
     return tuple(out)
 
 
+# A row lookup (index_select / embedding) from a table of at most ONEHOT_ROWS rows, with at most
+# ONEHOT_ELEMS one-hot entries, gets its table gradient as onehot(ids)^T @ g, one matmul: on a GPU
+# that is about 2 V N D flops at the matmul's rate, where the scatter-add scans every position for
+# each of the V x D outputs (the GPT benchmark's 96-row embedding: 0.9 ms a step on the H200).
+ONEHOT_ROWS = 4096
+ONEHOT_ELEMS = 1 << 24
+
+
+def _looked_up_rows(x: Node, axis: int, idx: Node) -> Node | None:
+    """The [N, 1] row ids when gather(x, 0, idx) is a whole-row lookup of a 2-D table (idx an expand of a
+    column of ids, as `F.index_select` builds it), else None."""
+    if len(x.shape) != 2 or axis != 0 or idx.op != "expand" or not idx.inputs:
+        return None
+    ids = idx.inputs[0]
+    if tuple(ids.shape) != (idx.shape[0], 1) or ids.dtype != "i32":
+        return None
+    return ids
+
+
 @rule("gather")
 def _(n, g):
     x, idx = n.inputs
+    ids = _looked_up_rows(x, n.attrs["axis"], idx)
+    rows, count = x.shape[0], idx.shape[0]
+    if ids is not None and dt.is_float(g.dtype) and rows <= ONEHOT_ROWS and rows * count <= ONEHOT_ELEMS:
+        onehot = F.cast(F.eq(ids, F.reshape(F.arange(rows), (1, rows))), g.dtype)
+        return F.matmul(F.transpose(onehot), g), None
     return F.scatter_add(F.zeros(x.shape, g.dtype), n.attrs["axis"], idx, g), None
 
 
