@@ -8,7 +8,8 @@
 //             lse = ln(sum exp(S * scale)) of the row (-inf, and P = 0, for a row with no allowed key)
 //   probs     S -> P = exp(S * scale - lse) on allowed keys (0 elsewhere), in place (the backward's
 //             recomputation from the forward's lse)
-//   dscores   dP (dout v^T) -> dS = P * (dP - delta) * scale in place, delta = rowsum(dout * out)
+//   dscores   dP (dout v^T) -> dS = P * (dP - delta) * scale in place, delta = rowsum(dout * out); 0 on
+//             causally masked keys (their dP tiles may never have been computed)
 // Rows are numbered inside the chunk: head h = row / Lq, query i = row % Lq (chunks hold whole heads).
 const T: u32 = {{T}}u;                // threads a row
 const RPW: u32 = {{RPW}}u;            // rows a workgroup
@@ -133,7 +134,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let delta = rs[lr * T];
   if (!live) { return; }
   let base = row * p.lk;
+  // causal: keys past the row's last one are 0 (their dP was never computed: matmul BAND_TILES)
+  var jend = p.lk;
+  if (CAUSAL) { jend = u32(clamp(i32(row % p.lq) + p.coff + 1, 0, i32(p.lk))); }
   for (var j = t; j < p.lk; j = j + T) {
-    sc[p.soff + base + j] = pr[p.loff + base + j] * (sc[p.soff + base + j] - delta) * p.scale;
+    var ds = 0.0;
+    if (j < jend) { ds = pr[p.loff + base + j] * (sc[p.soff + base + j] - delta) * p.scale; }
+    sc[p.soff + base + j] = ds;
   }
 }

@@ -23,7 +23,7 @@
 struct Params {
   M: u32, N: u32, K: u32, acc: u32,
   lda: u32, ldb: u32, ldc: u32, kc: u32,   // kc: k per split, 0 = no split
-  off: vec4<u32>,      // element offsets of A, B, C inside their bindings
+  off: vec4<u32>,      // element offsets of A, B, C inside their bindings; .w: a causal band's offset
   bsz: vec4<u32>,      // batch dims of this chunk (d0, d1, d2, count)
   sa: vec4<u32>,       // batch strides (elements) of A, B, C over (d0, d1, d2)
   sb: vec4<u32>,
@@ -49,8 +49,9 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
   var kc = p.K;
   if (p.kc != 0u) { kc = p.kc; nsplit = (p.K + kc - 1u) / kc; }
   let split = wid.z % nsplit;
-  let kbeg = split * kc;
-  let kend = min(p.K, kbeg + kc);
+  var kbeg = split * kc;
+  var kend = min(p.K, kbeg + kc);
+  {{BAND}}
   var z = wid.z / nsplit;
   let i2 = z % p.bsz.z;
   z = z / p.bsz.z;
@@ -116,6 +117,19 @@ loop {
   {{PUT0}}
   workgroupBarrier();
 }
+
+//=== band_tiles
+// causal band (matmul.py BAND_TILES): a tile whose first column is past its last row + offset is all
+// masked scores; the workgroup leaves it (uniformly: before any barrier)
+if (i32(n0) > i32(m0) + {{TM}} - 1 + bitcast<i32>(p.off.w)) { return; }
+
+//=== band_kend
+// causal band (BAND_KEND): the tile's rows sum k <= row + offset only; A is 0 past that
+kend = min(kend, u32(clamp(i32(m0) + {{TM}} + bitcast<i32>(p.off.w), 0, i32(p.K))));
+
+//=== band_kbeg
+// causal band (BAND_KBEG): the tile's rows sum k >= row + offset only; A is 0 before that
+kbeg = max(kbeg, u32(clamp(i32(m0) + bitcast<i32>(p.off.w), 0, i32(p.K))));
 
 //=== acc
 // accumulator of output row R (within the thread's RM rows), column group H (4 columns)

@@ -1,7 +1,8 @@
 """The materialized-score attention path (kernels/attention_scores.py, kernels/attention_scores.wgsl):
 which inputs take it, forward and every gradient against a dense float64 reference over several
 chunks of heads (per-batch masks index the right heads in each chunk), fully masked rows, row
-layouts of 32 to 256 threads, determinism, and the scratch a plan's dry run counts.
+layouts of 32 to 256 threads, causal lengths past the matmul tiles (the banded products), determinism,
+and the scratch a plan's dry run counts.
 
 Tolerances: rtol 2e-4 / atol 2e-5, as for the flash kernels (f32 products over at most a few hundred
 terms of O(1) values, then an f32 softmax).
@@ -58,6 +59,10 @@ CASES = {  # batch, lq, lk, d, dv, causal, mask shape, score bytes a chunk may t
     "long-rows-256-threads": ((1,), 6, 1000, 8, 8, False, (6, 1000), None),
     "wide-v-rows-by-dv": ((2,), 5, 3, 4, 200, False, None, None),                      # dscores rows of dv
     "one-row-one-key": ((3,), 1, 1, 32, 32, False, None, None),
+    # causal, longer than the matmul tiles: products skip the tiles and k ranges past the diagonal
+    "causal-bands-lq<lk": ((2,), 200, 330, 16, 16, True, None, None),
+    "causal-bands-lq>lk-mask": ((1, 2), 330, 200, 8, 8, True, (1, 1, 200), None),
+    "causal-bands-square-chunks": ((3,), 260, 260, 8, 8, True, None, 260 * 260 * 4),
 }
 
 

@@ -2,13 +2,15 @@
 
 Why: at short lengths (the GPT's L = 256) the flash kernels spend their time on per-block overheads
 (staging, the running-max bookkeeping) rather than arithmetic, while the products of the textbook
-formulation are ordinary batched matmuls that run at the matmul's rate. So, over chunks of whole
+formulation are ordinary batched matmuls that run at the matmul's rate; with a causal mask they skip
+the tiles and k ranges past the diagonal (matmul.py BAND_*), about half the work at long lengths. So, over chunks of whole
 heads whose Lq x Lk scores fit a scratch buffer (SCORES_BYTES), the forward is S = q k^T, a row
 kernel P = softmax(S * scale) with lse (kernels/attention_scores.wgsl:fwd), out = P v; the backward
 recomputes P from lse (:probs), dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)) scale
 (:dscores), dq = dS k, dk = dS^T q. It takes f32 without dropout; the flash kernels take the rest.
 The scratch is `be.scratch`, so a plan's dry run counts it. SCELLIS_ATTENTION_PATH=flash|scores
-forces a path (benchmarking; `scores` still needs f32 and no dropout).
+forces a path (benchmarking; `scores` still needs f32 and no dropout), SCELLIS_ATTENTION_SCORES_MB
+sets the chunk budget in MiB.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from types import SimpleNamespace
 
 from ...storage import Storage
 from ..templates import render
-from .matmul import _matmul
+from .matmul import BAND_KBEG, BAND_KEND, BAND_TILES, _matmul
 from .strided import window
 
 SCORES_BYTES = 64 << 20   # scratch a score buffer may take (two of them in the backward)
@@ -35,7 +37,8 @@ def heads_per_chunk(be, v, t: str, bh: int, lq: int, lk: int, d: int, dv: int, m
     if mode != "scores" and lk > SCORES_MAX_LK:
         return None
     row = lq * max(lk, d, dv) * 4          # the widest per-head binding of the row kernels
-    cap = min(SCORES_BYTES, be.binding_limit - be.offset_align)
+    cap = min(int(os.environ.get("SCELLIS_ATTENTION_SCORES_MB", 0)) << 20 or SCORES_BYTES,
+              be.binding_limit - be.offset_align)
     if row > cap:
         return None
     nb = min(bh, cap // row)
@@ -60,8 +63,10 @@ def _kernel(section: str, t: int, rpw: int, causal: bool, masked: bool) -> tuple
     return f"attention_scores:{section}:T={t}:RPW={rpw}:causal={causal}:mask={masked}", src
 
 
-def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = False) -> None:
-    _matmul(be, SimpleNamespace(dtype="f32", shape=c.shape, attrs={"trans_a": ta, "trans_b": tb}), [a, b], c)
+def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = False, band: tuple = (0, 0)) -> None:
+    """c = a @ b over the batch of heads; band (BAND_*, Lk - Lq) skips what causality zeroes (0: none)."""
+    attrs = {"trans_a": ta, "trans_b": tb, "band": band}
+    _matmul(be, SimpleNamespace(dtype="f32", shape=c.shape, attrs=attrs), [a, b], c)
 
 
 def _heads(s: Storage, b0: int, b1: int, rows: int, width: int) -> Storage:
@@ -90,6 +95,14 @@ def _mask_bind(mask, b0: int, b1: int, lq: int, al: int) -> tuple[list, tuple]:
     return [wm], mask.params(mo, lo)
 
 
+def _bands(causal: bool, lq: int, lk: int) -> tuple[tuple, tuple]:
+    """The (score tiles, k end) bands of a causal product: tiles of S or dP wholly past the diagonal are
+    not computed (the row kernels never read them), and P v, dS k stop at each row's last key."""
+    if not causal:
+        return (0, 0), (0, 0)
+    return (BAND_TILES, lk - lq), (BAND_KEND, lk - lq)
+
+
 def _scores(be, name: str, n: int, lq: int, lk: int) -> Storage:
     nbytes = n * lq * lk * 4
     return Storage(be, be.scratch(name, nbytes), 0, (n, lq, lk), "f32", nbytes)
@@ -100,15 +113,16 @@ def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tu
     bh, lq, lk, d, dv = dims
     t, rpw = _row_layout(lk)
     key, src = _kernel("fwd", t, rpw, causal, mask is not None)
+    tiles, kend = _bands(causal, lq, lk)
     for b0 in range(0, bh, nb):
         b1 = min(bh, b0 + nb)
         s = _scores(be, "attention-scores", b1 - b0, lq, lk)
-        _mm(be, _heads(q, b0, b1, lq, d), _heads(k, b0, b1, lk, d), s, tb=True)
+        _mm(be, _heads(q, b0, b1, lq, d), _heads(k, b0, b1, lk, d), s, tb=True, band=tiles)
         wl, lo = _win(lse, b0, b1, lq)
         ms, mp = _mask_bind(mask, b0, b1, lq, be.offset_align)
         be.launch(key, src, [s, wl] + ms, _params(b1 - b0, lq, lk, scale, (0, lo, 0, 0), mp, b0),
                   -(-(b1 - b0) * lq // rpw))
-        _mm(be, s, _heads(val, b0, b1, lk, dv), _heads(o, b0, b1, lq, dv))
+        _mm(be, s, _heads(val, b0, b1, lk, dv), _heads(o, b0, b1, lq, dv), band=kend)
 
 
 def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: float, dims: tuple, nb: int) -> None:
@@ -119,6 +133,8 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
     kp, sp = _kernel("probs", t, rpw, causal, mask is not None)
     td, rd = _row_layout(max(lk, dv))
     kd, sd = _kernel("dscores", td, rd, causal, False)
+    tiles, kend = _bands(causal, lq, lk)
+    kbeg = (BAND_KBEG, lk - lq) if causal else (0, 0)
     for b0 in range(0, bh, nb):
         b1 = min(bh, b0 + nb)
         n = b1 - b0
@@ -126,15 +142,15 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
         dp = _scores(be, "attention-dscores", n, lq, lk)
         qh, kh, vh, doh = (_heads(q, b0, b1, lq, d), _heads(k, b0, b1, lk, d), _heads(val, b0, b1, lk, dv),
                            _heads(dout, b0, b1, lq, dv))
-        _mm(be, qh, kh, s, tb=True)
+        _mm(be, qh, kh, s, tb=True, band=tiles)
         wl, lo = _win(lse, b0, b1, lq)
         ms, mp = _mask_bind(mask, b0, b1, lq, be.offset_align)
         be.launch(kp, sp, [s, wl] + ms, _params(n, lq, lk, scale, (0, lo, 0, 0), mp, b0), -(-n * lq // rpw))
-        _mm(be, s, doh, _heads(dvv, b0, b1, lk, dv), ta=True)
-        _mm(be, doh, vh, dp, tb=True)
+        _mm(be, s, doh, _heads(dvv, b0, b1, lk, dv), ta=True, band=kbeg)
+        _mm(be, doh, vh, dp, tb=True, band=tiles)
         wd, do_ = _win(dout, b0, b1, lq * dv)
         wo, oo = _win(o, b0, b1, lq * dv)
         nomask = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
         be.launch(kd, sd, [dp, s, wd, wo], _params(n, lq, lk, scale, (0, 0, do_, oo), nomask, b0, dv), -(-n * lq // rd))
-        _mm(be, dp, kh, _heads(dq, b0, b1, lq, d))
-        _mm(be, dp, qh, _heads(dk, b0, b1, lk, d), ta=True)
+        _mm(be, dp, kh, _heads(dq, b0, b1, lq, d), band=kend)
+        _mm(be, dp, qh, _heads(dk, b0, b1, lk, d), ta=True, band=kbeg)

@@ -38,15 +38,34 @@ from .strided import collapse, contiguous_strides, window
 WG_MAX = 65535
 XYZW = "xyzw"
 
+# Causal bands (the materialized-score attention's products, attention_scores.py), each with an offset b
+# per chunk (Params off.w; `band_offset`): tiles or k ranges outside it are zeros the product may skip.
+#   BAND_TILES  C [queries, keys]: a tile whose every column is past its last row + b is not computed
+#               (nor stored: its callers never read such entries)
+#   BAND_KEND   A [queries, keys] times B [keys, ..]: row i sums k <= i + b only (later A entries are 0)
+#   BAND_KBEG   A^T [keys, queries] times B [queries, ..]: row j sums k >= j + b only (earlier ones are 0)
+BAND_TILES, BAND_KEND, BAND_KBEG = 1, 2, 3
+BAND_SECTIONS = {BAND_TILES: "band_tiles", BAND_KEND: "band_kend", BAND_KBEG: "band_kbeg"}
+
+
+def band_offset(band: int, coff: int, m0: int, n0: int, k0: int) -> int:
+    """The kernel's band offset for a chunk at (m0, n0, k0) of a product whose causal offset (key j may
+    follow query i when j <= i + coff) is coff."""
+    if band == BAND_TILES:
+        return coff + m0 - n0
+    if band == BAND_KEND:
+        return coff + m0 - k0
+    return m0 - coff - k0
+
 
 @functools.lru_cache(maxsize=None)
 def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = None, ta: bool = False,
-           tb: bool = False) -> str:
+           tb: bool = False, band: int = 0) -> str:
     """WGSL of one tile variant. `packed` (f16 only): vec4<f16> math into f16 partials folded into f32
     accumulators every BK k-steps; otherwise f32 math on widened operands. `epi`: an epilogue's
     (module-scope WGSL, input count, enable line) from kernels/epilogue.py, run by the store. `ta` / `tb`:
     A is stored [K, M] / B is stored [N, K] (a folded transpose), loaded along its contiguous axis into
-    the same tiles."""
+    the same tiles. `band` (BAND_*; the offset in Params off.w): a causal band the product may skip."""
     tm, tn, rm, rn, bk, flags = VARIANTS[variant]
     prefetch = "pf" in flags
     if packed and dtype != "f16":
@@ -120,7 +139,8 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     return render("matmul", ENABLE=enable, T=t, ST=st, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
                   THREADS=threads, TXN=txn, AS_LEN=nbuf * bk * astr, BS_LEN=nbuf * bk * bstr,
                   DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store),
-                  EPI_PARAMS=epi_params, EPILOGUE=epi_text)
+                  EPI_PARAMS=epi_params, EPILOGUE=epi_text,
+                  BAND=sn_(BAND_SECTIONS[band], TM=tm) if band else "")
 
 
 def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:
@@ -246,6 +266,9 @@ def _matmul(be, v, ins, out, epi=None):
     if d not in ("f32", "f16"):
         raise KernelError(f"matmul needs f32 or f16 operands, got {d}", where="op 'matmul'")
     ta, tb = bool(v.attrs.get("trans_a", False)), bool(v.attrs.get("trans_b", False))
+    band, coff = v.attrs.get("band", (0, 0))      # internal callers only (attention_scores.py)
+    if band and epi is not None:
+        raise KernelError("a causal band and an epilogue in one matmul", where="op 'matmul'", hint="engine bug")
     k, m = (a.shape[-2], a.shape[-1]) if ta else (a.shape[-1], a.shape[-2])
     n = b.shape[-2] if tb else b.shape[-1]
     oshape = tuple(v.shape)
@@ -296,19 +319,21 @@ def _matmul(be, v, ins, out, epi=None):
                 variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer, ta, tb)
                 ep = epi and (epi, epi.params(bstart, se, e3, m0, n0, n1 - n0))
                 if splits > 1:
-                    _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep)
+                    _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep,
+                                   (band, band and band_offset(band, coff, m0, n0, 0)))
                     continue
                 for ki, k0 in enumerate(range(0, k, kb)):
                     k1 = min(k, k0 + kb)
                     wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, k0, k1)
+                    bo = band and band_offset(band, coff, m0, n0, k0)
                     _launch_tile(be, d, variant, wins, _params(m1 - m0, n1 - n0, k1 - k0, 1 if ki else 0, plan.lda,
-                                                               plan.ldb, n, 0, offs, dims, nbat, st3, 0), nbat, packed,
-                                 ep, ta, tb)
+                                                               plan.ldb, n, 0, offs, dims, nbat, st3, 0, bo), nbat, packed,
+                                 ep, ta, tb, band)
     return True
 
 
-def _params(m, n, k, acc, lda, ldb, ldc, kc, offs, dims, nbat, st3, psplit) -> bytes:
-    return struct.pack("<8I4I4I4I4I4I", m, n, k, acc, lda, ldb, ldc, kc, *offs, 0, *dims, nbat,
+def _params(m, n, k, acc, lda, ldb, ldc, kc, offs, dims, nbat, st3, psplit, band_off: int = 0) -> bytes:
+    return struct.pack("<8I3Ii4I4I4I4I", m, n, k, acc, lda, ldb, ldc, kc, *offs, band_off, *dims, nbat,
                        *st3[0], 0, *st3[1], 0, *st3[2], psplit)
 
 
@@ -330,18 +355,19 @@ def _groups(variant, m, n, z):
     return gx, gy, z
 
 
-def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False) -> str:
-    return f"matmul:{variant}:{d}" + ("+h16" if packed else "") + ("+ta" if ta else "") + ("+tb" if tb else "")
+def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False, band: int = 0) -> str:
+    return (f"matmul:{variant}:{d}" + ("+h16" if packed else "") + ("+ta" if ta else "") + ("+tb" if tb else "")
+            + (f"+band{band}" if band else ""))
 
 
-def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=False, tb=False):
+def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=False, tb=False, band=0):
     m, n = struct.unpack_from("<2I", params)
     if ep:          # (Epilogue, its chunk params): inputs bound after A, B, C
         src = ep[0].source(4)
         be.launch(_key(variant, f"epi{src[3]}:{d}", packed, ta, tb), source(variant, d, packed, src, ta, tb),
                   list(wins) + ep[0].wins, params + ep[1], _groups(variant, m, n, z))
         return
-    be.launch(_key(variant, d, packed, ta, tb), source(variant, d, packed, None, ta, tb), wins, params,
+    be.launch(_key(variant, d, packed, ta, tb, band), source(variant, d, packed, None, ta, tb, band), wins, params,
               _groups(variant, m, n, z))
 
 
@@ -358,16 +384,18 @@ def _ksplit_kc(k, splits, variant=None):
     return math.ceil(math.ceil(k / splits) / KC_UNIT) * KC_UNIT
 
 
-def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep=None):
-    """One matrix (the whole problem, f32): `splits` partial products in parallel, then their fixed-order sum."""
+def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep=None, band=(0, 0)):
+    """One matrix (the whole problem, f32): `splits` partial products in parallel, then their fixed-order sum.
+    band: (BAND_* or 0, its offset); a skipped tile leaves its partials unwritten, and so its C entries."""
     m, n, k = m1 - m0, n1 - n0, plan.k
     wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, 0, k)
     part = _ksplit_partials(be, m, n, splits)
     kc = _ksplit_kc(k, splits, variant)
     nsplit = math.ceil(k / kc)
     z3 = [[0, 0, 0]] * 3
-    params = _params(m, n, k, 0, plan.lda, plan.ldb, n, kc, (offs[0], offs[1], 0), [1, 1, 1], 1, z3, m * n)
-    _launch_tile(be, "f32", variant, [wins[0], wins[1], part], params, nsplit, False, None, plan.ta, plan.tb)
+    params = _params(m, n, k, 0, plan.lda, plan.ldb, n, kc, (offs[0], offs[1], 0), [1, 1, 1], 1, z3, m * n, band[1])
+    _launch_tile(be, "f32", variant, [wins[0], wins[1], part], params, nsplit, False, None, plan.ta, plan.tb,
+                 band[0])
     if ep:          # the epilogue runs in the sum, after the last partial
         src = ep[0].source(3)
         be.launch(f"matmul_ksplit:epi{src[3]}:{d}", ksplit_source(d, src), [part, wins[2]] + ep[0].wins,
