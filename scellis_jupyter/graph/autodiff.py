@@ -492,6 +492,44 @@ def _bwd(s: str) -> str:
     return s if not s or s.endswith("/bwd") else s + "/bwd"
 
 
+def _unslice_leaves(g: Node) -> list[Node] | None:
+    """The unslice nodes a sum of gradient contributions adds up (g itself, or a tree of adds of them), or
+    None when anything else is among its terms."""
+    if g.op == "unslice" and not g.realized:
+        return [g]
+    if g.op == "add" and not g.realized and len(g.inputs) == 2 and tuple(g.inputs[0].shape) == tuple(g.shape) \
+            and tuple(g.inputs[1].shape) == tuple(g.shape):
+        a, b = _unslice_leaves(g.inputs[0]), _unslice_leaves(g.inputs[1])
+        return a + b if a is not None and b is not None else None
+    return None
+
+
+def merge_unslices(g: Node) -> Node:
+    """A gradient that is the sum of unslices of pieces which tile its shape along one axis (the slices of
+    a split, e.g. q, k, v of one packed projection) as one concat of the pieces: a copy, where the sum
+    would write a zero-padded full-size tensor per piece and add them."""
+    parts = _unslice_leaves(g)
+    if not parts or len(parts) < 2:
+        return g
+    shape = tuple(g.shape)
+    axes = set()
+    for u in parts:
+        if tuple(u.attrs["shape"]) != shape or any(st != 1 for st in u.attrs["steps"]) or u.dtype != g.dtype:
+            return g
+        inner = tuple(u.inputs[0].shape)
+        axes |= {i for i, (a, n, full) in enumerate(zip(u.attrs["starts"], inner, shape)) if a != 0 or n != full}
+    if len(axes) != 1:
+        return g
+    (ax,) = axes
+    parts = sorted(parts, key=lambda u: u.attrs["starts"][ax])
+    at = 0
+    for u in parts:
+        if u.attrs["starts"][ax] != at:
+            return g
+        at += u.inputs[0].shape[ax]
+    return F.concat([u.inputs[0] for u in parts], ax) if at == shape[ax] else g
+
+
 def grad(outputs: list[Node], wrt: list[Node], grad_outputs: list[Node] | None = None) -> list[Node | None]:
     """Gradients of sum(outputs * grad_outputs) with respect to each node of `wrt` (None if unreachable)."""
     if grad_outputs is None:
@@ -527,6 +565,7 @@ def grad(outputs: list[Node], wrt: list[Node], grad_outputs: list[Node] | None =
             g = grads.get(n.id)
             if g is None or not n.inputs:
                 continue
+            g = merge_unslices(g)
             if n.op not in VJP:
                 raise GraphError(f"op {n.op!r} has no gradient rule", where=f"op '{n.op}'")
             with scope(_bwd(n.scope)):
@@ -541,4 +580,4 @@ def grad(outputs: list[Node], wrt: list[Node], grad_outputs: list[Node] | None =
                     d[idx] = F.add(d[idx], gg) if idx in d else gg
                     continue
                 grads[inp.id] = F.add(grads[inp.id], gi) if inp.id in grads else gi
-    return [grads.get(w.id) for w in wrt]
+    return [merge_unslices(grads[w.id]) if w.id in grads else None for w in wrt]

@@ -424,11 +424,17 @@ def _heads_attention(x: Node, params: dict, qkv: tuple[str, str, str], heads: in
     [B, L, D] -> [B, L, D], before any output projection."""
     b, L, d = x.shape
     dh = d // heads
-
-    def split(t: Node) -> Node:  # [B, L, D] -> [B, H, L, Dh]
-        return F.permute(F.reshape(t, (b, L, heads, dh)), (0, 2, 1, 3))
-
-    q, k, v = (split(_lin(x, params, pre)) for pre in qkv)
+    ws = [params[pre + "weight"] for pre in qkv]
+    bs = [params.get(pre + "bias") for pre in qkv]
+    if all(t is None for t in bs) or all(t is not None for t in bs):
+        # one product over the three weights side by side ([3D, D]; their gradients come back as row
+        # slices of one): a single wide matmul, its input gradient one K = 3D product and its weight
+        # gradient one [3D, D] product, in place of three of each (the H200's GPT step: RESULTS.md)
+        y3 = F.linear(x, F.concat(ws, 0), F.concat(bs, 0) if bs[0] is not None else None)
+        y3 = F.permute(F.reshape(y3, (b, L, 3, heads, dh)), (2, 0, 3, 1, 4))      # [3, B, H, L, Dh]
+        q, k, v = (F.getitem(y3, i) for i in range(3))
+    else:
+        q, k, v = (F.permute(F.reshape(_lin(x, params, pre), (b, L, heads, dh)), (0, 2, 1, 3)) for pre in qkv)
     y = F.attention(q, k, v, causal=causal, mask=mask)
     return F.reshape(F.permute(y, (0, 2, 1, 3)), (b, L, d))
 
