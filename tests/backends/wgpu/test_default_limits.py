@@ -40,9 +40,14 @@ def both(f, *arrs, grad=False):
 
 f32 = lambda *s: r.standard_normal(s).astype(np.float32)
 mask = r.random((1, 1, 70, 70)) > 0.3
-for d in (64, 256):      # tiles sized from 16 KiB of workgroup memory: 32 rows at d=64, 8 at d=256
-    both(lambda q, k, v: ops.attention(q, k, v, causal=True, mask=sc.tensor(mask, device=q.device)),
-         f32(1, 2, 70, d), f32(1, 2, 70, d), f32(1, 2, 70, d), grad=True)
+import os
+for path in ("flash", "scores"):   # both attention paths (short f32 sequences take the score one by default)
+    os.environ["SCELLIS_ATTENTION_PATH"] = path
+    wg.impl.forget_programs()
+    for d in (64, 256):  # flash tiles sized from 16 KiB of workgroup memory: 32 rows at d=64, 8 at d=256
+        both(lambda q, k, v: ops.attention(q, k, v, causal=True, mask=sc.tensor(mask, device=q.device)),
+             f32(1, 2, 70, d), f32(1, 2, 70, d), f32(1, 2, 70, d), grad=True)
+del os.environ["SCELLIS_ATTENTION_PATH"]
 both(lambda a, b: a @ b, f32(768, 520), f32(520, 768))           # the 128x128 tile (36 of them), 256 threads:
                                                                  # big_p, as big_db's 16.3 KiB is over the limit
 both(lambda a: a.sum(1) + a.max(1), f32(3, 4100))                # 256-thread reduction rows
@@ -58,7 +63,7 @@ for key, src in SOURCES.items():
     used = sum(int(v or 1) * SIZE[t] * int(n) for v, t, n in decl.findall(src))
     assert used <= lim, f"kernel {key.split(':')[0]} declares {used} bytes of workgroup memory, over {lim}"
 fams = {k.split(":")[0] for k in SOURCES}
-assert {"attention_fwd", "attention_bwd", "matmul", "reduce", "softmax", "fused"} <= fams, fams
+assert {"attention_fwd", "attention_bwd", "attention_scores", "matmul", "reduce", "softmax", "fused"} <= fams, fams
 print("DEFAULT-LIMITS-OK", len(SOURCES))
 """
 
