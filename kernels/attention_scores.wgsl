@@ -31,6 +31,9 @@ var<workgroup> rs: array<f32, WG>;
 
 fn neg_inf() -> f32 { return bitcast<f32>(p.neg_inf); }
 
+// the chunk row of local thread li: RPW rows a workgroup, workgroups folded into x/y
+fn row_of(wg: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 { return (wg.x + wg.y * nwg.x) * RPW + li / T; }
+
 //=== fwd
 @group(0) @binding(2) var<storage, read_write> lse: array<f32>;
 #include attention:mask
@@ -41,9 +44,9 @@ fn part(m: f32, s: f32, mm: f32) -> f32 { return select(s * exp(m - mm), 0.0, m 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
+  let row = row_of(wg, nwg, li);
   let lr = li / T;
   let t = li % T;
-  let row = (wg.x + wg.y * nwg.x) * RPW + lr;
   let live = row < p.nrows;
   let i = row % p.lq;
   let mb = mask_base(p.bh0 + row / p.lq);
@@ -91,7 +94,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-  let row = (wg.x + wg.y * nwg.x) * RPW + li / T;
+  let row = row_of(wg, nwg, li);
   if (row >= p.nrows) { return; }
   let t = li % T;
   let i = row % p.lq;
@@ -114,9 +117,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-  let lr = li / T;
   let t = li % T;
-  let row = (wg.x + wg.y * nwg.x) * RPW + lr;
+  let row = row_of(wg, nwg, li);
+  let lr = li / T;
   let live = row < p.nrows;
   var s = 0.0;
   if (live) {

@@ -3,9 +3,10 @@
 Why: at short lengths (the GPT's L = 256) the flash kernels spend their time on per-block overheads
 (staging, the running-max bookkeeping) rather than arithmetic, while the products of the textbook
 formulation are ordinary batched matmuls that run at the matmul's rate; with a causal mask they skip
-the tiles and k ranges past the diagonal (matmul.py BAND_*), about half the work at long lengths. So, over chunks of whole
-heads whose Lq x Lk scores fit a scratch buffer (SCORES_BYTES), the forward is S = q k^T, a row
-kernel P = softmax(S * scale) with lse (kernels/attention_scores.wgsl:fwd), out = P v; the backward
+the tiles and k ranges past the diagonal (matmul.py BAND_*), about half the work at long lengths.
+So, over chunks of whole heads whose Lq x Lk scores fit a scratch buffer (SCORES_BYTES), the
+forward is S = q k^T, a row kernel P = softmax(S * scale) with lse (kernels/attention_scores.wgsl:fwd),
+out = P v; the backward
 recomputes P from lse (:probs), dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)) scale
 (:dscores), dq = dS k, dk = dS^T q. It takes f32 without dropout; the flash kernels take the rest.
 The scratch is `be.scratch`, so a plan's dry run counts it. SCELLIS_ATTENTION_PATH=flash|scores
@@ -24,7 +25,8 @@ from .matmul import BAND_KBEG, BAND_KEND, BAND_TILES, _matmul
 from .strided import window
 
 SCORES_BYTES = 64 << 20   # scratch a score buffer may take (two of them in the backward)
-SCORES_MAX_LK = 1024      # longer key sequences take the flash kernels (set from H200 timings, RESULTS.md)
+SCORES_MAX_LK = 1024      # longer key sequences take the flash kernels: on the H200 (RESULTS.md, before the
+                          # causal bands) the score path was faster up to 1024 keys, causal at 2048 slower
 NEG_INF = 0xFF800000
 WG = 256                  # threads a workgroup of the row kernels
 
