@@ -527,7 +527,10 @@ def merge_unslices(g: Node) -> Node:
         if u.attrs["starts"][ax] != at:
             return g
         at += u.inputs[0].shape[ax]
-    return F.concat([u.inputs[0] for u in parts], ax) if at == shape[ax] else g
+    if at != shape[ax]:
+        return g
+    with scope(parts[0].scope):         # where the pieces' sum would have been made (a profile's layer)
+        return F.concat([u.inputs[0] for u in parts], ax)
 
 
 def grad(outputs: list[Node], wrt: list[Node], grad_outputs: list[Node] | None = None) -> list[Node | None]:
