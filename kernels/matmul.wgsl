@@ -33,7 +33,7 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> A: array<{{T}}>;
 @group(0) @binding(2) var<storage, read_write> B: array<{{T}}>;
-@group(0) @binding(3) var<storage, read_write> C: array<{{T}}>;
+@group(0) @binding(3) var<storage, read_write> C: array<{{CBT}}>;   // CBT: T, or f32 for K-split partials of f16 operands
 
 var<workgroup> As: array<vec4<{{ST}}>, {{AS_LEN}}>;   // [BK][TM/4]
 var<workgroup> Bs: array<vec4<{{ST}}>, {{BS_LEN}}>;   // [BK][TN/4] (+1 padded, transposed B)

@@ -163,3 +163,31 @@ def test_tier_picks_the_f16_path(tier, packed, monkeypatch):
     mm_keys = [k for k in keys if k.startswith("matmul:")]
     assert [k.endswith(":f16+h16") for k in mm_keys if ":f16" in k] == [packed]
     assert any(k.endswith(":f32") for k in mm_keys)
+
+
+def test_the_packed_table_takes_plain_tiles():
+    """Under packed f16 the table's prefetching / double-buffered tiles become their plain twins (the same
+    tile size, so the same splits); unpacked f16 and f32 keep the prefetching ones."""
+    from scellis_jupyter.backends.wgpu.kernels.matmul_tune import PACKED_PLAIN, default_config
+    for shape in ((100, 90, 1, 70), (4096, 4096, 1, 512), (384, 1536, 1, 16384), (384, 384, 1, 16384), (20, 20, 1, 0)):
+        v, s = default_config(*shape)
+        pv, ps = default_config(*shape, "f16", packed=True)
+        assert (pv, ps) == (PACKED_PLAIN.get(v, v), s), shape
+        assert "pf" not in VARIANTS[pv][5] and "db" not in VARIANTS[pv][5]
+        assert VARIANTS[pv][:2] == VARIANTS[v][:2]
+        assert default_config(*shape, "f16") == (v, s)
+
+
+@pytest.mark.parametrize("tier,key", [("prod", "matmul:mid_pf:f16"), ("fast", "matmul:mid:f16+h16")])
+def test_the_launched_tile_follows_the_packed_table(tier, key, monkeypatch):
+    _need_f16()
+    _fresh(monkeypatch, "off")
+    keys = []
+    real = WG.impl.launch
+    monkeypatch.setattr(WG.impl, "launch", lambda k, *rest, **kw: (keys.append(k), real(k, *rest, **kw))[1])
+    a = R.standard_normal((100, 70)).astype(np.float16)
+    b = R.standard_normal((70, 90)).astype(np.float16)
+    got = mm16(a, b, tier)
+    assert [k for k in keys if k.startswith("matmul:")] == [key]
+    if tier == "fast":
+        check_packed(got, a, b, 16)

@@ -22,7 +22,7 @@ def test_the_rule_splits_few_tiles_with_long_k_only():
     assert s > 1 and tiles * s >= T.FILL_WORKGROUPS and 16384 // s >= T.MIN_SPLIT_K
     assert T.default_config(384, 384, 1, 1000)[1] == 1            # K too short
     assert T.default_config(384, 384, 2, 16384)[1] == 1           # batched
-    assert T.default_config(384, 384, 1, 16384, "f16")[1] == 1    # f16 keeps the unsplit path
+    assert T.default_config(384, 384, 1, 16384, "f16") == T.default_config(384, 384, 1, 16384)   # f16 alike
     assert T.default_config(384, 384, 1, 16384, whole=False)[1] == 1
     assert T.default_config(4096, 4096, 1, 16384)[1] == 1         # enough tiles already
     assert T.default_config(384, 384, 1, 16384)[0] == T.default_config(384, 384, 1)[0]   # the tile is unchanged
@@ -36,7 +36,7 @@ def test_a_split_matrix_of_enough_big_tiles_takes_the_big_tile():
     assert v == "big_p" and s > 1
     assert 27 * s >= T.FILL_WORKGROUPS or 16384 // (2 * s) < T.MIN_SPLIT_K
     assert T.default_config(384, 1152, 1, 16384, whole=False) == ("mid_pf", 1)   # a chunk never splits
-    assert T.default_config(384, 1152, 1, 16384, "f16") == ("mid_pf", 1)
+    assert T.default_config(384, 1152, 1, 16384, "f16") == (v, s)     # f16 operands split alike (f32 partials)
     assert T.default_config(256, 256, 1, 16384)[0] == "mid_pf"     # 4 big tiles: too few for the big tile
 
 
@@ -73,6 +73,42 @@ def test_debug_runs_the_shape_split_bit_identically(tune, monkeypatch):
             assert WG.impl.dispatches - before == 2          # the partial products, then their fixed-order sum
             _check(r1, la, b)
             assert np.array_equal(r1, (xa @ sc.tensor(b, device=WG)).numpy())
+
+
+U16 = 2.0 ** -11
+
+
+@needs_wgpu
+@pytest.mark.parametrize("tier", ["debug", "prod", "fast"])
+def test_f16_operands_split_into_f32_partials(tier, monkeypatch):
+    """f16 operands (a mixed-precision weight gradient) split like f32: the partial products into f32 (f32
+    math, or packed f16 folded into f32 every BK k-steps under fast), summed in f32 and rounded to f16 once.
+    Bound against float64 products of the f16 inputs: the output's rounding u|exact| (u = 2^-11) plus the
+    f32 accumulation (test_matmul.py's 1e-4 of sqrt(sum_k a^2 b^2)); under fast also the packed partials'
+    worst case gamma_{BK+1} * sum_k |a_k b_k| (test_matmul_packed_f16.py)."""
+    if not WG.impl.has_f16:
+        pytest.skip("adapter lacks shader-f16")
+    _fresh(monkeypatch, "off")
+    a = R.standard_normal((70, 4100)).astype(np.float16)
+    b = R.standard_normal((4100, 90)).astype(np.float16)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    exact, absum = a64 @ b64, np.abs(a64) @ np.abs(b64)
+    tol = U16 * np.abs(exact) + 1e-4 * np.sqrt((a64 * a64) @ (b64 * b64)) + 1e-7
+    if tier == "fast":
+        g = (17 * U16) / (1 - 17 * U16)             # BK <= 16
+        tol = tol + g * absum + 1e-6 * absum
+    with sc.tier(tier):
+        tb = sc.tensor(b, device=WG).to("f16")
+        for xa in (sc.tensor(a, device=WG).to("f16"),
+                   sc.tensor(np.ascontiguousarray(a.T), device=WG).to("f16").transpose()):
+            xa.numpy(), tb.numpy()                       # the casts to f16 realized first
+            before = WG.impl.dispatches
+            r1 = (xa @ tb).numpy()
+            assert WG.impl.dispatches - before == 2          # the partial products, then their fixed-order sum
+            assert r1.dtype == np.float16
+            err = np.abs(r1.astype(np.float64) - exact)
+            assert np.all(err <= tol), float((err / tol).max())
+            assert np.array_equal(r1, (xa @ tb).numpy())    # the same split, the same order: the same bits
 
 
 def test_the_fill_target_can_be_set_for_measuring(monkeypatch):

@@ -60,12 +60,13 @@ def band_offset(band: int, coff: int, m0: int, n0: int, k0: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = None, ta: bool = False,
-           tb: bool = False, band: int = 0) -> str:
+           tb: bool = False, band: int = 0, c_dtype: str | None = None) -> str:
     """WGSL of one tile variant. `packed` (f16 only): vec4<f16> math into f16 partials folded into f32
     accumulators every BK k-steps; otherwise f32 math on widened operands. `epi`: an epilogue's
     (module-scope WGSL, input count, enable line) from kernels/epilogue.py, run by the store. `ta` / `tb`:
     A is stored [K, M] / B is stored [N, K] (a folded transpose), loaded along its contiguous axis into
-    the same tiles. `band` (BAND_*; the offset in Params off.w): a causal band the product may skip."""
+    the same tiles. `band` (BAND_*; the offset in Params off.w): a causal band the product may skip.
+    `c_dtype`: C's element type when it is not the operands' (f32 K-split partials of f16 operands)."""
     tm, tn, rm, rn, bk, flags = VARIANTS[variant]
     prefetch = "pf" in flags
     if packed and dtype != "f16":
@@ -78,6 +79,9 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     b_slots = bk * tn // 4 // threads         # vec4 (1 k x 4 cols) B loads per thread per k-step
     assert a_slots * threads * 4 == tm * bk and b_slots * threads * 4 == tn * bk
     t = WGSL_TYPE[dtype]
+    ct = WGSL_TYPE[c_dtype or dtype]
+    if epi and ct != t:
+        raise KernelError("a matmul epilogue stores the operands' dtype", where="op 'matmul'", hint="engine bug")
     st = "f16" if packed else "f32"
     astr, bstr, nbuf = tile_strides(variant, packed, tb)   # padded k-rows; nbuf 2: double-buffered (loop_db)
     ao, bo = bk * astr, bk * bstr             # the second buffer's offsets (vec4s)
@@ -132,11 +136,11 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
                        PUT="\n".join(put), COMPUTE=compute(0), FOLD="\n".join(fold))
     cols = "store_cols_epi" if epi else "store_cols"
     store = [sn_("store_row", ROW=g * sm + i,
-                 COLS="\n".join(sn_(cols, COL=h * sn, R=g * 4 + i, H=h, T=t) for h in range(gn)))
+                 COLS="\n".join(sn_(cols, COL=h * sn, R=g * 4 + i, H=h, T=ct) for h in range(gn)))
              for g in range(gm) for i in range(4)]
     epi_text, epi_params, enable = _epi_parts(epi, dtype)
 
-    return render("matmul", ENABLE=enable, T=t, ST=st, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
+    return render("matmul", ENABLE=enable, T=t, CBT=ct, ST=st, TM=tm, TN=tn, RM=rm, RN=rn, BK=bk,
                   THREADS=threads, TXN=txn, AS_LEN=nbuf * bk * astr, BS_LEN=nbuf * bk * bstr,
                   DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store),
                   EPI_PARAMS=epi_params, EPILOGUE=epi_text,
@@ -355,20 +359,21 @@ def _groups(variant, m, n, z):
     return gx, gy, z
 
 
-def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False, band: int = 0) -> str:
+def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False, band: int = 0,
+         c_dtype: str | None = None) -> str:
     return (f"matmul:{variant}:{d}" + ("+h16" if packed else "") + ("+ta" if ta else "") + ("+tb" if tb else "")
-            + (f"+band{band}" if band else ""))
+            + (f"+band{band}" if band else "") + (f"+c{c_dtype}" if c_dtype and c_dtype != d else ""))
 
 
-def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=False, tb=False, band=0):
+def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=False, tb=False, band=0, c_dtype=None):
     m, n = struct.unpack_from("<2I", params)
     if ep:          # (Epilogue, its chunk params): inputs bound after A, B, C
         src = ep[0].source(4)
         be.launch(_key(variant, f"epi{src[3]}:{d}", packed, ta, tb), source(variant, d, packed, src, ta, tb),
                   list(wins) + ep[0].wins, params + ep[1], _groups(variant, m, n, z))
         return
-    be.launch(_key(variant, d, packed, ta, tb, band), source(variant, d, packed, None, ta, tb, band), wins, params,
-              _groups(variant, m, n, z))
+    be.launch(_key(variant, d, packed, ta, tb, band, c_dtype), source(variant, d, packed, None, ta, tb, band, c_dtype),
+              wins, params, _groups(variant, m, n, z))
 
 
 def _ksplit_partials(be, m, n, splits) -> Storage:
@@ -385,7 +390,8 @@ def _ksplit_kc(k, splits, variant=None):
 
 
 def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep=None, band=(0, 0)):
-    """One matrix (the whole problem, f32): `splits` partial products in parallel, then their fixed-order sum.
+    """One matrix (the whole problem, f32 or f16 operands): `splits` partial products in parallel into f32
+    partials (f16 operands: each split sums in f32, as the unsplit kernel does), then their fixed-order sum.
     band: (BAND_* or 0, its offset); a skipped tile leaves its partials unwritten, and so its C entries."""
     m, n, k = m1 - m0, n1 - n0, plan.k
     wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, 0, k)
@@ -394,8 +400,8 @@ def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, 
     nsplit = math.ceil(k / kc)
     z3 = [[0, 0, 0]] * 3
     params = _params(m, n, k, 0, plan.lda, plan.ldb, n, kc, (offs[0], offs[1], 0), [1, 1, 1], 1, z3, m * n, band[1])
-    _launch_tile(be, "f32", variant, [wins[0], wins[1], part], params, nsplit, False, None, plan.ta, plan.tb,
-                 band[0])
+    _launch_tile(be, d, variant, [wins[0], wins[1], part], params, nsplit, packed_f16(d, getattr(be, "tier", None)),
+                 None, plan.ta, plan.tb, band[0], "f32")
     if ep:          # the epilogue runs in the sum, after the last partial
         src = ep[0].source(3)
         be.launch(f"matmul_ksplit:epi{src[3]}:{d}", ksplit_source(d, src), [part, wins[2]] + ep[0].wins,
@@ -435,7 +441,8 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=Fals
         nsplit = math.ceil(k / kc)
         part = be._buffer(m * n * splits * 4)
         z3 = [[0, 0, 0]] * 3
-        add(_key(variant, "f32", False, ta, tb), source(variant, "f32", False, None, ta, tb), [bufs[0], bufs[1], part],
+        add(_key(variant, d, packed, ta, tb, 0, "f32"), source(variant, d, packed, None, ta, tb, 0, "f32"),
+            [bufs[0], bufs[1], part],
             _params(m, n, k, 0, lda, ldb, n, kc, (0, 0, 0), [1, 1, 1], 1, z3, m * n), _groups(variant, m, n, nsplit))
         add(f"matmul_ksplit:{d}", ksplit_source(d), [part, bufs[2]], struct.pack("<4I", m * n, nsplit, 0, 0),
             (min(math.ceil(m * n / 256), WG_MAX), math.ceil(math.ceil(m * n / 256) / WG_MAX), 1))

@@ -79,7 +79,7 @@ def smem_bytes(variant: str, packed: bool = False) -> int:
 
 
 SPLITS = (1, 2, 4, 8, 16, 32)
-# the shape rule's K-split: when a whole f32 matrix has fewer than FEW_TILES output tiles and K of at least
+# the shape rule's K-split: when a whole f32 or f16 matrix has fewer than FEW_TILES output tiles and K of at least
 # LONG_K, split K until about FILL_WORKGROUPS workgroups run (a 132-SM GPU otherwise idles), each split
 # keeping at least MIN_SPLIT_K of K
 # (512: four workgroups an SM. On the H200, 2026-12-04, the GPT step's weight gradients of K = 16384 ran at
@@ -87,6 +87,10 @@ SPLITS = (1, 2, 4, 8, 16, 32)
 # 72.7 to 63.6 ms.) A matrix of at least BIG_SPLIT_TILES 128x128 tiles takes the big tile when it splits: 384 x
 # 1152 ran at 26.2 as big_p split 8 ways against 14.9 as 108 unsplit 64x64 tiles.
 FEW_TILES, LONG_K, FILL_WORKGROUPS, MIN_SPLIT_K, BIG_SPLIT_TILES = 64, 2048, 512, 1024, 16
+# f16 operands split too: their partials are f32 (each split sums in f32, or in packed f16 folded into f32
+# under fast), summed in f32 and rounded once. Mixed-precision GPT weight gradients (K = 16384) ran unsplit
+# at 2.7x the time of the split f32 ones (H100 profile, 2026-12-05).
+SPLIT_DTYPES = ("f32", "f16")
 
 
 def fill_workgroups() -> int:
@@ -112,21 +116,31 @@ def db_enabled() -> bool:
     return os.environ.get("SCELLIS_MATMUL_DB", "on") not in ("0", "off", "false")
 
 
+# Under packed f16 math (tier fast) the table takes each tile without register prefetch or double buffering:
+# its f16 partial accumulators beside the f32 ones leave no registers for a prefetched tile. On an H100
+# (2026-12-05) the tuner picked the plain tiles (big, mid, tall) for the mixed-f16 GPT step's heavy shapes, and
+# the step ran at 69 ms autotuned against 91 ms on the prefetching table.
+PACKED_PLAIN = {"big_db": "big", "big_p": "big", "mid_pf": "mid"}
+
+
 def default_config(m: int, n: int, batch: int, k: int = 0, dtype: str = "f32", whole: bool = True,
-                   binding_limit: int = DEFAULT_BINDING, smem: int = 16384) -> tuple[str, int]:
+                   binding_limit: int = DEFAULT_BINDING, smem: int = 16384, packed: bool = False) -> tuple[str, int]:
     """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise; and a
-    K-split for a whole f32 matrix of few output tiles and long K (a fixed rule of the shape alone:
+    K-split for a whole f32 or f16 matrix of few output tiles and long K (a fixed rule of the shape alone:
     M = N = 384, K = 16384 gives 36 64x64 tiles, split 16 ways). k = 0: tile only. The big tile is
     big_db (double-buffered, the same bits as big_p) where the adapter's workgroup memory `smem` holds it:
-    on the H200 (2026-12-04) it ran the GPT step's matmuls at 27.8-31.4 TFLOP/s against big_p's 27.2-29.9."""
+    on the H200 (2026-12-04) it ran the GPT step's matmuls at 27.8-31.4 TFLOP/s against big_p's 27.2-29.9.
+    `packed`: the packed-f16 path runs (`packed_f16`), which takes the plain tiles (PACKED_PLAIN)."""
     big_tiles = math.ceil(m / 128) * math.ceil(n / 128) * batch
-    splittable = k >= LONG_K and whole and dtype == "f32" and batch == 1
+    splittable = k >= LONG_K and whole and dtype in SPLIT_DTYPES and batch == 1
     if m >= 128 and n >= 128 and (big_tiles >= 32 or (splittable and big_tiles >= BIG_SPLIT_TILES)):
         v = "big_db" if smem >= smem_bytes("big_db") and db_enabled() else "big_p"
     elif m >= 48 and n >= 48:
         v = "mid_pf"
     else:
         v = "small"
+    if packed:
+        v = PACKED_PLAIN.get(v, v)
     tm, tn = VARIANTS[v][:2]
     tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
     splits = 1
@@ -159,11 +173,11 @@ def shape_class(dtype: str, m: int, n: int, k: int, batch: int) -> str:
 
 
 def ksplit_ok(splits: int, m: int, n: int, k: int, batch: int, dtype: str, tier, binding_limit: int) -> bool:
-    """Whether a measured or forced K-split of `splits` may run: f32, one matrix, not under debug (there
+    """Whether a measured or forced K-split of `splits` may run: f32 or f16, one matrix, not under debug (there
     only the shape rule's split runs), partials fit a binding."""
     if splits == 1:
         return True
-    return (dtype == "f32" and batch == 1 and tier != "debug" and k >= 128 * splits
+    return (dtype in SPLIT_DTYPES and batch == 1 and tier != "debug" and k >= 128 * splits
             and m * n * splits * 4 <= binding_limit)
 
 
@@ -213,7 +227,7 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
     mode = os.environ.get("SCELLIS_MATMUL_TUNE", "off")
     tier = getattr(be, "tier", None)
     smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
-    base = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem)
+    base = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier))
     if mode == "off":
         return base
     if mode != "on":
@@ -256,8 +270,8 @@ def candidates(dtype, m, n, k, batch, whole, tier, binding_limit, smem_limit: in
 
 def autotune(be, dtype, m, n, k, batch, whole, tier, timer) -> tuple[str, int]:
     smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
-    best, best_t = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem), math.inf
-    smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
+    best = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier))
+    best_t = math.inf
     for cand in candidates(dtype, m, n, k, batch, whole, tier, be.binding_limit, smem):
         try:
             t = timer(*cand)
