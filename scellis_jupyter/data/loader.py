@@ -178,10 +178,17 @@ class Batches:
             h.update(np.ascontiguousarray(self.weights, dtype="<f8").tobytes())
         return h.hexdigest()[:32]
 
-    def state_dict(self) -> dict:
-        """Where the loader is: epoch, batches done in it, and the shuffle position its order came from."""
-        return {"version": STATE_VERSION, "epoch": self.epoch, "position": self.position,
-                "order_offset": self._order_offset, "batch_size": self.batch_size, "shuffle": self.shuffle,
+    def place(self) -> tuple:
+        """Where the loader is, cheaply (no fingerprint): for `state_dict(place)` later, once more batches
+        have been read (a consumer that reads one batch ahead checkpoints the place before that read)."""
+        return self.epoch, self.position, self._order_offset
+
+    def state_dict(self, place: tuple | None = None) -> dict:
+        """Where the loader is (or was, at `place()`): epoch, batches done in it, and the shuffle position
+        its order came from."""
+        epoch, position, offset = place if place is not None else self.place()
+        return {"version": STATE_VERSION, "epoch": epoch, "position": position,
+                "order_offset": offset, "batch_size": self.batch_size, "shuffle": self.shuffle,
                 "drop_last": self.drop_last, "weighted": self.weights is not None, "n": int(self.indices.size),
                 "fingerprint": self._fingerprint()}
 

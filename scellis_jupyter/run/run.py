@@ -123,6 +123,9 @@ class Run:
         self._setup_schedule()
         self.step = 0
         self.epoch = 0
+        self._batches: Iterator | None = None     # the loader's running iterator; `_draw` moves it on
+        self._batch_epoch = 0                     # the epoch of the batch `_draw` last returned
+        self._ahead: tuple | None = None          # the next step's batch, read while this one ran (`_read_ahead`)
         self.scaler = {**LOSS_SCALE, **(r.get("loss_scale") or {})}
         self.loss_scale = float(self.scaler["init"]) if self.mixed else None
         self.ema_decay = float(r.get("ema") or 0.0)
@@ -330,12 +333,67 @@ class Run:
 
     def _steps(self) -> Iterator[StepResult]:
         while self.step < self.total_steps and self._stop_reason is None:
-            for x, y in self.loader:
-                yield self._one_step(x, y)
-                if self.step >= self.total_steps or self._stop_reason is not None:
-                    break
-            else:
-                self.epoch += 1
+            x, y, ready = self._take()
+            yield self._one_step(x, y, ahead=True, ready=ready)
+
+    def _draw(self) -> tuple:
+        """The loader's next batch and its epoch (at an epoch's end, the next epoch's first batch)."""
+        if self._batches is None:
+            self._batches, self._batch_epoch = iter(self.loader), self.epoch
+        try:
+            x, y = next(self._batches)
+        except StopIteration:
+            self._batches, self._batch_epoch = iter(self.loader), self._batch_epoch + 1
+            x, y = next(self._batches)
+        return x, y, self._batch_epoch
+
+    def _take(self) -> tuple:
+        """This step's batch: the one read ahead during the last step, else the loader's next; its
+        uploaded inputs ({name: storage}) when the read-ahead wrote them already."""
+        if self._ahead is not None:
+            x, y, epoch, ready, _ = self._ahead
+            self._ahead = None
+        else:
+            (x, y, epoch), ready = self._draw(), {}
+        self.epoch = epoch
+        return x, y, ready
+
+    def _read_ahead(self) -> None:
+        """The next step's batch, read and uploaded while this step runs on the device (its commands are
+        submitted by the first upload; a queued write lands after them), so the host's batch work overlaps
+        the GPU's instead of following it. Only when a next step is due. The loader's place and the
+        generator's positions from before the read are kept with it: a checkpoint taken meanwhile
+        (`_place`) resumes at that batch, so the run goes on exactly as without the read-ahead."""
+        if self._ahead is not None or self.step + 1 >= self.total_steps or self._stop_reason is not None:
+            return
+        before = (self.loader.place(), self.gen.state_dict())
+        x, y, epoch = self._draw()
+        self._ahead = (x, y, epoch, self._upload_batch(x, y), before)
+
+    def _place(self) -> tuple[dict, dict]:
+        """(loader state, generator state) to resume from: before the batch read ahead, if one is waiting."""
+        if self._ahead is not None:
+            place, gen = self._ahead[4]
+            return self.loader.state_dict(place), gen
+        return self.loader.state_dict(), self.gen.state_dict()
+
+    def _upload_batch(self, x, y) -> dict:
+        """The batch's step inputs (x or its row ids, y as the loss declares it), written into the step's
+        input storages; {} when y fails the loss's check (the step that takes the batch reports that)."""
+        st = self.step_prog
+        if self.target is not None and self.target.kind != "none" and st.options.data != "device":
+            try:
+                y = self.target.check(y, where="Run: a training batch")
+            except ScellisError:
+                return {}
+        ready = {}
+        for leaf in st.leaves:
+            n, name = leaf.node, leaf.name
+            if name in ("x", "batch_rows", "y") and name not in self.values:
+                a = y if name == "y" else x
+                ready[name] = self._input(name, np.asarray(a).astype(dt.to_numpy(n.dtype), copy=False)
+                                          .reshape(n.shape), n.dtype)
+        return ready
 
     def _recorded(self, results: Iterator, unit: str) -> Iterator:
         """The loop with its lifecycle: running, then finished (final checkpoint, test metrics), or
@@ -358,18 +416,23 @@ class Run:
         """End the run after the current step (it finishes normally: final checkpoint, test metrics)."""
         self._stop_reason = reason
 
-    def _feeds(self, x, y, lr: float):
+    def _feeds(self, x, y, lr: float, ready: dict | None = None):
         st = self.step_prog
         adv = st.info.get("rng_advance", {})
         reg = self.regularization
         drawn = reg.draw(self.gen.stream("augment")) if reg is not None and reg.draw is not None else {}
-        if self.target is not None and self.target.kind != "none" and st.options.data != "device":
+        ready = ready or {}
+        if self.target is not None and self.target.kind != "none" and st.options.data != "device" \
+                and "y" not in ready:
             y = self.target.check(y, where="Run: a training batch")
         leaves = []
         for leaf in st.leaves:
             n, name = leaf.node, leaf.name
             if name in self.values:
                 leaves.append(self.values[name])
+                continue
+            if name in ready:                    # uploaded by the read-ahead during the last step
+                leaves.append(ready[name])
                 continue
             if name in ("x", "batch_rows"):
                 a = x
@@ -425,11 +488,15 @@ class Run:
         self.swa_samples += 1
         return 1.0 / self.swa_samples
 
-    def _one_step(self, x, y) -> StepResult:
+    def _one_step(self, x, y, ahead: bool = False, ready: dict | None = None) -> StepResult:
+        """One step on batch (x, y); `ahead`: read the next batch while it runs (`_read_ahead`); `ready`:
+        this batch's inputs as the read-ahead uploaded them."""
         t0 = time.perf_counter()
         st = self.step_prog
         lr = self.schedule.at(self.step)
-        outs = execute(st.program, self._feeds(x, y, lr), self.impl)
+        outs = execute(st.program, self._feeds(x, y, lr, ready), self.impl)
+        if ahead:
+            self._read_ahead()
         if self.step_peak is None:
             self.step_peak = int(self.impl.peak)        # the planned step's own peak (before its readback)
         got = dict(zip(st.outputs, outs))
@@ -658,7 +725,8 @@ class Run:
 
     def checkpoint(self) -> str:
         """Save weights, optimizer state, RNG positions, loader/schedule state and history; returns its hash."""
-        extra = {"loader": self.loader.state_dict(), "schedule": self.schedule.state_dict(),
+        loader, rng = self._place()
+        extra = {"loader": loader, "schedule": self.schedule.state_dict(),
                  "loss_scale": self.loss_scale, "good_steps": self._good_steps, "skipped": self.skipped,
                  "skip_run": self._skip_run, "swa_samples": self.swa_samples, "loss_history": self.loss_history, "horizon": self.horizon,
                  "tier": self.tier, "device": self.device.backend, "program_hash": self.step_prog.program.hash,
@@ -666,9 +734,9 @@ class Run:
                  "base_dir": _abs(self.spec.base_dir), "eval_every": self.eval_every}
         if self.spec.memory is not None and self.store is not None:
             extra["memory_data"] = self._memory_ref()
-        return self._save_checkpoint(extra, self.epoch)
+        return self._save_checkpoint(extra, self.epoch, rng)
 
-    def _save_checkpoint(self, extra: dict, epoch: int) -> str:
+    def _save_checkpoint(self, extra: dict, epoch: int, rng_state: dict | None = None) -> str:
         """Weights, optimizer state, RNG positions, history and `extra` as one checkpoint, chained to the last
         one and recorded with the run; returns its hash."""
         if self.store is None:
@@ -679,7 +747,7 @@ class Run:
         if bad:                                 # never a checkpoint of a diverged model: the last good one stays
             raise self._diverged(f"weight {bad[0]!r} is not finite after step {self.step}")
         h = save_checkpoint(self.store, weights=weights, optimizer_state=self.optimizer_state(),
-                            rng_state=self.gen.state_dict(), epoch=epoch, step=self.step,
+                            rng_state=rng_state or self.gen.state_dict(), epoch=epoch, step=self.step,
                             metrics_history=self.metric_history, spec_hash=self.spec.hash, parent=self.parent,
                             extra=extra, run=self._handle.id if self._handle else None)
         self.parent = h
@@ -736,6 +804,7 @@ class Run:
         self.loss_history = list(ex.get("loss_history", []))
         self.metric_history = {k: [list(p) for p in v] for k, v in (ck.metrics_history or {}).items()}
         self.step, self.epoch = int(ck.step), int(ck.epoch)
+        self._batches, self._ahead = None, None
         self.parent = ck.hash
         self.resumed_from = ck.hash
         self._args["resumed_from"] = ck.hash

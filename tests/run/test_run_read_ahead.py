@@ -1,0 +1,112 @@
+"""The loop reads (and uploads) the next step's batch while the current step runs (Run._read_ahead): the
+batches, their order and epochs, every loss and a resume from a checkpoint taken with a batch read ahead
+are exactly those of a loop that reads each batch when its step starts. Compared bit for bit (tier debug).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scellis_jupyter.run.run import Run
+
+from fixtures import spec_text
+from fixtures.devices import WG, needs_wgpu
+
+SHORT = spec_text("digits_mlp").replace("epochs = 30", "epochs = 3")
+
+
+def _plain_losses(run: Run, steps: int) -> tuple[list[float], list[np.ndarray], list[int]]:
+    """The loop without the read-ahead: each batch read from the loader as its step starts."""
+    losses, xs, epochs = [], [], []
+    epoch = 0
+    while len(losses) < steps:
+        for x, y in run.loader:
+            run.epoch = epoch
+            xs.append(np.array(x))
+            epochs.append(epoch)
+            losses.append(run._one_step(x, y).loss)
+            if len(losses) == steps:
+                break
+        else:
+            epoch += 1
+    return losses, xs, epochs
+
+
+def test_the_loop_reads_the_next_batch_before_the_step_waits_for_its_loss():
+    run = Run(SHORT, device="reference", steps=5)
+    seen = []
+    real = run.impl.read_many
+    run.impl.read_many = lambda s: (seen.append(run._ahead is not None), real(s))[1]
+    list(run)
+    # one readback a step (then the end-of-run evaluation's); nothing is read past the run's last step
+    assert seen[:5] == [True, True, True, True, False]
+
+
+def test_batches_order_epochs_and_losses_are_the_plain_loops():
+    run = Run(SHORT, device="reference")
+    per_epoch = len(run.loader)
+    steps = 2 * per_epoch + 3                          # over two epoch boundaries
+    twin = Run(SHORT, device="reference", steps=steps)
+    want, xs, epochs = _plain_losses(twin, steps)
+    got, got_x = [], []
+    run = Run(SHORT, device="reference", steps=steps)
+    real = run._one_step
+    run._one_step = lambda x, y, **kw: (got_x.append(np.array(x)), real(x, y, **kw))[1]
+    results = list(run)
+    got = [r.loss for r in results]
+    assert got == want
+    assert all(np.array_equal(a, b) for a, b in zip(got_x, xs)) and len(got_x) == steps
+    assert [r.epoch for r in results] == epochs and epochs[per_epoch - 1] == 0 and epochs[per_epoch] == 1
+
+
+@pytest.mark.parametrize("at", ["epoch_end", "mid_epoch"])
+def test_a_checkpoint_taken_with_a_batch_read_ahead_resumes_exactly(tmp_path, at):
+    """User code checkpoints between steps while the next batch is already read (at an epoch's last step
+    that batch opens the next epoch and drew its shuffle); the resumed run continues the whole run's curve."""
+    probe = Run(SHORT, device="reference")
+    per_epoch = len(probe.loader)
+    total = 2 * per_epoch + 2
+    stop = per_epoch if at == "epoch_end" else per_epoch // 2
+    full = Run(SHORT, device="reference", steps=total)
+    whole = [s.loss for s in full]
+    store = str(tmp_path / "store")
+    run = Run(SHORT, device="reference", store=store, steps=total)
+    for s in run:
+        if s.step == stop:
+            assert run._ahead is not None and run._ahead[2] == (1 if at == "epoch_end" else 0)
+            h = run.checkpoint()
+            break
+    ck = run.store.load_checkpoint(h)
+    assert ck.extra["loader"]["position"] == stop and ck.epoch == 0
+    again = Run(SHORT, device="reference", store=store, steps=total, resume=h)
+    rest = [s.loss for s in again]
+    assert len(rest) == total - stop and rest == whole[stop:]
+    assert all(np.array_equal(v, again.weights()[k]) for k, v in full.weights().items())
+
+
+@needs_wgpu
+def test_on_wgpu_the_early_upload_lands_after_the_step_that_reads_the_buffer():
+    """The next batch is written into the step's own input buffers while that step is queued: every loss
+    equals the plain loop's, bit for bit, and each write of the next x comes before the step's readback."""
+    steps = 6
+    want, _, _ = _plain_losses(Run(SHORT, device=WG, steps=steps), steps)
+    run = Run(SHORT, device=WG, steps=steps)
+    log = []
+    real_w, real_r = run.impl.write, run.impl.read_many
+    x_store = {}
+
+    def write(s, a):
+        if s is x_store.get("x"):
+            log.append("x")
+        return real_w(s, a)
+    run.impl.write = write
+    run.impl.read_many = lambda ss: (log.append("read"), real_r(ss))[1]
+    got = []
+    for r in run:
+        x_store["x"] = run._inputs.get("x")
+        got.append(r.loss)
+    assert got == want
+    reads = [i for i, e in enumerate(log) if e == "read"][:steps]      # the steps' (then the evaluation's)
+    # from the second step on, the next batch's x is written between a step's submit and its loss read,
+    # and no step but those writes it
+    assert all(log[i - 1] == "x" for i in reads[1:-1]) and log[:reads[-1]].count("x") == steps - 2, log
