@@ -61,14 +61,14 @@ class Device:
             if self.backend == "reference":
                 self._impl = ReferenceBackend()
             else:
-                self._impl = WgpuBackend(self._adapter, self.name)
+                self._impl = WgpuBackend(self._adapter, self.name, self.memory_bytes)
         return self._impl
 
     def fresh_impl(self):
         """A new backend object on this device, sharing nothing (for isolated memory measurements)."""
         if self.backend == "reference":
             return ReferenceBackend()
-        return WgpuBackend(self._adapter, self.name)
+        return WgpuBackend(self._adapter, self.name, self.memory_bytes)
 
     def to_json(self) -> dict:
         return {"backend": self.backend, "name": self.name, "adapter_type": self.adapter_type,

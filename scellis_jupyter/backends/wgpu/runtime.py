@@ -102,10 +102,13 @@ def requested_limits(adapter_limits) -> dict:
 class WgpuBackend:
     name = "wgpu"
 
-    def __init__(self, adapter, label: str):
+    def __init__(self, adapter, label: str, memory_bytes: int | None = None):
+        """`memory_bytes`: the device's memory as the Device found or was told it (kernels that trade
+        scratch for speed keep to a share of it); None: unknown."""
         import wgpu
         self.wgpu = wgpu
         self.label = label
+        self.memory_bytes = memory_bytes
         info = dict(getattr(adapter, "info", None) or {})
         # what tuning caches are keyed by: the same chip and driver tune the same way
         self.adapter_id = "|".join(str(info.get(k, "")) for k in ("vendor_id", "device_id", "device", "description",

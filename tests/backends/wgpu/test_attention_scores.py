@@ -111,7 +111,8 @@ def test_scores_path_is_deterministic(calls, monkeypatch):
 
 def test_which_path_runs(calls, monkeypatch):
     """f32 without dropout up to SCORES_MAX_LK keys takes the scores path; f16, dropout, longer keys, a
-    head over the chunk budget, or SCELLIS_ATTENTION_PATH=flash take the flash kernels. The same graph
+    head over the chunk budget (or over 1/MEMORY_SHARE of the device's memory), or
+    SCELLIS_ATTENTION_PATH=flash take the flash kernels. The same graph
     each time, its recorded program forgotten before each run."""
     (q, k, v, g), _ = _case(4, (2,), 16, 24, 8, 8)
 
@@ -132,6 +133,12 @@ def test_which_path_runs(calls, monkeypatch):
     monkeypatch.setattr(attention_scores, "SCORES_BYTES", 16 * 24 * 4 - 1)       # one head's scores do not fit
     assert took() == []
     monkeypatch.setattr(attention_scores, "SCORES_BYTES", 16 * 24 * 4)
+    assert took() == ["scores_fwd", "scores_bwd"]
+    share = attention_scores.MEMORY_SHARE                # a chunk keeps to 1/MEMORY_SHARE of the device's memory
+    monkeypatch.setattr(attention_scores, "SCORES_BYTES", 1 << 20)
+    monkeypatch.setattr(WG.impl, "memory_bytes", 16 * 24 * 4 * share - 1)
+    assert took() == []
+    monkeypatch.setattr(WG.impl, "memory_bytes", 16 * 24 * 4 * share)
     assert took() == ["scores_fwd", "scores_bwd"]
     monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "flash")
     assert took() == []

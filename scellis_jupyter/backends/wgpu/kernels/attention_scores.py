@@ -1,4 +1,4 @@
-"""Attention through materialized scores, for short sequences: batched matmuls and row kernels.
+"""Attention through materialized scores, up to 8192 keys: batched matmuls and row kernels.
 
 Why: at short lengths (the GPT's L = 256) the flash kernels spend their time on per-block overheads
 (staging, the running-max bookkeeping) rather than arithmetic, while the products of the textbook
@@ -9,9 +9,10 @@ forward is S = q k^T, a row kernel P = softmax(S * scale) with lse (kernels/atte
 out = P v; the backward
 recomputes P from lse (:probs), dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)) scale
 (:dscores), dq = dS k, dk = dS^T q. It takes f32 without dropout; the flash kernels take the rest.
-The scratch is `be.scratch`, so a plan's dry run counts it. SCELLIS_ATTENTION_PATH=flash|scores
-forces a path (benchmarking; `scores` still needs f32 and no dropout), SCELLIS_ATTENTION_SCORES_MB
-sets the chunk budget in MiB.
+The scratch is `be.scratch`, so a plan's dry run counts it; a chunk takes at most SCORES_BYTES and
+1/MEMORY_SHARE of the device's memory, so a small GPU keeps most of its memory for the model.
+SCELLIS_ATTENTION_PATH=flash|scores forces a path (benchmarking; `scores` still needs f32 and no
+dropout), SCELLIS_ATTENTION_SCORES_MB sets the chunk budget in MiB.
 """
 from __future__ import annotations
 
@@ -24,9 +25,14 @@ from ..templates import render
 from .matmul import BAND_KBEG, BAND_KEND, BAND_TILES, _matmul
 from .strided import window
 
-SCORES_BYTES = 64 << 20   # scratch a score buffer may take (two of them in the backward)
-SCORES_MAX_LK = 1024      # longer key sequences take the flash kernels: on the H200 (RESULTS.md, before the
-                          # causal bands) the score path was faster up to 1024 keys, causal at 2048 slower
+# The chunk budget and the longest key sequence the score path takes. On an H100 (2026-12-05, RESULTS.md),
+# fwd+bwd f32 at B4 H16 L2048 / B2 H16 L4096 / B1 H8 L8192 ran 14.0 / 29.5 / 32.4 ms on 256 MiB chunks against
+# the flash kernels' 25.5 / 50.1 / 49.9 (causal 10.6 / 23.0 / 25.9 against 13.7 / 26.1 / 26.9); on 64 MiB
+# chunks the score path was no faster than flash at 4096 (50.9 ms; causal 43.8): bigger chunks, fewer and
+# larger dispatches. 16384 keys (1 GiB of scores a head) take the flash kernels.
+SCORES_BYTES = 256 << 20  # scratch a score buffer may take (two of them in the backward) ...
+MEMORY_SHARE = 32         # ... and at most this fraction of the device's memory (two: 1/16 of it)
+SCORES_MAX_LK = 8192      # longer key sequences take the flash kernels
 NEG_INF = 0xFF800000
 WG = 256                  # threads a workgroup of the row kernels
 
@@ -39,7 +45,9 @@ def heads_per_chunk(be, v, t: str, bh: int, lq: int, lk: int, d: int, dv: int, m
     if mode != "scores" and lk > SCORES_MAX_LK:
         return None
     row = lq * max(lk, d, dv) * 4          # the widest per-head binding of the row kernels
-    cap = min(int(os.environ.get("SCELLIS_ATTENTION_SCORES_MB", 0)) << 20 or SCORES_BYTES,
+    mem = getattr(be, "memory_bytes", None)
+    cap = min(int(os.environ.get("SCELLIS_ATTENTION_SCORES_MB", 0)) << 20
+              or min(SCORES_BYTES, mem // MEMORY_SHARE if mem else SCORES_BYTES),
               be.binding_limit - be.offset_align)
     if row > cap:
         return None
