@@ -228,6 +228,8 @@ class ReferenceBackend:
             direct = None
             if v.op == "fused":
                 fn = _compiled_fused(v, prog)
+            elif v.op == "matmul_fused":
+                fn = _compiled_matmul_fused(v, prog)
             elif v.dtype != "f16":
                 kin = prog.values[v.inputs[0]].dtype if v.inputs else None
                 if v.op in _UNARY:
@@ -411,7 +413,28 @@ REPLAY_AFTER = 2           # runs of a Program op by op before run_steps compile
 FILL_CONSTANT_MAX = 1024     # a fused group's fills up to this many elements are made once, not every run
 
 
-def _compiled_fused(v, prog):
+def _compiled_matmul_fused(v, prog):
+    """`_matmul_fused` with its chain compiled (`_compiled_fused`): the product as `_matmul_fused` makes it
+    (rounded to the matmul's dtype, shaped as the chain reads it), then the same numpy calls as `_fused`."""
+    (mshape, mdtype), slot, seen = v.attrs["mm"], v.attrs["slot"], tuple(v.attrs["seen"])
+    ta, tb = v.attrs.get("trans", (False, False))
+    mm = SimpleNamespace(op="matmul", attrs={"trans_a": ta, "trans_b": tb}, shape=mshape, dtype=mdtype)
+    others = list(v.inputs[2:])
+    dtypes = [prog.values[i].dtype for i in others]
+    shapes = [tuple(prog.values[i].shape) for i in others]
+    dtypes.insert(slot, mdtype)
+    shapes.insert(slot, seen)
+    chain = _compiled_fused(v, prog, dtypes, shapes)
+    matmul, npd = KERNELS["matmul"], _np(mdtype)
+
+    def run(v, a, b, *rest, prog):
+        args = list(rest)
+        args.insert(slot, np.asarray(matmul(mm, a, b, prog=prog)).astype(npd, copy=False).reshape(seen))
+        return chain(v, *args, prog=prog)
+    return run
+
+
+def _compiled_fused(v, prog, dtypes: list | None = None, in_shape: list | None = None):
     """`_fused` for one value as one generated Python function: the same numpy calls in the same order,
     with the interpretation (op records, kernel lookups, argument lists) and small constants done once.
 
@@ -419,10 +442,12 @@ def _compiled_fused(v, prog):
     records cost several times the arithmetic. Elementwise ops whose operand dtypes are known call their
     numpy function directly (run_steps holds the error state `_with_ct`/`_bin` would enter); everything
     else calls its kernel as `_fused` does. Kernels never write their inputs, so a constant is safely
-    shared between runs; every result is shaped and cast exactly as `_fused` does."""
+    shared between runs; every result is shaped and cast exactly as `_fused` does. `dtypes` / `in_shape`:
+    the chain's inputs where they are not v's (a matmul epilogue's: the product among them)."""
     code = v.attrs["code"]
-    dtypes = [prog.values[i].dtype for i in v.inputs]
-    in_shape = [tuple(prog.values[i].shape) for i in v.inputs]      # the windows run_steps passes are shaped so
+    if dtypes is None:
+        dtypes = [prog.values[i].dtype for i in v.inputs]
+        in_shape = [tuple(prog.values[i].shape) for i in v.inputs]  # the windows run_steps passes are shaped so
     ns: dict = {"_asarray": np.asarray}
     lines, shapes = [], []
     for t, (op, attrs, refs, shape, dtype) in enumerate(code):
@@ -459,7 +484,7 @@ def _compiled_fused(v, prog):
         elif not (known and _ufunc_dtype(direct, kinds) == np.dtype(npd)):     # else: already that dtype
             ns[f"d{t}"] = npd
             lines.append(f"t{t} = t{t}.astype(d{t}, copy=False)")
-    args = "".join(f"a{j}, " for j in range(len(v.inputs)))
+    args = "".join(f"a{j}, " for j in range(len(dtypes)))
     src = f"def run(v, {args}prog):\n    " + "\n    ".join(lines) + f"\n    return t{len(code) - 1}\n"
     exec(compile(src, f"<fused {len(code)} ops>", "exec"), ns)
     return ns["run"]
