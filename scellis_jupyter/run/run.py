@@ -422,6 +422,8 @@ class Run:
         reg = self.regularization
         drawn = reg.draw(self.gen.stream("augment")) if reg is not None and reg.draw is not None else {}
         ready = ready or {}
+        if self._ahead is not None and self._ahead[3]:    # a step on another batch (a caller's own loop) is about
+            self._ahead = self._ahead[:3] + ({},) + self._ahead[4:]    # to overwrite the read-ahead's uploads
         if self.target is not None and self.target.kind != "none" and st.options.data != "device" \
                 and "y" not in ready:
             y = self.target.check(y, where="Run: a training batch")

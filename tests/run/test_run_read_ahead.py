@@ -110,3 +110,25 @@ def test_on_wgpu_the_early_upload_lands_after_the_step_that_reads_the_buffer():
     # from the second step on, the next batch's x is written between a step's submit and its loss read,
     # and no step but those writes it
     assert all(log[i - 1] == "x" for i in reads[1:-1]) and log[:reads[-1]].count("x") == steps - 2, log
+
+
+def test_a_step_on_another_batch_meanwhile_does_not_feed_the_read_ahead_stale_inputs():
+    """A caller's own `_one_step` between loop steps (as the profiler and LR finder drive one) writes the
+    step's input storages: the batch read ahead is uploaded again when the loop takes it, so every step
+    computes on the very batch it was handed."""
+    run = Run(SHORT, device="reference", steps=5)
+    real = run._feeds
+    fed = []
+
+    def feeds(x, y, lr, ready=None):
+        leaves = real(x, y, lr, ready)
+        held = run._inputs["x"]
+        fed.append(np.array_equal(run.impl.to_numpy(held), np.asarray(x, np.float32).reshape(held.shape)))
+        return leaves
+    run._feeds = feeds
+    other = next(iter(Run(SHORT, device="reference", steps=1).loader))
+    for r in run:
+        if r.step == 2:
+            assert run._ahead is not None and run._ahead[3]      # the next batch is uploaded already
+            run._one_step(*other)                                # then overwritten by this step's
+    assert len(fed) == 5 and all(fed), fed           # the extra step counts: 4 of the loop, 1 of ours
