@@ -10,14 +10,15 @@
 //             recomputation from the forward's lse)
 //   dscores   dP (dout v^T) -> dS = P * (dP - delta) * scale in place, delta = rowsum(dout * out); 0 on
 //             causally masked keys (their dP tiles may never have been computed)
-// Rows are numbered inside the chunk: head h = row / Lq, query i = row % Lq (chunks hold whole heads).
+// Rows are numbered inside the chunk: head h = row / Lq, query i = row % Lq, Lq the chunk's rows a head
+// (whole heads, or a block of one head's query rows: coff and the mask window then start at its first row).
 const T: u32 = {{T}}u;                // threads a row
 const RPW: u32 = {{RPW}}u;            // rows a workgroup
 const WG: u32 = T * RPW;
 const CAUSAL: bool = {{CAUSAL}};
 
 struct Params {
-  nrows: u32, lq: u32, lk: u32, coff: i32,      // rows in this chunk, lengths, Lk - Lq (causal offset)
+  nrows: u32, lq: u32, lk: u32, coff: i32,      // rows in this chunk, rows a head, keys, Lk - Lq + r0 (causal offset)
   soff: u32, loff: u32, aoff: u32, boff: u32,   // element offsets: scores, lse / P, dout, out
   scale: f32, neg_inf: u32, moff: u32, bh0: u32, // bits of -inf; mask window offset; first head of the chunk
   msq: u32, msk: u32, mrank: u32, dv: u32,       // mask strides along query / key, collapsed rank; v head size

@@ -27,7 +27,8 @@ def calls(monkeypatch):
 
     def wrap(name, fn):
         def run(*a, **kw):
-            seen.append((name, -(-a[-2][0] // a[-1])))      # (what, chunks): dims[0] heads over nb a chunk
+            (bh, lq, *_), (nb, qb) = a[-2], a[-1]             # dims; heads and query rows a chunk
+            seen.append((name, -(-bh // nb) * -(-lq // qb)))   # (what, chunks)
             return fn(*a, **kw)
         monkeypatch.setattr(attention, name, run)
     wrap("scores_fwd", attention_scores.scores_fwd)
@@ -80,6 +81,30 @@ def test_scores_path_matches_dense_float64(name, calls, monkeypatch):
     want = dense(q, k, v, g, causal, mask, 1.0 / np.sqrt(d))
     for what, x, y in zip(("out", "dq", "dk", "dv"), got, want):
         assert x.shape == y.shape, what
+        np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5, err_msg=f"{name}: {what}")
+
+
+QBLOCKS = {  # batch, lq, lk, d, dv, causal, mask shape, query rows a block (the budget holds that many of one head)
+    "causal-blocks-lq=lk": ((2,), 40, 40, 8, 8, True, None, 12),                   # blocks of 12, 12, 12, 4 rows
+    "causal-blocks-lq<lk-mask": ((1, 2), 30, 70, 8, 16, True, (1, 2, 30, 70), 8),
+    "blocks-lq>lk-key-padding": ((3, 2), 50, 20, 16, 8, False, (3, 1, 1, 20), 16),
+    "causal-blocks-past-the-tiles": ((1,), 300, 300, 8, 8, True, None, 130),       # bands inside each block
+}
+
+
+@pytest.mark.parametrize("name", list(QBLOCKS))
+def test_the_forced_path_blocks_the_query_rows_of_a_head_over_the_budget(name, calls, monkeypatch):
+    """SCELLIS_ATTENTION_PATH=scores with one head's scores over the budget: chunks of whole query rows of one
+    head (causal offset and mask rows from the block's first row; dk and dv added up over the blocks)."""
+    batch, lq, lk, d, dv, causal, ms, qb = QBLOCKS[name]
+    monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "scores")
+    monkeypatch.setattr(attention_scores, "SCORES_BYTES", qb * max(lk, d, dv) * 4)
+    (q, k, v, g), mask = _case(len(name), batch, lq, lk, d, dv, ms)
+    got = _run(q, k, v, g, causal, mask)
+    chunks = int(np.prod(batch)) * -(-lq // qb)
+    assert calls == [("scores_fwd", chunks), ("scores_bwd", chunks)]
+    want = dense(q, k, v, g, causal, mask, 1.0 / np.sqrt(d))
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, want):
         np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5, err_msg=f"{name}: {what}")
 
 

@@ -120,3 +120,33 @@ def test_the_fill_target_can_be_set_for_measuring(monkeypatch):
         T.default_config(384, 384, 1, 16384)
     monkeypatch.delenv("SCELLIS_KSPLIT_FILL")
     assert T.default_config(384, 384, 1, 16384) == ("mid_pf", 16)     # 36 x 16 >= 512
+
+
+@needs_wgpu
+@pytest.mark.parametrize("k", [4100, 300])        # split by the rule (partials, then their sum adds), unsplit
+def test_an_accumulating_product_adds_onto_c(k):
+    """The internal `acc` attr (attention_scores adds dk, dv over query blocks): C += A @ B, through the
+    K-split's sum as through the tile's store; with K = 0 C stays."""
+    from types import SimpleNamespace
+    from scellis_jupyter.backends.wgpu.kernels.matmul import _matmul
+    be = WG.impl
+    a, b = R.standard_normal((70, k)).astype(np.float32), R.standard_normal((k, 90)).astype(np.float32)
+    c0 = R.standard_normal((70, 90)).astype(np.float32)
+    sa, sb, sc_ = be.from_numpy(a, "f32"), be.from_numpy(b, "f32"), be.from_numpy(c0, "f32")
+
+    def add(ins):          # launches run inside a program (as in test_matmul_band.py)
+        prog = SimpleNamespace(hash=f"acc-test-{k}-{ins[0].shape[1]}", tier="debug")
+        be.begin(prog)
+        _matmul(be, SimpleNamespace(dtype="f32", shape=(70, 90), attrs={"acc": True}), ins, sc_)
+        be.end(prog)
+        be.flush()
+    before = be.dispatches
+    add([sa, sb])
+    assert be.dispatches - before == (2 if k > 4096 else 1)
+    got = be.to_numpy(sc_).astype(np.float64)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    tol = 1e-4 * np.sqrt((a64 * a64) @ (b64 * b64)) + 1e-5 * np.abs(c0)
+    assert np.all(np.abs(got - (c0 + a64 @ b64)) <= tol)
+    empty = [be.from_numpy(np.zeros((70, 0), np.float32), "f32"), be.from_numpy(np.zeros((0, 90), np.float32), "f32")]
+    add(empty)
+    assert np.array_equal(be.to_numpy(sc_).astype(np.float64), got)

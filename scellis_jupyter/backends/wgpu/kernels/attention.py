@@ -233,9 +233,9 @@ def _attention(be, v, ins, out):
         return
     isz = dt.ITEMSIZE[t]
     scale = float(v.attrs["scale"])
-    nb = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask)
-    if nb is not None:
-        scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), nb)
+    chunk = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask)
+    if chunk is not None:
+        scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), chunk)
         return
     cfg = _flash_cfg(be, "fwd", d, dv)
     drop, dtail = _dropout(be, v, cfg is not None, 5 + (mask is not None) + (sbase is not None))
@@ -315,9 +315,9 @@ def _attention_bwd(be, v, ins, out):
             fill(be, dvv, 0)
         return
     scale = float(v.attrs["scale"])
-    nb = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask) if dout.dtype == t else None
-    if nb is not None:
-        scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), nb)
+    chunk = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask) if dout.dtype == t else None
+    if chunk is not None:
+        scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), chunk)
         return
     stats = _stats_storage(be, dq, bh * lq)
     bk_dq = _blk(be, d + dv)

@@ -12,7 +12,8 @@ recomputes P from lse (:probs), dv = P^T dout, dP = dout v^T, dS = P (dP - rowsu
 The scratch is `be.scratch`, so a plan's dry run counts it; a chunk takes at most SCORES_BYTES and
 1/MEMORY_SHARE of the device's memory, so a small GPU keeps most of its memory for the model.
 SCELLIS_ATTENTION_PATH=flash|scores forces a path (benchmarking; `scores` still needs f32 and no
-dropout), SCELLIS_ATTENTION_SCORES_MB sets the chunk budget in MiB.
+dropout; forced, a head whose scores exceed the budget runs in blocks of whole query rows, so longer
+sequences than SCORES_MAX_LK can be measured on it), SCELLIS_ATTENTION_SCORES_MB sets the chunk budget in MiB.
 """
 from __future__ import annotations
 
@@ -37,26 +38,37 @@ NEG_INF = 0xFF800000
 WG = 256                  # threads a workgroup of the row kernels
 
 
-def heads_per_chunk(be, v, t: str, bh: int, lq: int, lk: int, d: int, dv: int, mask) -> int | None:
-    """Heads a chunk of the scores path takes, or None where the flash kernels run instead."""
+def heads_per_chunk(be, v, t: str, bh: int, lq: int, lk: int, d: int, dv: int, mask) -> tuple[int, int] | None:
+    """(heads, query rows) a chunk of the scores path takes, or None where the flash kernels run instead.
+    A chunk holds whole heads, or, where one head's scores exceed the chunk budget and the path is forced
+    (SCELLIS_ATTENTION_PATH=scores), blocks of whole query rows of one head (softmax is per row, so a block
+    is complete; dk and dv add up over a head's blocks)."""
     mode = os.environ.get("SCELLIS_ATTENTION_PATH", "auto")
     if mode == "flash" or t != "f32" or float(v.attrs.get("dropout", 0.0)) or min(bh, lq, lk, d, dv) == 0:
         return None
     if mode != "scores" and lk > SCORES_MAX_LK:
         return None
-    row = lq * max(lk, d, dv) * 4          # the widest per-head binding of the row kernels
+    width = max(lk, d, dv) * 4             # the widest per-row binding of the row kernels
     mem = getattr(be, "memory_bytes", None)
     cap = min(int(os.environ.get("SCELLIS_ATTENTION_SCORES_MB", 0)) << 20
               or min(SCORES_BYTES, mem // MEMORY_SHARE if mem else SCORES_BYTES),
               be.binding_limit - be.offset_align)
-    if row > cap:
-        return None
-    nb = min(bh, cap // row)
-    while mask is not None and nb > 1 and any(
-            (hi - lo + 1) * 4 + be.offset_align > be.binding_limit
-            for lo, hi in (mask.footprint(b, min(b + nb, bh), 0, lq) for b in range(0, bh, nb))):
+
+    def mask_fits(b0, b1, r0, r1) -> bool:
+        lo, hi = mask.footprint(b0, b1, r0, r1)
+        return (hi - lo + 1) * 4 + be.offset_align <= be.binding_limit
+    if lq * width > cap:
+        if mode != "scores" or width > cap:
+            return None
+        qb = cap // width
+        while mask is not None and qb > 1 and not all(mask_fits(b, b + 1, r, min(r + qb, lq))
+                                                      for b in range(bh) for r in range(0, lq, qb)):
+            qb = (qb + 1) // 2
+        return (1, qb) if mask is None or mask_fits(0, 1, 0, 1) else None
+    nb = min(bh, cap // (lq * width))
+    while mask is not None and nb > 1 and not all(mask_fits(b, min(b + nb, bh), 0, lq) for b in range(0, bh, nb)):
         nb = (nb + 1) // 2
-    return nb
+    return nb, lq
 
 
 def _row_layout(n: int) -> tuple[int, int]:
@@ -73,44 +85,60 @@ def _kernel(section: str, t: int, rpw: int, causal: bool, masked: bool) -> tuple
     return f"attention_scores:{section}:T={t}:RPW={rpw}:causal={causal}:mask={masked}", src
 
 
-def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = False, band: tuple = (0, 0)) -> None:
-    """c = a @ b over the batch of heads; band (BAND_*, Lk - Lq) skips what causality zeroes (0: none)."""
-    attrs = {"trans_a": ta, "trans_b": tb, "band": band}
+def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = False, band: tuple = (0, 0),
+        acc: bool = False) -> None:
+    """c = a @ b over the batch of heads (acc: c += a @ b); band (BAND_*, causal offset) skips what causality
+    zeroes (0: none)."""
+    attrs = {"trans_a": ta, "trans_b": tb, "band": band, "acc": acc}
     _matmul(be, SimpleNamespace(dtype="f32", shape=c.shape, attrs=attrs), [a, b], c)
 
 
-def _heads(s: Storage, b0: int, b1: int, rows: int, width: int) -> Storage:
-    """Heads b0..b1 of a contiguous [BH, rows, width] f32 tensor as a [b1 - b0, rows, width] view."""
-    per = rows * width * 4
-    return s.sub(b0 * per, (b1 - b0, rows, width), "f32", (b1 - b0) * per)
+def _rows(s: Storage, b0: int, b1: int, r0: int, r1: int, rows: int, width: int) -> Storage:
+    """Rows r0..r1 of heads b0..b1 of a contiguous [BH, rows, width] f32 tensor as a [b1 - b0, r1 - r0, width]
+    view (contiguous: whole heads, or a block of rows of one head)."""
+    assert (r0, r1) == (0, rows) or b1 - b0 == 1
+    return s.sub((b0 * rows + r0) * width * 4, (b1 - b0, r1 - r0, width), "f32", (b1 - b0) * (r1 - r0) * width * 4)
 
 
-def _win(s: Storage, b0: int, b1: int, per: int) -> tuple[Storage, int]:
-    """The aligned binding over heads b0..b1 (per elements each) of s, and the element offset in it."""
-    return window(s, 0, b0 * per, b1 * per - 1, 4, s.backend.offset_align)
+def _win(s: Storage, b0: int, b1: int, r0: int, r1: int, rows: int, width: int = 1) -> tuple[Storage, int]:
+    """The aligned binding over rows r0..r1 of heads b0..b1 (width elements a row) of s, and the element
+    offset in it."""
+    return window(s, 0, (b0 * rows + r0) * width, ((b1 - 1) * rows + r1) * width - 1, 4, s.backend.offset_align)
 
 
-def _params(n, lq, lk, scale, offs, mparams, b0: int, dv: int = 0) -> bytes:
-    """The row kernels' Params (kernels/attention_scores.wgsl); offs: (scores, lse or P, dout, out)."""
+def _params(n, rows, lk, coff, scale, offs, mparams, b0: int, dv: int = 0) -> bytes:
+    """The row kernels' Params (kernels/attention_scores.wgsl): n heads of `rows` query rows, coff the causal
+    offset of the chunk's first row (Lk - Lq + r0); offs: (scores, lse or P, dout, out)."""
     moff, msq, msk, mrank, mshape, mstride = mparams
-    return struct.pack("<IIIiIIIIfIIIIIII4I4I", n * lq, lq, lk, lk - lq, *offs, scale, NEG_INF,
+    return struct.pack("<IIIiIIIIfIIIIIII4I4I", n * rows, rows, lk, coff, *offs, scale, NEG_INF,
                        moff, b0, msq, msk, mrank, dv, *mshape, *mstride)
 
 
-def _mask_bind(mask, b0: int, b1: int, lq: int, al: int) -> tuple[list, tuple]:
+def _mask_bind(mask, b0: int, b1: int, r0: int, r1: int, al: int) -> tuple[list, tuple]:
+    """The mask's binding over the chunk and its params; the kernels count rows from the chunk's first
+    query row r0, so the window's base moves back by r0 rows."""
     if mask is None:
         return [], (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
-    lo, hi = mask.footprint(b0, b1, 0, lq)
+    lo, hi = mask.footprint(b0, b1, r0, r1)
     wm, mo = window(mask.m, 0, lo, hi, 4, al)
-    return [wm], mask.params(mo, lo)
+    return [wm], mask.params(mo, lo - r0 * mask.sq)
 
 
-def _bands(causal: bool, lq: int, lk: int) -> tuple[tuple, tuple]:
-    """The (score tiles, k end) bands of a causal product: tiles of S or dP wholly past the diagonal are
-    not computed (the row kernels never read them), and P v, dS k stop at each row's last key."""
+def _bands(causal: bool, coff: int) -> tuple[tuple, tuple, tuple]:
+    """The (score tiles, k end, k begin) bands of a causal product whose first query row may see keys up to
+    coff: tiles of S or dP wholly past the diagonal are not computed (the row kernels never read them), P v
+    and dS k stop at each row's last key, P^T dout and dS^T q start at each key's first row."""
     if not causal:
-        return (0, 0), (0, 0)
-    return (BAND_TILES, lk - lq), (BAND_KEND, lk - lq)
+        return (0, 0), (0, 0), (0, 0)
+    return (BAND_TILES, coff), (BAND_KEND, coff), (BAND_KBEG, coff)
+
+
+def _chunks(bh: int, lq: int, chunk: tuple[int, int]):
+    """(b0, b1, r0, r1) of every chunk: heads by nb, each head's query rows by qb."""
+    nb, qb = chunk
+    for b0 in range(0, bh, nb):
+        for r0 in range(0, lq, qb):
+            yield b0, min(bh, b0 + nb), r0, min(lq, r0 + qb)
 
 
 def _scores(be, name: str, n: int, lq: int, lk: int) -> Storage:
@@ -118,49 +146,50 @@ def _scores(be, name: str, n: int, lq: int, lk: int) -> Storage:
     return Storage(be, be.scratch(name, nbytes), 0, (n, lq, lk), "f32", nbytes)
 
 
-def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tuple, nb: int) -> None:
-    """out and lse of attention over chunks of nb heads (dims: bh, lq, lk, d, dv)."""
+def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tuple, chunk: tuple) -> None:
+    """out and lse of attention over chunks (heads, query rows) = `chunk` (dims: bh, lq, lk, d, dv)."""
     bh, lq, lk, d, dv = dims
     t, rpw = _row_layout(lk)
     key, src = _kernel("fwd", t, rpw, causal, mask is not None)
-    tiles, kend = _bands(causal, lq, lk)
-    for b0 in range(0, bh, nb):
-        b1 = min(bh, b0 + nb)
-        s = _scores(be, "attention-scores", b1 - b0, lq, lk)
-        _mm(be, _heads(q, b0, b1, lq, d), _heads(k, b0, b1, lk, d), s, tb=True, band=tiles)
-        wl, lo = _win(lse, b0, b1, lq)
-        ms, mp = _mask_bind(mask, b0, b1, lq, be.offset_align)
-        be.launch(key, src, [s, wl] + ms, _params(b1 - b0, lq, lk, scale, (0, lo, 0, 0), mp, b0),
-                  -(-(b1 - b0) * lq // rpw))
-        _mm(be, s, _heads(val, b0, b1, lk, dv), _heads(o, b0, b1, lq, dv), band=kend)
+    for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
+        n, rows, coff = b1 - b0, r1 - r0, lk - lq + r0
+        tiles, kend, _ = _bands(causal, coff)
+        s = _scores(be, "attention-scores", n, rows, lk)
+        _mm(be, _rows(q, b0, b1, r0, r1, lq, d), _rows(k, b0, b1, 0, lk, lk, d), s, tb=True, band=tiles)
+        wl, lo = _win(lse, b0, b1, r0, r1, lq)
+        ms, mp = _mask_bind(mask, b0, b1, r0, r1, be.offset_align)
+        be.launch(key, src, [s, wl] + ms, _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0),
+                  -(-n * rows // rpw))
+        _mm(be, s, _rows(val, b0, b1, 0, lk, lk, dv), _rows(o, b0, b1, r0, r1, lq, dv), band=kend)
 
 
-def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: float, dims: tuple, nb: int) -> None:
-    """dq, dk, dv (grads) of attention over chunks of nb heads, recomputing P from lse."""
+def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: float, dims: tuple,
+               chunk: tuple) -> None:
+    """dq, dk, dv (grads) of attention over chunks (heads, query rows) = `chunk`, recomputing P from lse; a
+    head's dk and dv add up over its query blocks, in block order."""
     bh, lq, lk, d, dv = dims
     dq, dk, dvv = grads
     t, rpw = _row_layout(lk)
     kp, sp = _kernel("probs", t, rpw, causal, mask is not None)
     td, rd = _row_layout(max(lk, dv))
     kd, sd = _kernel("dscores", td, rd, causal, False)
-    tiles, kend = _bands(causal, lq, lk)
-    kbeg = (BAND_KBEG, lk - lq) if causal else (0, 0)
-    for b0 in range(0, bh, nb):
-        b1 = min(bh, b0 + nb)
-        n = b1 - b0
-        s = _scores(be, "attention-scores", n, lq, lk)
-        dp = _scores(be, "attention-dscores", n, lq, lk)
-        qh, kh, vh, doh = (_heads(q, b0, b1, lq, d), _heads(k, b0, b1, lk, d), _heads(val, b0, b1, lk, dv),
-                           _heads(dout, b0, b1, lq, dv))
+    nomask = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
+    for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
+        n, rows, coff, acc = b1 - b0, r1 - r0, lk - lq + r0, r0 > 0
+        tiles, kend, kbeg = _bands(causal, coff)
+        s = _scores(be, "attention-scores", n, rows, lk)
+        dp = _scores(be, "attention-dscores", n, rows, lk)
+        qh, kh, vh, doh = (_rows(q, b0, b1, r0, r1, lq, d), _rows(k, b0, b1, 0, lk, lk, d),
+                           _rows(val, b0, b1, 0, lk, lk, dv), _rows(dout, b0, b1, r0, r1, lq, dv))
         _mm(be, qh, kh, s, tb=True, band=tiles)
-        wl, lo = _win(lse, b0, b1, lq)
-        ms, mp = _mask_bind(mask, b0, b1, lq, be.offset_align)
-        be.launch(kp, sp, [s, wl] + ms, _params(n, lq, lk, scale, (0, lo, 0, 0), mp, b0), -(-n * lq // rpw))
-        _mm(be, s, doh, _heads(dvv, b0, b1, lk, dv), ta=True, band=kbeg)
+        wl, lo = _win(lse, b0, b1, r0, r1, lq)
+        ms, mp = _mask_bind(mask, b0, b1, r0, r1, be.offset_align)
+        be.launch(kp, sp, [s, wl] + ms, _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0), -(-n * rows // rpw))
+        _mm(be, s, doh, _rows(dvv, b0, b1, 0, lk, lk, dv), ta=True, band=kbeg, acc=acc)
         _mm(be, doh, vh, dp, tb=True, band=tiles)
-        wd, do_ = _win(dout, b0, b1, lq * dv)
-        wo, oo = _win(o, b0, b1, lq * dv)
-        nomask = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
-        be.launch(kd, sd, [dp, s, wd, wo], _params(n, lq, lk, scale, (0, 0, do_, oo), nomask, b0, dv), -(-n * lq // rd))
-        _mm(be, dp, kh, _heads(dq, b0, b1, lq, d), band=kend)
-        _mm(be, dp, qh, _heads(dk, b0, b1, lk, d), ta=True, band=kbeg)
+        wd, do_ = _win(dout, b0, b1, r0, r1, lq, dv)
+        wo, oo = _win(o, b0, b1, r0, r1, lq, dv)
+        be.launch(kd, sd, [dp, s, wd, wo], _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv),
+                  -(-n * rows // rd))
+        _mm(be, dp, kh, _rows(dq, b0, b1, r0, r1, lq, d), band=kend)
+        _mm(be, dp, qh, _rows(dk, b0, b1, 0, lk, lk, d), ta=True, band=kbeg, acc=acc)

@@ -271,8 +271,10 @@ def _matmul(be, v, ins, out, epi=None):
         raise KernelError(f"matmul needs f32 or f16 operands, got {d}", where="op 'matmul'")
     ta, tb = bool(v.attrs.get("trans_a", False)), bool(v.attrs.get("trans_b", False))
     band, coff = v.attrs.get("band", (0, 0))      # internal callers only (attention_scores.py)
-    if band and epi is not None:
-        raise KernelError("a causal band and an epilogue in one matmul", where="op 'matmul'", hint="engine bug")
+    add = bool(v.attrs.get("acc", False))          # internal: C += A @ B (attention_scores' query blocks)
+    if (band or add) and epi is not None:
+        raise KernelError("a causal band or an accumulating store with an epilogue in one matmul",
+                          where="op 'matmul'", hint="engine bug")
     k, m = (a.shape[-2], a.shape[-1]) if ta else (a.shape[-1], a.shape[-2])
     n = b.shape[-2] if tb else b.shape[-1]
     oshape = tuple(v.shape)
@@ -282,6 +284,8 @@ def _matmul(be, v, ins, out, epi=None):
     if k == 0:
         if epi is not None:
             return False
+        if add:
+            return
         from .elementwise import fill
         fill(be, out, 0.0)
         return
@@ -324,15 +328,15 @@ def _matmul(be, v, ins, out, epi=None):
                 ep = epi and (epi, epi.params(bstart, se, e3, m0, n0, n1 - n0))
                 if splits > 1:
                     _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep,
-                                   (band, band and band_offset(band, coff, m0, n0, 0)))
+                                   (band, band and band_offset(band, coff, m0, n0, 0)), add)
                     continue
                 for ki, k0 in enumerate(range(0, k, kb)):
                     k1 = min(k, k0 + kb)
                     wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, k0, k1)
                     bo = band and band_offset(band, coff, m0, n0, k0)
-                    _launch_tile(be, d, variant, wins, _params(m1 - m0, n1 - n0, k1 - k0, 1 if ki else 0, plan.lda,
-                                                               plan.ldb, n, 0, offs, dims, nbat, st3, 0, bo), nbat, packed,
-                                 ep, ta, tb, band)
+                    params = _params(m1 - m0, n1 - n0, k1 - k0, 1 if ki or add else 0, plan.lda, plan.ldb, n, 0, offs,
+                                     dims, nbat, st3, 0, bo)
+                    _launch_tile(be, d, variant, wins, params, nbat, packed, ep, ta, tb, band)
     return True
 
 
@@ -389,10 +393,11 @@ def _ksplit_kc(k, splits, variant=None):
     return math.ceil(math.ceil(k / splits) / KC_UNIT) * KC_UNIT
 
 
-def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep=None, band=(0, 0)):
+def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep=None, band=(0, 0), add=False):
     """One matrix (the whole problem, f32 or f16 operands): `splits` partial products in parallel into f32
     partials (f16 operands: each split sums in f32, as the unsplit kernel does), then their fixed-order sum.
-    band: (BAND_* or 0, its offset); a skipped tile leaves its partials unwritten, and so its C entries."""
+    band: (BAND_* or 0, its offset); a skipped tile leaves its partials unwritten, and so its C entries.
+    add: the sum adds onto C."""
     m, n, k = m1 - m0, n1 - n0, plan.k
     wins, offs = _windows(be, plan, bstart, bsize, m0, m1, n0, n1, 0, k)
     part = _ksplit_partials(be, m, n, splits)
@@ -408,7 +413,7 @@ def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, 
                   struct.pack("<4I", m * n, nsplit, 0, offs[2]) + ep[1], math.ceil(m * n / 256))
         return
     be.launch(f"matmul_ksplit:{d}", ksplit_source(d), [part, wins[2]],
-              struct.pack("<4I", m * n, nsplit, 0, offs[2]), math.ceil(m * n / 256))
+              struct.pack("<4I", m * n, nsplit, int(add), offs[2]), math.ceil(m * n / 256))
 
 
 @functools.lru_cache(maxsize=None)
