@@ -361,21 +361,26 @@ class Run:
     def _read_ahead(self) -> None:
         """The next step's batch, read and uploaded while this step runs on the device (its commands are
         submitted by the first upload; a queued write lands after them), so the host's batch work overlaps
-        the GPU's instead of following it. Only when a next step is due. The loader's place and the
-        generator's positions from before the read are kept with it: a checkpoint taken meanwhile
-        (`_place`) resumes at that batch, so the run goes on exactly as without the read-ahead."""
+        the GPU's instead of following it. Only when a next step is due. The loader's place before the read
+        and how far the read moved each sub-stream (shuffle, augment) are kept with it: a checkpoint taken
+        meanwhile (`_place`) resumes at that batch, so the run goes on exactly as without the read-ahead."""
         if self._ahead is not None or self.step + 1 >= self.total_steps or self._stop_reason is not None:
             return
-        before = (self.loader.place(), self.gen.state_dict())
+        place, before = self.loader.place(), dict(self.gen.positions)
         x, y, epoch = self._draw()
-        self._ahead = (x, y, epoch, self._upload_batch(x, y), before)
+        moved = {s: p - before.get(s, 0) for s, p in self.gen.positions.items() if p != before.get(s, 0)}
+        self._ahead = (x, y, epoch, self._upload_batch(x, y), (place, moved, set(before)))
 
     def _place(self) -> tuple[dict, dict]:
-        """(loader state, generator state) to resume from: before the batch read ahead, if one is waiting."""
-        if self._ahead is not None:
-            place, gen = self._ahead[4]
-            return self.loader.state_dict(place), gen
-        return self.loader.state_dict(), self.gen.state_dict()
+        """(loader state, generator state) to resume from: without the batch read ahead, if one is waiting
+        (its draws taken back from the positions; draws made since, from other streams, stay)."""
+        if self._ahead is None:
+            return self.loader.state_dict(), self.gen.state_dict()
+        place, moved, had = self._ahead[4]
+        state = self.gen.state_dict()
+        back = {s: p - moved.get(s, 0) for s, p in state["positions"].items()}
+        state["positions"] = {s: p for s, p in back.items() if p or s in had}
+        return self.loader.state_dict(place), state
 
     def _upload_batch(self, x, y) -> dict:
         """The batch's step inputs (x or its row ids, y as the loss declares it), written into the step's

@@ -132,3 +132,20 @@ def test_a_step_on_another_batch_meanwhile_does_not_feed_the_read_ahead_stale_in
             assert run._ahead is not None and run._ahead[3]      # the next batch is uploaded already
             run._one_step(*other)                                # then overwritten by this step's
     assert len(fed) == 5 and all(fed), fed           # the extra step counts: 4 of the loop, 1 of ours
+
+
+def test_a_users_own_stream_drawn_between_steps_is_kept_by_the_checkpoint(tmp_path):
+    """Only the read-ahead's own draws (the next batch's shuffle) are taken back from the checkpoint's
+    positions: a stream user code drew from between two steps keeps its new position."""
+    probe = Run(SHORT, device="reference")
+    per_epoch = len(probe.loader)
+    run = Run(SHORT, device="reference", store=str(tmp_path / "store"), steps=per_epoch + 3)
+    for s in run:
+        if s.step == per_epoch:                        # the read-ahead drew the next epoch's shuffle
+            run.gen.stream("mine").uniform((5,))
+            shuffle_now = run.gen.positions["shuffle"]
+            h = run.checkpoint()
+            break
+    pos = run.store.load_checkpoint(h).rng_state["positions"]
+    assert pos["mine"] == run.gen.positions["mine"] > 0
+    assert pos["shuffle"] < shuffle_now                   # before the read-ahead's draw of the next order
