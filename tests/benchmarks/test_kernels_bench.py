@@ -37,7 +37,8 @@ def test_quick_benchmark_runs(tmp_path):
 
 def test_time_loop_spans_the_window_so_the_final_sync_is_amortized():
     """A run of 20 us with a 2 ms sync: 20 runs would read as 120 us a run; the loop must grow N until
-    the runs span WINDOW_S, so the per-run figure is within 10% of the run itself."""
+    the runs span WINDOW_S, so the per-run figure is close to the run itself (within 50%: a loaded machine
+    moves both timings by some 20%, where the unamortized sync would be 6x)."""
     import time as _time
     sys.path.insert(0, str(ROOT))
     from benchmarks import kernels as K
@@ -51,7 +52,7 @@ def test_time_loop_spans_the_window_so_the_final_sync_is_amortized():
     for _ in range(2000):
         busy(20e-6)
     run = (_time.perf_counter() - t0) / 2000          # what a run costs here, call overhead included
-    assert run * 0.9 <= got < run * 1.1, (got, run)   # 20 runs and a sync would read about run + 100 us
+    assert run * 0.5 <= got < run * 1.5, (got, run)   # 20 runs and a sync would read about run + 100 us
     # a budget too small for the window stops growing N: the measurement stays short
     t0 = _time.perf_counter()
     K.time_loop(lambda: busy(1e-3), lambda: None, 2, 1, 0.02)
