@@ -54,21 +54,27 @@ def heads_per_chunk(be, v, t: str, bh: int, lq: int, lk: int, d: int, dv: int, m
               or min(SCORES_BYTES, mem // MEMORY_SHARE if mem else SCORES_BYTES),
               be.binding_limit - be.offset_align)
 
-    def mask_fits(b0, b1, r0, r1) -> bool:
-        lo, hi = mask.footprint(b0, b1, r0, r1)
-        return (hi - lo + 1) * 4 + be.offset_align <= be.binding_limit
-    if lq * width > cap:
-        if mode != "scores" or width > cap:
-            return None
-        qb = cap // width
-        while mask is not None and qb > 1 and not all(mask_fits(b, b + 1, r, min(r + qb, lq))
-                                                      for b in range(bh) for r in range(0, lq, qb)):
-            qb = (qb + 1) // 2
-        return (1, qb) if mask is None or mask_fits(0, 1, 0, 1) else None
-    nb = min(bh, cap // (lq * width))
-    while mask is not None and nb > 1 and not all(mask_fits(b, min(b + nb, bh), 0, lq) for b in range(0, bh, nb)):
-        nb = (nb + 1) // 2
-    return nb, lq
+    def fits(nb: int, qb: int) -> bool:       # every chunk's mask window within one binding
+        if mask is None:
+            return True
+        for b0 in range(0, bh, nb):
+            for r0 in range(0, lq, qb):
+                lo, hi = mask.footprint(b0, min(b0 + nb, bh), r0, min(r0 + qb, lq))
+                if (hi - lo + 1) * 4 + be.offset_align > be.binding_limit:
+                    return False
+        return True
+    if lq * width <= cap:
+        nb = min(bh, cap // (lq * width))
+        while nb > 1 and not fits(nb, lq):
+            nb = (nb + 1) // 2
+        if fits(nb, lq):
+            return nb, lq
+    if mode != "scores" or width > cap:
+        return None
+    qb = min(lq, cap // width)
+    while qb > 1 and not fits(1, qb):
+        qb = (qb + 1) // 2
+    return (1, qb) if fits(1, qb) else None
 
 
 def _row_layout(n: int) -> tuple[int, int]:
