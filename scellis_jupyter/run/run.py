@@ -382,23 +382,25 @@ class Run:
         state["positions"] = {s: p for s, p in back.items() if p or s in had}
         return self.loader.state_dict(place), state
 
-    def _upload_batch(self, x, y) -> dict:
+    def _upload_batch(self, x, y, strict: bool = False) -> dict:
         """The batch's step inputs (x or its row ids, y as the loss declares it), written into the step's
-        input storages; {} when y fails the loss's check (the step that takes the batch reports that)."""
+        input storages. When y fails the loss's check: raise if `strict` (the step taking the batch), else
+        {} (the read-ahead: the step that takes the batch reports it)."""
         st = self.step_prog
         if self.target is not None and self.target.kind != "none" and st.options.data != "device":
             try:
                 y = self.target.check(y, where="Run: a training batch")
             except ScellisError:
+                if strict:
+                    raise
                 return {}
-        ready = {}
-        for leaf in st.leaves:
-            n, name = leaf.node, leaf.name
-            if name in ("x", "batch_rows", "y") and name not in self.values:
-                a = y if name == "y" else x
-                ready[name] = self._input(name, np.asarray(a).astype(dt.to_numpy(n.dtype), copy=False)
-                                          .reshape(n.shape), n.dtype)
-        return ready
+        return {leaf.name: self._step_input(leaf, y if leaf.name == "y" else x) for leaf in st.leaves
+                if leaf.name in ("x", "batch_rows", "y") and leaf.name not in self.values}
+
+    def _step_input(self, leaf, a):
+        """Step input `leaf` holding `a` (cast and shaped as the leaf takes it) in its storage."""
+        n = leaf.node
+        return self._input(leaf.name, np.asarray(a).astype(dt.to_numpy(n.dtype), copy=False).reshape(n.shape), n.dtype)
 
     def _recorded(self, results: Iterator, unit: str) -> Iterator:
         """The loop with its lifecycle: running, then finished (final checkpoint, test metrics), or
@@ -426,26 +428,20 @@ class Run:
         adv = st.info.get("rng_advance", {})
         reg = self.regularization
         drawn = reg.draw(self.gen.stream("augment")) if reg is not None and reg.draw is not None else {}
-        ready = ready or {}
-        if self._ahead is not None and self._ahead[3]:    # a step on another batch (a caller's own loop) is about
-            self._ahead = self._ahead[:3] + ({},) + self._ahead[4:]    # to overwrite the read-ahead's uploads
-        if self.target is not None and self.target.kind != "none" and st.options.data != "device" \
-                and "y" not in ready:
-            y = self.target.check(y, where="Run: a training batch")
+        if not ready:
+            if self._ahead is not None and self._ahead[3]:    # a step on another batch (a caller's own loop)
+                self._ahead = self._ahead[:3] + ({},) + self._ahead[4:]    # overwrites the read-ahead's uploads
+            ready = self._upload_batch(x, y, strict=True)
         leaves = []
         for leaf in st.leaves:
-            n, name = leaf.node, leaf.name
+            name = leaf.name
             if name in self.values:
                 leaves.append(self.values[name])
                 continue
-            if name in ready:                    # uploaded by the read-ahead during the last step
+            if name in ready:                    # the batch (uploaded by the read-ahead or just now)
                 leaves.append(ready[name])
                 continue
-            if name in ("x", "batch_rows"):
-                a = x
-            elif name == "y":
-                a = y
-            elif name in drawn:                  # regularizer inputs (mixup's lam and permutation, ...)
+            if name in drawn:                    # regularizer inputs (mixup's lam and permutation, ...)
                 a = drawn[name]
             elif name == "lr":
                 a = lr
@@ -461,8 +457,7 @@ class Run:
                 a = base_words(self.gen.positions.get(name[4:], 0))
             else:
                 raise RunError(f"the step needs input {name!r}, which the loop does not provide", where="Run")
-            leaves.append(self._input(name, np.asarray(a).astype(dt.to_numpy(n.dtype), copy=False).reshape(n.shape),
-                                      n.dtype))
+            leaves.append(self._step_input(leaf, a))
         for s, k in adv.items():              # every step draws the next words of its streams
             self.gen.positions[s] = self.gen.positions.get(s, 0) + int(k)
         return leaves
