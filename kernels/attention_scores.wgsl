@@ -147,3 +147,56 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     sc[p.soff + base + j] = ds;
   }
 }
+
+//=== delta
+// delta = rowsum(dout * out) of each query row (the backward's dS term), into sc[soff + row]: for the
+// fused dscores epilogue below, which reads it per row
+@group(0) @binding(2) var<storage, read_write> dout: array<f32>;
+@group(0) @binding(3) var<storage, read_write> o: array<f32>;
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+  let t = li % T;
+  let row = row_of(wg, nwg, li);
+  let live = row < p.nrows;
+  var s = 0.0;
+  if (live) {
+    for (var d = t; d < p.dv; d = d + T) { s = s + dout[p.aoff + row * p.dv + d] * o[p.boff + row * p.dv + d]; }
+  }
+  rs[li] = s;
+  for (var w = T / 2u; w > 0u; w = w / 2u) {
+    workgroupBarrier();
+    if (t < w) {
+      s = s + rs[li + w];
+      rs[li] = s;
+    }
+  }
+  if (live && t == 0u) { sc[p.soff + row] = s; }
+}
+
+//=== epi_probs
+// Matmul epilogue (kernels/matmul.wgsl epi_fn) of the backward's S = q k^T without a mask: the product
+// goes straight to P = exp(S * scale - lse), as the `probs` kernel computes it, 0 on causally masked keys
+// (without a mask a row has no allowed key only by causality: its lse = -inf is never read). x0: lse, one element a row (er[0] = (1, 0)). en.y: scale's bits;
+// en.z: the causal offset of this matmul chunk's first row and column (key col may follow row when
+// col <= row + en.z). A tile wholly past the band runs no k (matmul.wgsl band_tiles_epi) and lands here
+// masked, so every entry of P is written.
+{{BINDINGS}}
+fn epilogue(acc: f32, i0: u32, i1: u32, i2: u32, row: u32, col: u32) -> f32 {
+  if ({{CAUSAL}} && i32(col) > i32(row) + bitcast<i32>(p.en.z)) { return 0.0; }
+  let l = x0[p.eb[0].w + i0 * p.eb[0].x + i1 * p.eb[0].y + i2 * p.eb[0].z + row * p.er[0].x];
+  return exp(acc * bitcast<f32>(p.en.y) - l);
+}
+
+//=== epi_dscores
+// Matmul epilogue of the backward's dP = dout v^T without a mask: dS = P * (dP - delta) * scale, as the
+// `dscores` kernel computes it, 0 on causally masked keys. x0: P (the fused probs above), x1: delta, one
+// element a row; en as in epi_probs.
+{{BINDINGS}}
+fn epilogue(acc: f32, i0: u32, i1: u32, i2: u32, row: u32, col: u32) -> f32 {
+  if ({{CAUSAL}} && i32(col) > i32(row) + bitcast<i32>(p.en.z)) { return 0.0; }
+  let pr = x0[p.eb[0].w + i0 * p.eb[0].x + i1 * p.eb[0].y + i2 * p.eb[0].z + row * p.er[0].x + col * p.er[0].y];
+  let delta = x1[p.eb[1].w + i0 * p.eb[1].x + i1 * p.eb[1].y + i2 * p.eb[1].z + row * p.er[1].x];
+  return pr * (acc - delta) * bitcast<f32>(p.en.y);
+}

@@ -123,6 +123,11 @@ loop {
 // masked scores; the workgroup leaves it (uniformly: before any barrier)
 if (i32(n0) > i32(m0) + {{TM}} - 1 + bitcast<i32>(p.off.w)) { return; }
 
+//=== band_tiles_epi
+// the same band with an epilogue that writes what the band means (attention_scores.wgsl epi_probs,
+// epi_dscores: 0): the tile runs no k and stores through the epilogue, so its callers may read it
+if (i32(n0) > i32(m0) + {{TM}} - 1 + bitcast<i32>(p.off.w)) { kend = kbeg; }
+
 //=== band_kend
 // causal band (BAND_KEND): the tile's rows sum k <= row + offset only; A is 0 past that
 kend = min(kend, u32(clamp(i32(m0) + {{TM}} + bitcast<i32>(p.off.w), 0, i32(p.K))));

@@ -192,3 +192,102 @@ def test_a_plans_dry_run_counts_the_score_scratch(calls):
         attention_scores.SCORES_BYTES = old
     need = WG.impl.alloc_bytes(3 * 40 * 50 * 4)
     assert scratch.get("attention-scores") == need and scratch.get("attention-dscores") == need, scratch
+
+
+FUSED = {  # batch, lq, lk, d, dv, causal, score bytes a chunk may take (None: the default), tiles
+    "causal-bands-lq<lk": ((2,), 200, 330, 16, 16, True, None, None),
+    "causal-lq>lk-empty-rows": ((2,), 150, 40, 8, 4, True, None, None),
+    "causal-square-chunks": ((3,), 260, 260, 8, 8, True, 260 * 260 * 4, None),
+    "full-wide-v": ((2, 2), 70, 90, 12, 40, False, None, None),
+    # S and dP in 32x32 tiles, the products that read them in 128-row tiles: those read score tiles the band
+    # skipped (the tuner picked 64-row S tiles and 128-row dv tiles on an H100)
+    "causal-small-score-tiles": ((2,), 300, 300, 8, 8, True, None, "mixed"),
+}
+
+
+@pytest.mark.parametrize("name", list(FUSED))
+def test_the_backward_without_a_mask_fuses_probs_and_dscores_into_its_products(name, calls, monkeypatch):
+    """Without a mask the backward's S and dP products store P and dS through epilogues (no probs or dscores
+    kernel; one delta kernel a chunk). Their scratch is filled with NaN first: every entry the products later
+    read must be written, the tiles the causal band skips included (the forward's P, zero there, is gone). Against the dense float64 reference, and
+    the unfused path (SCELLIS_ATTENTION_FUSE=off, which runs the row kernels) to within float32 rounding."""
+    batch, lq, lk, d, dv, causal, cap, tiles = FUSED[name]
+    if cap is not None:
+        monkeypatch.setattr(attention_scores, "SCORES_BYTES", cap)
+    if tiles == "mixed":
+        from scellis_jupyter.backends.wgpu.kernels import matmul
+        monkeypatch.setattr(matmul, "choose", lambda *a: ("small", 1) if a[9] else ("tall", 1))  # a[9]: tb
+    (q, k, v, g), _ = _case(len(name) + 11, batch, lq, lk, d, dv)
+    be = WG.impl
+    bwd = attention.scores_bwd
+
+    def poisoned(*a, **kw):      # queued after the forward (whose P rows hold zeros past the diagonal)
+        from scellis_jupyter.backends.storage import Storage
+        from scellis_jupyter.backends.wgpu.kernels.elementwise import fill
+        n = int(np.prod(batch)) * lq * lk
+        for buf in ("attention-scores", "attention-dscores"):
+            fill(be, Storage(be, be.scratch(buf, 4 * n), 0, (n,), "f32", 4 * n), float("nan"))
+        return bwd(*a, **kw)
+    monkeypatch.setattr(attention, "scores_bwd", poisoned)
+    keys = []
+    launch = be.launch
+
+    def spy(key, *a, **kw):
+        keys.append(key)
+        return launch(key, *a, **kw)
+    monkeypatch.setattr(be, "launch", spy)
+    got = _run(q, k, v, g, causal, None)
+    sections = [k.split(":")[1] for k in keys if k.startswith("attention_scores:")]
+    chunks = calls[1][1]
+    assert sections == ["fwd"] * chunks + ["delta"] * chunks, sections
+    assert sum(":epi" in k and k.startswith("matmul:") for k in keys) == 2 * chunks
+    want = dense(q, k, v, g, causal, None, 1.0 / np.sqrt(d))
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, want):
+        np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5, err_msg=f"{name}: {what}")
+    monkeypatch.setenv("SCELLIS_ATTENTION_FUSE", "off")
+    WG.impl.forget_programs()
+    del keys[:]
+    plain = _run(q, k, v, g, causal, None)
+    assert "dscores" in [k.split(":")[1] for k in keys if k.startswith("attention_scores:")]
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, plain):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6, err_msg=f"{name}: {what}, fused vs not")
+
+
+SPLIT = {  # batch, lq, lk, causal, query rows a block (None: whole heads, one a chunk)
+    "causal-one-head-chunks": ((2,), 1100, 1100, True, None),
+    "full-one-head-chunks-lq<lk": ((1,), 300, 1200, False, None),
+    "causal-query-blocks": ((1,), 2100, 1100, True, 1050),     # dk, dv add up over two split blocks
+}
+
+
+@pytest.mark.parametrize("name", list(SPLIT))
+def test_one_head_chunks_k_split_their_narrow_products(name, calls, monkeypatch):
+    """A chunk of one head runs P v, dv, dq and dk K-split (ONE_HEAD_SPLIT: tall_pf tiles, 8 f32 partials
+    summed in a fixed order) once K reaches SPLIT_MIN_K (lowered here); the banded k ranges and the query
+    blocks' accumulation hold across splits. Against the dense float64 reference, bit-identical on a rerun."""
+    batch, lq, lk, causal, qb = SPLIT[name]
+    monkeypatch.setattr(attention_scores, "SPLIT_MIN_K", 1024)
+    if qb is None:
+        monkeypatch.setattr(attention_scores, "SCORES_BYTES", lq * lk * 4)
+    else:
+        monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "scores")
+        monkeypatch.setattr(attention_scores, "SCORES_BYTES", qb * lk * 4)
+    (q, k, v, g), _ = _case(len(name), batch, lq, lk, 8, 8)
+    keys = []
+    launch = WG.impl.launch
+
+    def spy(key, *a, **kw):
+        keys.append(key)
+        return launch(key, *a, **kw)
+    monkeypatch.setattr(WG.impl, "launch", spy)
+    got = _run(q, k, v, g, causal, None)
+    heads, blocks = int(np.prod(batch)), (1 if qb is None else -(-lq // qb))
+    products = 2 * (lk >= 1024) + 2 * ((qb or lq) >= 1024)      # P v and dq sum over keys, dv and dk over rows
+    assert sum(kk.startswith("matmul:tall_pf:") for kk in keys) == heads * blocks * products, keys
+    assert sum(kk.startswith("matmul_ksplit:") for kk in keys) == heads * blocks * products
+    want = dense(q, k, v, g, causal, None, 1.0 / np.sqrt(8))
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, want):
+        np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5, err_msg=f"{name}: {what}")
+    again = _run(q, k, v, g, causal, None)
+    for x, y in zip(got, again):
+        assert np.array_equal(x, y)

@@ -1,4 +1,4 @@
-"""Attention through materialized scores, up to 8192 keys: batched matmuls and row kernels.
+"""Attention through materialized scores, up to 16384 keys: batched matmuls and row kernels.
 
 Why: at short lengths (the GPT's L = 256) the flash kernels spend their time on per-block overheads
 (staging, the running-max bookkeeping) rather than arithmetic, while the products of the textbook
@@ -8,21 +8,28 @@ So, over chunks of whole heads whose Lq x Lk scores fit a scratch buffer (SCORES
 forward is S = q k^T, a row kernel P = softmax(S * scale) with lse (kernels/attention_scores.wgsl:fwd),
 out = P v; the backward
 recomputes P from lse (:probs), dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)) scale
-(:dscores), dq = dS k, dk = dS^T q. It takes f32 without dropout; the flash kernels take the rest.
+(:dscores), dq = dS k, dk = dS^T q. Without a mask the backward computes P and dS in the stores of the
+products that make S and dP (epilogues :epi_probs, :epi_dscores, after a :delta row kernel), which saves a
+read and a write of the scores each. It takes f32 without dropout; the flash kernels take the rest.
 The scratch is `be.scratch`, so a plan's dry run counts it; a chunk takes at most SCORES_BYTES and
 1/MEMORY_SHARE of the device's memory, so a small GPU keeps most of its memory for the model.
 SCELLIS_ATTENTION_PATH=flash|scores forces a path (benchmarking; `scores` still needs f32 and no
 dropout; forced, a head whose scores exceed the budget runs in blocks of whole query rows, so longer
-sequences than SCORES_MAX_LK can be measured on it), SCELLIS_ATTENTION_SCORES_MB sets the chunk budget in MiB.
+sequences than SCORES_MAX_LK can be measured on it), SCELLIS_ATTENTION_SCORES_MB sets the chunk budget in MiB,
+SCELLIS_ATTENTION_FUSE=off keeps the backward's row kernels, SCELLIS_ATTENTION_SPLIT=off the one-head
+products unsplit (to compare).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import struct
 from types import SimpleNamespace
 
 from ...storage import Storage
-from ..templates import render
+from ..templates import bindings, render, snippet
+from .epilogue import Epilogue
 from .matmul import BAND_KBEG, BAND_KEND, BAND_TILES, _matmul
 from .strided import window
 
@@ -30,10 +37,18 @@ from .strided import window
 # fwd+bwd f32 at B4 H16 L2048 / B2 H16 L4096 / B1 H8 L8192 ran 14.0 / 29.5 / 32.4 ms on 256 MiB chunks against
 # the flash kernels' 25.5 / 50.1 / 49.9 (causal 10.6 / 23.0 / 25.9 against 13.7 / 26.1 / 26.9); on 64 MiB
 # chunks the score path was no faster than flash at 4096 (50.9 ms; causal 43.8): bigger chunks, fewer and
-# larger dispatches. 16384 keys (1 GiB of scores a head) take the flash kernels.
-SCORES_BYTES = 256 << 20  # scratch a score buffer may take (two of them in the backward) ...
+# larger dispatches. On 1 GiB chunks (H100, later that day) the products ran B2 H16 L4096 in 27.3 ms of GPU
+# time against 29.8 on 256 MiB, B1 H8 L8192 in 27.2 against 33.5 (one head a chunk left the L x 64
+# products a single wave of 64x64 tiles), and L 16384 (one 1 GiB head a chunk) in 114 ms against flash's 199.
+SCORES_BYTES = 1 << 30    # scratch a score buffer may take (two of them in the backward) ...
 MEMORY_SHARE = 32         # ... and at most this fraction of the device's memory (two: 1/16 of it)
-SCORES_MAX_LK = 8192      # longer key sequences take the flash kernels
+SCORES_MAX_LK = 16384     # longer key sequences take the flash kernels
+# A chunk of one head leaves the products into [rows, head size] (P v, and the gradients) a single wave of
+# 64x64 tiles, and under a causal band the bottom tiles' full-K loops make the critical path. So there they
+# K-split (into f32 partials summed in a fixed order): causal B1 H8 L16384 on an H100 (2026-12-05) ran in
+# 60.1 ms split 8 ways in tall_pf tiles, against 76.8 unsplit (mid_pf:8 62.0, tall_pf:4 62.3, mid_pf:2 68.8).
+ONE_HEAD_SPLIT = ("tall_pf", 8)
+SPLIT_MIN_K = 8192        # ... for products over at least this many keys or query rows
 NEG_INF = 0xFF800000
 WG = 256                  # threads a workgroup of the row kernels
 
@@ -92,11 +107,45 @@ def _kernel(section: str, t: int, rpw: int, causal: bool, masked: bool) -> tuple
 
 
 def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = False, band: tuple = (0, 0),
-        acc: bool = False) -> None:
+        acc: bool = False, epi: "_RowEpi | None" = None) -> bool:
     """c = a @ b over the batch of heads (acc: c += a @ b); band (BAND_*, causal offset) skips what causality
-    zeroes (0: none)."""
+    zeroes (0: none); epi: the product goes through that epilogue. False where the epilogue cannot run
+    (matmul.py: K blocks), having launched nothing. A product of one head over at least SPLIT_MIN_K keys or
+    rows into a narrow [rows, head size] result runs K-split (ONE_HEAD_SPLIT)."""
     attrs = {"trans_a": ta, "trans_b": tb, "band": band, "acc": acc}
-    _matmul(be, SimpleNamespace(dtype="f32", shape=c.shape, attrs=attrs), [a, b], c)
+    k = a.shape[-2] if ta else a.shape[-1]
+    if (c.shape[0] == 1 and k >= SPLIT_MIN_K and c.shape[-1] < 128 and not epi
+            and os.environ.get("SCELLIS_ATTENTION_SPLIT", "on") != "off"):
+        attrs["split"] = ONE_HEAD_SPLIT
+    return _matmul(be, SimpleNamespace(dtype="f32", shape=c.shape, attrs=attrs), [a, b], c, epi=epi) is not False
+
+
+@functools.lru_cache(maxsize=None)
+def _epi_source(section: str, causal: bool, n: int, first: int) -> tuple:
+    text = snippet("attention_scores", section, CAUSAL=str(causal).lower(),
+                   BINDINGS=bindings(*((f"x{k}", "f32") for k in range(n)), first=first))
+    return text, (n, 1), "", hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+class _RowEpi(Epilogue):
+    """A score product's store through a row kernel's arithmetic (kernels/attention_scores.wgsl epi_probs,
+    epi_dscores): the backward without a mask computes P and dS in the matmuls that make S and dP, saving
+    a read and a write of every score. ins: (binding, element offset, strides over the product's
+    [heads, rows, keys]) per input; en carries the scale and each matmul chunk's causal offset."""
+
+    def __init__(self, section: str, causal: bool, scale: float, coff: int, ins: list) -> None:
+        self.section, self.causal, self.scale, self.coff = section, causal, scale, coff
+        self.wins = [w for w, _, _ in ins]
+        self.offs = [o for _, o, _ in ins]
+        self.strides = [st for _, _, st in ins]
+        self.draws = []
+
+    def source(self, first: int) -> tuple:
+        return _epi_source(self.section, self.causal, len(self.wins), first)
+
+    def params(self, bstart, bstrides, tails, m0: int, n0: int, ncols: int) -> bytes:
+        body = super().params(bstart, bstrides, tails, m0, n0, ncols)
+        return struct.pack("<Ifi4x", ncols, self.scale, self.coff + m0 - n0) + body[16:]
 
 
 def _rows(s: Storage, b0: int, b1: int, r0: int, r1: int, rows: int, width: int) -> Storage:
@@ -179,7 +228,10 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
     kp, sp = _kernel("probs", t, rpw, causal, mask is not None)
     td, rd = _row_layout(max(lk, dv))
     kd, sd = _kernel("dscores", td, rd, causal, False)
+    tr, rr = _row_layout(dv)
+    kr, sr = _kernel("delta", tr, rr, causal, False)
     nomask = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
+    fuse = mask is None and os.environ.get("SCELLIS_ATTENTION_FUSE", "on") != "off"
     for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
         n, rows, coff, acc = b1 - b0, r1 - r0, lk - lq + r0, r0 > 0
         tiles, kend, kbeg = _bands(causal, coff)
@@ -187,15 +239,25 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
         dp = _scores(be, "attention-dscores", n, rows, lk)
         qh, kh, vh, doh = (_rows(q, b0, b1, r0, r1, lq, d), _rows(k, b0, b1, 0, lk, lk, d),
                            _rows(val, b0, b1, 0, lk, lk, dv), _rows(dout, b0, b1, r0, r1, lq, dv))
-        _mm(be, qh, kh, s, tb=True, band=tiles)
         wl, lo = _win(lse, b0, b1, r0, r1, lq)
-        ms, mp = _mask_bind(mask, b0, b1, r0, r1, be.offset_align)
-        be.launch(kp, sp, [s, wl] + ms, _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0), -(-n * rows // rpw))
+        per_row, per_score = (rows, 1, 0), (rows * lk, lk, 1)
+        if not (fuse and _mm(be, qh, kh, s, tb=True, band=tiles,
+                             epi=_RowEpi("epi_probs", causal, scale, coff, [(wl, lo, per_row)]))):
+            _mm(be, qh, kh, s, tb=True, band=tiles)
+            ms, mp = _mask_bind(mask, b0, b1, r0, r1, be.offset_align)
+            be.launch(kp, sp, [s, wl] + ms, _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0),
+                      -(-n * rows // rpw))
         _mm(be, s, doh, _rows(dvv, b0, b1, 0, lk, lk, dv), ta=True, band=kbeg, acc=acc)
-        _mm(be, doh, vh, dp, tb=True, band=tiles)
         wd, do_ = _win(dout, b0, b1, r0, r1, lq, dv)
         wo, oo = _win(o, b0, b1, r0, r1, lq, dv)
-        be.launch(kd, sd, [dp, s, wd, wo], _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv),
-                  -(-n * rows // rd))
+        if fuse:
+            delta = Storage(be, be.scratch("attention-delta", n * rows * 4), 0, (n, rows), "f32", n * rows * 4)
+            be.launch(kr, sr, [delta, wd, wo], _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv),
+                      -(-n * rows // rr))
+        if not (fuse and _mm(be, doh, vh, dp, tb=True, band=tiles,
+                             epi=_RowEpi("epi_dscores", causal, scale, coff, [(s, 0, per_score), (delta, 0, per_row)]))):
+            _mm(be, doh, vh, dp, tb=True, band=tiles)
+            be.launch(kd, sd, [dp, s, wd, wo], _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv),
+                      -(-n * rows // rd))
         _mm(be, dp, kh, _rows(dq, b0, b1, r0, r1, lq, d), band=kend)
         _mm(be, dp, qh, _rows(dk, b0, b1, 0, lk, lk, d), ta=True, band=kbeg, acc=acc)

@@ -31,7 +31,7 @@ from .... import dtypes as dt
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from ...storage import Storage
-from .matmul_tune import VARIANTS, choose, packed_f16, tile_strides, time_direct
+from .matmul_tune import VARIANTS, choose, ksplit_ok, packed_f16, tile_strides, time_direct
 from .registry import launcher
 from .strided import collapse, contiguous_strides, window
 
@@ -41,7 +41,8 @@ XYZW = "xyzw"
 # Causal bands (the materialized-score attention's products, attention_scores.py), each with an offset b
 # per chunk (Params off.w; `band_offset`): tiles or k ranges outside it are zeros the product may skip.
 #   BAND_TILES  C [queries, keys]: a tile whose every column is past its last row + b is not computed
-#               (nor stored: its callers never read such entries)
+#               (nor stored: its callers never read such entries; with an epilogue, which then writes
+#               what the band means, it is stored through the epilogue from a zero product)
 #   BAND_KEND   A [queries, keys] times B [keys, ..]: row i sums k <= i + b only (later A entries are 0)
 #   BAND_KBEG   A^T [keys, queries] times B [queries, ..]: row j sums k >= j + b only (earlier ones are 0)
 BAND_TILES, BAND_KEND, BAND_KBEG = 1, 2, 3
@@ -144,7 +145,7 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
                   THREADS=threads, TXN=txn, AS_LEN=nbuf * bk * astr, BS_LEN=nbuf * bk * bstr,
                   DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store),
                   EPI_PARAMS=epi_params, EPILOGUE=epi_text,
-                  BAND=sn_(BAND_SECTIONS[band], TM=tm) if band else "")
+                  BAND=sn_(BAND_SECTIONS[band] + ("_epi" if epi and band == BAND_TILES else ""), TM=tm) if band else "")
 
 
 def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:
@@ -272,9 +273,10 @@ def _matmul(be, v, ins, out, epi=None):
     ta, tb = bool(v.attrs.get("trans_a", False)), bool(v.attrs.get("trans_b", False))
     band, coff = v.attrs.get("band", (0, 0))      # internal callers only (attention_scores.py)
     add = bool(v.attrs.get("acc", False))          # internal: C += A @ B (attention_scores' query blocks)
-    if (band or add) and epi is not None:
-        raise KernelError("a causal band or an accumulating store with an epilogue in one matmul",
-                          where="op 'matmul'", hint="engine bug")
+    split = v.attrs.get("split")                   # internal: (variant, splits) for one whole matrix
+    if add and epi is not None:
+        raise KernelError("an accumulating store with an epilogue in one matmul", where="op 'matmul'",
+                          hint="engine bug")
     k, m = (a.shape[-2], a.shape[-1]) if ta else (a.shape[-1], a.shape[-2])
     n = b.shape[-2] if tb else b.shape[-1]
     oshape = tuple(v.shape)
@@ -325,6 +327,8 @@ def _matmul(be, v, ins, out, epi=None):
                 def timer(variant, splits, _b=(bstart, bsize, m0, m1, n0, n1)):
                     return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat, packed)
                 variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer, ta, tb)
+                if split and whole and ksplit_ok(split[1], cm, cn, ck, 1, d, None, be.binding_limit):
+                    variant, splits = split      # a rule of the caller's shapes: deterministic under debug too
                 ep = epi and (epi, epi.params(bstart, se, e3, m0, n0, n1 - n0))
                 if splits > 1:
                     _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, ep,
@@ -373,8 +377,9 @@ def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=Fals
     m, n = struct.unpack_from("<2I", params)
     if ep:          # (Epilogue, its chunk params): inputs bound after A, B, C
         src = ep[0].source(4)
-        be.launch(_key(variant, f"epi{src[3]}:{d}", packed, ta, tb), source(variant, d, packed, src, ta, tb),
-                  list(wins) + ep[0].wins, params + ep[1], _groups(variant, m, n, z))
+        be.launch(_key(variant, f"epi{src[3]}:{d}", packed, ta, tb, band),
+                  source(variant, d, packed, src, ta, tb, band), list(wins) + ep[0].wins, params + ep[1],
+                  _groups(variant, m, n, z))
         return
     be.launch(_key(variant, d, packed, ta, tb, band, c_dtype), source(variant, d, packed, None, ta, tb, band, c_dtype),
               wins, params, _groups(variant, m, n, z))
