@@ -5,7 +5,8 @@
 // thread striding over the row's keys (coalesced loads); partials are merged by a fixed tree in
 // workgroup memory, so every result depends only on the shapes (deterministic, no atomics).
 //   fwd       S (scores of q k^T, unscaled) -> P = softmax(S * scale) over the allowed keys, in place;
-//             lse = ln(sum exp(S * scale)) of the row (-inf, and P = 0, for a row with no allowed key)
+//             lse = ln(sum exp(S * scale)) of the row (-inf, and P = 0, for a row with no allowed key);
+//             causal: P is written up to REACH keys past the row's last allowed one, as far as P v reads
 //   probs     S -> P = exp(S * scale - lse) on allowed keys (0 elsewhere), in place (the backward's
 //             recomputation from the forward's lse)
 //   dscores   dP (dout v^T) -> dS = P * (dP - delta) * scale in place, delta = rowsum(dout * out); 0 on
@@ -80,7 +81,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let rsum = rs[lr * T];
   if (!live) { return; }
   let inv = select(0.0, 1.0 / rsum, rsum > 0.0);
-  for (var j = t; j < p.lk; j = j + T) {
+  // causal: P v (matmul BAND_KEND, row tiles of at most REACH rows) reads keys below i + coff + REACH only
+  var jw = p.lk;
+  if (CAUSAL) { jw = u32(clamp(i32(i) + p.coff + {{REACH}} + 1, 0, i32(p.lk))); }
+  for (var j = t; j < jw; j = j + T) {
     var pr = 0.0;
     if (rsum > 0.0 && allowed(i, j, mb)) { pr = exp(sc[base + j] * p.scale - rmax) * inv; }
     sc[base + j] = pr;

@@ -125,7 +125,10 @@ if (i32(n0) > i32(m0) + {{TM}} - 1 + bitcast<i32>(p.off.w)) { return; }
 
 //=== band_tiles_epi
 // the same band with an epilogue that writes what the band means (attention_scores.wgsl epi_probs,
-// epi_dscores: 0): the tile runs no k and stores through the epilogue, so its callers may read it
+// epi_dscores: 0): the tile runs no k and stores through the epilogue, so its callers may read it; a tile
+// more than REACH columns past the band, out of reach of every banded product that reads C (row tiles of
+// at most REACH rows), is left as band_tiles leaves it
+if (i32(n0) > i32(m0) + {{TM}} - 1 + bitcast<i32>(p.off.w) + {{REACH}}) { return; }
 if (i32(n0) > i32(m0) + {{TM}} - 1 + bitcast<i32>(p.off.w)) { kend = kbeg; }
 
 //=== band_kend

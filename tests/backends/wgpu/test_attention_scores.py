@@ -208,8 +208,9 @@ FUSED = {  # batch, lq, lk, d, dv, causal, score bytes a chunk may take (None: t
 @pytest.mark.parametrize("name", list(FUSED))
 def test_the_backward_without_a_mask_fuses_probs_and_dscores_into_its_products(name, calls, monkeypatch):
     """Without a mask the backward's S and dP products store P and dS through epilogues (no probs or dscores
-    kernel; one delta kernel a chunk). Their scratch is filled with NaN first: every entry the products later
-    read must be written, the tiles the causal band skips included (the forward's P, zero there, is gone). Against the dense float64 reference, and
+    kernel; one delta kernel a chunk). The scratch is filled with NaN before the forward and again before the
+    backward: every entry a product reads must have been written, the tiles the causal band skips included
+    (within the banded products' reach, BAND_REACH). Against the dense float64 reference, and
     the unfused path (SCELLIS_ATTENTION_FUSE=off, which runs the row kernels) to within float32 rounding."""
     batch, lq, lk, d, dv, causal, cap, tiles = FUSED[name]
     if cap is not None:
@@ -219,16 +220,18 @@ def test_the_backward_without_a_mask_fuses_probs_and_dscores_into_its_products(n
         monkeypatch.setattr(matmul, "choose", lambda *a: ("small", 1) if a[9] else ("tall", 1))  # a[9]: tb
     (q, k, v, g), _ = _case(len(name) + 11, batch, lq, lk, d, dv)
     be = WG.impl
-    bwd = attention.scores_bwd
 
-    def poisoned(*a, **kw):      # queued after the forward (whose P rows hold zeros past the diagonal)
-        from scellis_jupyter.backends.storage import Storage
-        from scellis_jupyter.backends.wgpu.kernels.elementwise import fill
-        n = int(np.prod(batch)) * lq * lk
-        for buf in ("attention-scores", "attention-dscores"):
-            fill(be, Storage(be, be.scratch(buf, 4 * n), 0, (n,), "f32", 4 * n), float("nan"))
-        return bwd(*a, **kw)
-    monkeypatch.setattr(attention, "scores_bwd", poisoned)
+    def poisoned(fn):            # queued before the forward, and again after it
+        def run(*a, **kw):
+            from scellis_jupyter.backends.storage import Storage
+            from scellis_jupyter.backends.wgpu.kernels.elementwise import fill
+            n = int(np.prod(batch)) * lq * lk
+            for buf in ("attention-scores", "attention-dscores"):
+                fill(be, Storage(be, be.scratch(buf, 4 * n), 0, (n,), "f32", 4 * n), float("nan"))
+            return fn(*a, **kw)
+        return run
+    monkeypatch.setattr(attention, "scores_fwd", poisoned(attention.scores_fwd))
+    monkeypatch.setattr(attention, "scores_bwd", poisoned(attention.scores_bwd))
     keys = []
     launch = be.launch
 
@@ -253,21 +256,25 @@ def test_the_backward_without_a_mask_fuses_probs_and_dscores_into_its_products(n
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6, err_msg=f"{name}: {what}, fused vs not")
 
 
-SPLIT = {  # batch, lq, lk, causal, query rows a block (None: whole heads, one a chunk)
+SPLIT = {  # batch, lq, lk, causal, query rows a block (None: whole heads; 0: all heads in one chunk)
     "causal-one-head-chunks": ((2,), 1100, 1100, True, None),
     "full-one-head-chunks-lq<lk": ((1,), 300, 1200, False, None),
     "causal-query-blocks": ((1,), 2100, 1100, True, 1050),     # dk, dv add up over two split blocks
+    "causal-three-heads-a-chunk": ((3,), 1030, 1030, True, 0),  # head by head
 }
 
 
 @pytest.mark.parametrize("name", list(SPLIT))
 def test_one_head_chunks_k_split_their_narrow_products(name, calls, monkeypatch):
     """A chunk of one head runs P v, dv, dq and dk K-split (ONE_HEAD_SPLIT: tall_pf tiles, 8 f32 partials
-    summed in a fixed order) once K reaches SPLIT_MIN_K (lowered here); the banded k ranges and the query
-    blocks' accumulation hold across splits. Against the dense float64 reference, bit-identical on a rerun."""
+    summed in a fixed order) once K reaches SPLIT_MIN_K (lowered here), and a causal chunk of several heads
+    runs them head by head, split; the banded k ranges and the query blocks' accumulation hold across
+    splits. Against the dense float64 reference, bit-identical on a rerun."""
     batch, lq, lk, causal, qb = SPLIT[name]
     monkeypatch.setattr(attention_scores, "SPLIT_MIN_K", 1024)
-    if qb is None:
+    if qb == 0:
+        qb = None
+    elif qb is None:
         monkeypatch.setattr(attention_scores, "SCORES_BYTES", lq * lk * 4)
     else:
         monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "scores")

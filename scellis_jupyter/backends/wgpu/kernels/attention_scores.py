@@ -30,7 +30,7 @@ from types import SimpleNamespace
 from ...storage import Storage
 from ..templates import bindings, render, snippet
 from .epilogue import Epilogue
-from .matmul import BAND_KBEG, BAND_KEND, BAND_TILES, _matmul
+from .matmul import BAND_KBEG, BAND_KEND, BAND_REACH, BAND_TILES, _matmul
 from .strided import window
 
 # The chunk budget and the longest key sequence the score path takes. On an H100 (2026-12-05, RESULTS.md),
@@ -46,7 +46,8 @@ SCORES_MAX_LK = 16384     # longer key sequences take the flash kernels
 # A chunk of one head leaves the products into [rows, head size] (P v, and the gradients) a single wave of
 # 64x64 tiles, and under a causal band the bottom tiles' full-K loops make the critical path. So there they
 # K-split (into f32 partials summed in a fixed order): causal B1 H8 L16384 on an H100 (2026-12-05) ran in
-# 60.1 ms split 8 ways in tall_pf tiles, against 76.8 unsplit (mid_pf:8 62.0, tall_pf:4 62.3, mid_pf:2 68.8).
+# 60.1 ms split 8 ways in tall_pf tiles, against 76.8 unsplit (mid_pf:8 62.0, tall_pf:4 62.3, mid_pf:2 68.8);
+# not causal, 91.7 against 100.1 ms. Causal chunks of several heads run these products head by head, split.
 ONE_HEAD_SPLIT = ("tall_pf", 8)
 SPLIT_MIN_K = 8192        # ... for products over at least this many keys or query rows
 NEG_INF = 0xFF800000
@@ -102,7 +103,7 @@ def _row_layout(n: int) -> tuple[int, int]:
 
 def _kernel(section: str, t: int, rpw: int, causal: bool, masked: bool) -> tuple[str, str]:
     src = render("attention_scores", section, flags={"MASK": masked},
-                 T=t, RPW=rpw, CAUSAL=str(causal).lower(), MASK_BINDING=3)
+                 T=t, RPW=rpw, CAUSAL=str(causal).lower(), MASK_BINDING=3, REACH=BAND_REACH)
     return f"attention_scores:{section}:T={t}:RPW={rpw}:causal={causal}:mask={masked}", src
 
 
@@ -114,10 +115,21 @@ def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = Fal
     rows into a narrow [rows, head size] result runs K-split (ONE_HEAD_SPLIT)."""
     attrs = {"trans_a": ta, "trans_b": tb, "band": band, "acc": acc}
     k = a.shape[-2] if ta else a.shape[-1]
-    if (c.shape[0] == 1 and k >= SPLIT_MIN_K and c.shape[-1] < 128 and not epi
+    if (k >= SPLIT_MIN_K and c.shape[-1] < 128 and not epi
             and os.environ.get("SCELLIS_ATTENTION_SPLIT", "on") != "off"):
-        attrs["split"] = ONE_HEAD_SPLIT
+        if c.shape[0] == 1:
+            attrs["split"] = ONE_HEAD_SPLIT
+        elif band[0] in (BAND_KEND, BAND_KBEG):     # causal: head by head, each split
+            for h in range(c.shape[0]):
+                _mm(be, _head(a, h), _head(b, h), _head(c, h), ta, tb, band, acc)
+            return True
     return _matmul(be, SimpleNamespace(dtype="f32", shape=c.shape, attrs=attrs), [a, b], c, epi=epi) is not False
+
+
+def _head(s: Storage, h: int) -> Storage:
+    """Head h of a contiguous [heads, rows, width] f32 view, as [1, rows, width]."""
+    per = s.shape[1] * s.shape[2] * 4
+    return s.sub(h * per, (1, *s.shape[1:]), "f32", per)
 
 
 @functools.lru_cache(maxsize=None)

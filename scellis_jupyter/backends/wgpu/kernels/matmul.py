@@ -42,11 +42,16 @@ XYZW = "xyzw"
 # per chunk (Params off.w; `band_offset`): tiles or k ranges outside it are zeros the product may skip.
 #   BAND_TILES  C [queries, keys]: a tile whose every column is past its last row + b is not computed
 #               (nor stored: its callers never read such entries; with an epilogue, which then writes
-#               what the band means, it is stored through the epilogue from a zero product)
+#               what the band means, it is stored through the epilogue from a zero product where a
+#               product banded by BAND_KEND / BAND_KBEG may read it, within BAND_REACH of the band)
 #   BAND_KEND   A [queries, keys] times B [keys, ..]: row i sums k <= i + b only (later A entries are 0)
 #   BAND_KBEG   A^T [keys, queries] times B [queries, ..]: row j sums k >= j + b only (earlier ones are 0)
 BAND_TILES, BAND_KEND, BAND_KBEG = 1, 2, 3
 BAND_SECTIONS = {BAND_TILES: "band_tiles", BAND_KEND: "band_kend", BAND_KBEG: "band_kbeg"}
+# The rows of the tallest tile: a banded product reads C [queries, keys] no further than this many columns
+# past the band (BAND_KEND: row i sums k < i + b + REACH; BAND_KBEG: row j from i > j - b - REACH), so
+# entries further out need never be written (kernels/matmul.wgsl band_tiles_epi, attention_scores.wgsl fwd).
+BAND_REACH = max(v[0] for v in VARIANTS.values())
 
 
 def band_offset(band: int, coff: int, m0: int, n0: int, k0: int) -> int:
@@ -145,7 +150,8 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
                   THREADS=threads, TXN=txn, AS_LEN=nbuf * bk * astr, BS_LEN=nbuf * bk * bstr,
                   DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store),
                   EPI_PARAMS=epi_params, EPILOGUE=epi_text,
-                  BAND=sn_(BAND_SECTIONS[band] + ("_epi" if epi and band == BAND_TILES else ""), TM=tm) if band else "")
+                  BAND=sn_(BAND_SECTIONS[band] + ("_epi" if epi and band == BAND_TILES else ""), TM=tm, REACH=BAND_REACH)
+                  if band else "")
 
 
 def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:
