@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from scipy.special import erf as _erf            # exact erf, vectorized
 from types import SimpleNamespace
+import functools
 import math
 import weakref
 
@@ -213,6 +214,15 @@ class ReferenceBackend:
 
         ns: dict = {"_asarray": np.asarray}
         lines = []
+        truth: dict[int, str] = {}      # a bool value's `!= 0` view of its u32 window, made at its first read
+
+        def arg(i: int) -> str:
+            if prog.values[i].dtype != "bool":
+                return slot(i)
+            if i not in truth:
+                truth[i] = f"b{len(truth)}"
+                lines.append(f"{truth[i]} = {slot(i)} != 0")
+            return truth[i]
         for step in prog.steps:
             v = prog.values[step]
             fn = KERNELS.get(v.op)
@@ -222,8 +232,7 @@ class ReferenceBackend:
             if isinstance(v.dtype, tuple):          # several outputs: the general path
                 lines.append(f"_self.dispatch(v{step}, [resolve(i) for i in v{step}.inputs], resolve({step}), prog)")
                 continue
-            args = [slot(i) + (" != 0" if prog.values[i].dtype == "bool" else "") for i in v.inputs]
-            args = [f"({a})" if a.endswith("!= 0") else a for a in args]
+            args = [arg(i) for i in v.inputs]
             out = slot(step)
             direct = None
             if v.op == "fused":
@@ -596,12 +605,29 @@ def _check_index(op, idx, x, ax):
                           f"{tuple(x.shape)}, index {tuple(idx.shape)})", where=f"op '{op}'")
 
 
+@functools.lru_cache(maxsize=256)
+def _along(shape: tuple) -> list:
+    """The open-grid index arrays of `shape` (np.indices(shape, sparse=True)), made once per shape: the
+    coordinates gather / scatter_add pair with idx[i] on every axis but their own (read-only)."""
+    grid = list(np.indices(shape, sparse=True))
+    for g in grid:
+        g.flags.writeable = False
+    return grid
+
+
+def _along_index(idx, ax: int) -> tuple:
+    full = list(_along(tuple(idx.shape)))
+    full[ax] = idx
+    return tuple(full)
+
+
 @k("gather")
 def _gather(v, x, idx, prog):
+    """out[i] = x[i with its `ax` coordinate replaced by idx[i]] (np.take_along_axis over x cut to idx's
+    extent on the other axes), as one fancy index over index grids made once per shape."""
     ax = v.attrs["axis"]
     _check_index("gather", idx, x, ax)
-    xs = x[tuple(slice(0, s) if i != ax else slice(None) for i, s in enumerate(idx.shape))]
-    return np.take_along_axis(xs, idx.astype(np.int64), axis=ax)
+    return x[_along_index(idx, ax)]
 
 
 @k("scatter_add")
@@ -609,9 +635,7 @@ def _scatter_add(v, base, idx, src, prog):
     ax = v.attrs["axis"]
     _check_index("scatter_add", idx, base, ax)
     out = base.astype(base.dtype, copy=True)
-    full = list(np.indices(idx.shape, sparse=True))
-    full[ax] = idx.astype(np.int64)
-    np.add.at(out, tuple(full), src)
+    np.add.at(out, _along_index(idx, ax), src)
     return out
 
 
