@@ -31,8 +31,17 @@ struct Params {
   {{EPI_PARAMS}}
 }
 @group(0) @binding(0) var<uniform> p: Params;
+// VA / VB: A / B bound as vec4s for 16-byte loads (fetch_a_t_v4, fetch_b_v4)
+#if VA
+@group(0) @binding(1) var<storage, read_write> A: array<vec4<{{T}}>>;
+#else
 @group(0) @binding(1) var<storage, read_write> A: array<{{T}}>;
+#endif
+#if VB
+@group(0) @binding(2) var<storage, read_write> B: array<vec4<{{T}}>>;
+#else
 @group(0) @binding(2) var<storage, read_write> B: array<{{T}}>;
+#endif
 @group(0) @binding(3) var<storage, read_write> C: array<{{CBT}}>;   // CBT: T, or f32 for K-split partials of f16 operands
 
 var<workgroup> As: array<vec4<{{ST}}>, {{AS_LEN}}>;   // [BK][TM/4]
@@ -181,6 +190,15 @@ var pb{{J}} = vec4<{{ST}}>(0.0);
   }
   pa{{J}} = v; }
 
+//=== fetch_a_t_v4
+// fetch_a_t as one 16-byte load: A^T's rows, M and every offset are whole vec4s (matmul.py `_vec4`), so the
+// 4 rows are in bounds together
+{ let e = t + {{E0}}u; let kk = e / {{TM4}}u; let r4 = e % {{TM4}}u;
+  let gk = k0 + kk; let gr = m0 + r4 * 4u;
+  var v = vec4<{{ST}}>(0.0);
+  if (gk < kend && gr < p.M) { v = vec4<{{ST}}>(A[(abase + gk * p.lda + gr) / 4u]); }
+  pa{{J}} = v; }
+
 //=== put_a_t
 // transposed A slot J into As (k-major, row stride ASTR vec4s)
 { let e = t + {{E0}}u; As[{{AO}}u + (e / {{TM4}}u) * {{ASTR}}u + e % {{TM4}}u] = pa{{J}}; }
@@ -197,6 +215,14 @@ var pb{{J}} = vec4<{{ST}}>(0.0);
     if (gc + 2u < p.N) { v.z = {{ST}}(B[row + 2u]); }
     if (gc + 3u < p.N) { v.w = {{ST}}(B[row + 3u]); }
   }
+  pb{{J}} = v; }
+
+//=== fetch_b_v4
+// fetch_b as one 16-byte load: B's rows, N and every offset are whole vec4s (matmul.py `_vec4`)
+{ let e = t + {{E0}}u; let kk = e / {{TN4}}u; let c4 = e % {{TN4}}u;
+  let gk = k0 + kk; let gc = n0 + c4 * 4u;
+  var v = vec4<{{ST}}>(0.0);
+  if (gk < kend && gc < p.N) { v = vec4<{{ST}}>(B[(bbase + gk * p.ldb + gc) / 4u]); }
   pb{{J}} = v; }
 
 //=== put_b

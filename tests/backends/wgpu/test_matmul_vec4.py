@@ -1,0 +1,111 @@
+"""16-byte operand loads in the tile matmul (matmul.py `_vec4`, matmul.wgsl fetch_a_t_v4 / fetch_b_v4).
+
+Where B (row-major) or A^T has its rows, its extent along the loaded axis, its element offset and its batch
+strides in whole vec4s, each thread's 4 contiguous elements load as one vec4 from a vec4 binding; elsewhere
+the scalar loads run. The loads feed the same tiles in the same order, so the product is bit-identical to
+the scalar kernel's (SCELLIS_MATMUL_VEC4=off), and both are checked against float64 numpy within the f32
+bound of tests/backends/wgpu/test_matmul.py (1e-4 of sqrt(sum_k a^2 b^2) per output).
+"""
+import numpy as np
+import pytest
+
+import scellis_jupyter as sc
+from scellis_jupyter.graph.opset import make
+from scellis_jupyter.tensor import Tensor
+
+from fixtures.devices import WG, needs_wgpu
+
+pytestmark = needs_wgpu
+R = np.random.default_rng(29)
+
+
+def _fresh(monkeypatch, vec4: str, tune: str = "off"):
+    monkeypatch.setenv("SCELLIS_MATMUL_VEC4", vec4)
+    monkeypatch.setenv("SCELLIS_MATMUL_TUNE", tune)
+    WG.impl.flush()
+    WG.impl._records.clear()
+    WG.impl._prog_params.clear()
+
+
+def _run(a, b, ta, tb, keys, monkeypatch):
+    """matmul of the stored a, b (flags on the node), the launch keys recorded into `keys`."""
+    xa, xb = sc.tensor(a, device=WG), sc.tensor(b, device=WG)
+    attrs = {k: True for k, on in (("trans_a", ta), ("trans_b", tb)) if on}
+    launch = WG.impl.launch
+
+    def spy(key, *args, **kw):
+        keys.append(key)
+        return launch(key, *args, **kw)
+    monkeypatch.setattr(WG.impl, "launch", spy)
+    try:
+        return Tensor._from_node(make("matmul", [xa.node, xb.node], **attrs), WG).numpy()
+    finally:
+        monkeypatch.setattr(WG.impl, "launch", launch)
+
+
+CASES = {  # A stored shape, B stored shape, trans_a, trans_b, tile (off: the table), (va, vb)
+    "B-rows-of-vec4": ((70, 33), (33, 36), False, False, "off", (False, True)),
+    "A^T-and-B": ((45, 68), (45, 132), True, False, "off", (True, True)),
+    "A^T-batched": ((3, 40, 20), (3, 40, 12), True, False, "off", (True, True)),
+    "B-broadcast-batch": ((2, 17, 9), (9, 24), False, False, "off", (False, True)),
+    "B^T-stays-scalar": ((70, 33), (36, 33), False, True, "off", (False, False)),
+    "N-off-vec4": ((20, 16), (16, 30), False, False, "off", (False, False)),
+    "M-off-vec4-A^T": ((16, 30), (16, 8), True, False, "off", (False, True)),
+    "every-tile-big": ((130, 70), (70, 260), False, False, "big_db", (False, True)),
+    "every-tile-tall": ((70, 132), (70, 68), True, False, "tall_pf", (True, True)),
+    "k-split": ((4100, 64), (4100, 72), True, False, "mid_pf:4", (True, True)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_vec4_loads_give_the_scalar_kernels_bits(name, monkeypatch):
+    ash, bsh, ta, tb, tile, want = CASES[name]
+    a, b = R.standard_normal(ash).astype(np.float32), R.standard_normal(bsh).astype(np.float32)
+    tier = "prod" if ":" in tile else "debug"     # a forced split runs outside debug only
+    with sc.tier(tier):
+        _fresh(monkeypatch, "on", tile)
+        on_keys, off_keys = [], []
+        got = _run(a, b, ta, tb, on_keys, monkeypatch)
+        _fresh(monkeypatch, "off", tile)
+        ref = _run(a, b, ta, tb, off_keys, monkeypatch)
+    mm = [k for k in on_keys if k.startswith("matmul:")]
+    assert mm and all(("+va" in k, "+vb" in k) == want for k in mm), mm
+    assert not any("+va" in k or "+vb" in k for k in off_keys)
+    assert np.array_equal(got, ref)
+    la, lb = (np.swapaxes(a, -1, -2) if ta else a), (np.swapaxes(b, -1, -2) if tb else b)
+    a64, b64 = la.astype(np.float64), lb.astype(np.float64)
+    tol = 1e-4 * np.sqrt(np.matmul(a64 * a64, b64 * b64)) + 1e-30
+    assert np.all(np.abs(got - np.matmul(a64, b64)) <= tol)
+
+
+def test_the_rule_takes_whole_vec4s_only(monkeypatch):
+    """`_vec4` on made-up windows: every condition in its docstring refuses on its own, and an accepted window
+    grows to whole vec4s."""
+    from scellis_jupyter.backends.storage import Storage
+    from scellis_jupyter.backends.wgpu.kernels.matmul import _vec4
+    be = WG.impl
+    buf = be.scratch("vec4-rule", 4096)
+
+    def wins(size=1000, off=0):
+        return [Storage(be, buf, off, (1,), "f32", size), Storage(be, buf, off, (1,), "f32", size)]
+    z = [[0, 0, 0]] * 3
+    base = dict(offs=(0, 0), lda=8, ldb=8, m=8, n=8, st3=z)
+
+    def vec(ta=True, tb=False, w=None, **kw):
+        args = {**base, **kw}
+        return _vec4(be, "f32", ta, tb, w or wins(), args["offs"], args["lda"], args["ldb"], args["m"], args["n"],
+                     args["st3"])
+    va, vb, w = vec()
+    assert (va, vb) == (True, True) and [x.nbytes for x in w] == [1008, 1008]
+    assert vec(ta=False, tb=True)[:2] == (False, False)
+    assert vec(lda=6)[:2] == (False, True) and vec(ldb=6)[:2] == (True, False)
+    assert vec(m=6)[:2] == (False, True) and vec(n=10)[:2] == (True, False)
+    assert vec(offs=(2, 4))[:2] == (False, True) and vec(offs=(4, 1))[:2] == (True, False)
+    assert vec(st3=[[0, 0, 6], [0, 0, 8], [0, 0, 0]])[:2] == (False, True)
+    assert vec(w=wins(off=32 + 8))[:2] == (False, False)              # a window not on 16 bytes
+    monkeypatch.setattr(be, "binding_limit", 1000)
+    assert vec()[:2] == (False, False)                                 # 1008 bytes would exceed the binding
+    monkeypatch.undo()
+    assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)
+    monkeypatch.setenv("SCELLIS_MATMUL_VEC4", "off")
+    assert vec()[:2] == (False, False)
