@@ -10,7 +10,8 @@
 //   probs     S -> P = exp(S * scale - lse) on allowed keys (0 elsewhere), in place (the backward's
 //             recomputation from the forward's lse)
 //   dscores   dP (dout v^T) -> dS = P * (dP - delta) * scale in place, delta = rowsum(dout * out); 0 on
-//             causally masked keys (their dP tiles may never have been computed)
+//             causally masked keys (their dP tiles may never have been computed); with ONLY_DELTA, only
+//             delta per row (the fused backward's `delta` kernel, for the epi_dscores epilogue)
 // Rows are numbered inside the chunk: head h = row / Lq, query i = row % Lq, Lq the chunk's rows a head
 // (whole heads, or a block of one head's query rows: coff and the mask window then start at its first row).
 const T: u32 = {{T}}u;                // threads a row
@@ -115,9 +116,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 }
 
 //=== dscores
+// (ONLY_DELTA: the `delta` kernel of the fused backward instead, which stores each row's delta at
+// sc[soff + row] for the epi_dscores epilogue below; bindings dout and o move up by one)
+#if ONLY_DELTA
+@group(0) @binding(2) var<storage, read_write> dout: array<f32>;
+@group(0) @binding(3) var<storage, read_write> o: array<f32>;
+#else
 @group(0) @binding(2) var<storage, read_write> pr: array<f32>;
 @group(0) @binding(3) var<storage, read_write> dout: array<f32>;
 @group(0) @binding(4) var<storage, read_write> o: array<f32>;
+#endif
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -140,6 +148,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   }
   workgroupBarrier();
   let delta = rs[lr * T];
+#if ONLY_DELTA
+  if (live && t == 0u) { sc[p.soff + row] = delta; }
+#else
   if (!live) { return; }
   let base = row * p.lk;
   // causal: keys past the row's last one are 0 (their dP was never computed: matmul BAND_TILES)
@@ -150,33 +161,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (j < jend) { ds = pr[p.loff + base + j] * (sc[p.soff + base + j] - delta) * p.scale; }
     sc[p.soff + base + j] = ds;
   }
-}
-
-//=== delta
-// delta = rowsum(dout * out) of each query row (the backward's dS term), into sc[soff + row]: for the
-// fused dscores epilogue below, which reads it per row
-@group(0) @binding(2) var<storage, read_write> dout: array<f32>;
-@group(0) @binding(3) var<storage, read_write> o: array<f32>;
-
-@compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) li: u32) {
-  let t = li % T;
-  let row = row_of(wg, nwg, li);
-  let live = row < p.nrows;
-  var s = 0.0;
-  if (live) {
-    for (var d = t; d < p.dv; d = d + T) { s = s + dout[p.aoff + row * p.dv + d] * o[p.boff + row * p.dv + d]; }
-  }
-  rs[li] = s;
-  for (var w = T / 2u; w > 0u; w = w / 2u) {
-    workgroupBarrier();
-    if (t < w) {
-      s = s + rs[li + w];
-      rs[li] = s;
-    }
-  }
-  if (live && t == 0u) { sc[p.soff + row] = s; }
+#endif
 }
 
 //=== epi_probs

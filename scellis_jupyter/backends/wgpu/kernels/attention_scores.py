@@ -102,7 +102,9 @@ def _row_layout(n: int) -> tuple[int, int]:
 
 
 def _kernel(section: str, t: int, rpw: int, causal: bool, masked: bool) -> tuple[str, str]:
-    src = render("attention_scores", section, flags={"MASK": masked},
+    """(key, WGSL) of a row kernel; `delta` is the dscores section's first half (its ONLY_DELTA flag)."""
+    src = render("attention_scores", "dscores" if section == "delta" else section,
+                 flags={"MASK": masked, "ONLY_DELTA": section == "delta"},
                  T=t, RPW=rpw, CAUSAL=str(causal).lower(), MASK_BINDING=3, REACH=BAND_REACH)
     return f"attention_scores:{section}:T={t}:RPW={rpw}:causal={causal}:mask={masked}", src
 
