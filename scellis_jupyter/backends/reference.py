@@ -532,8 +532,8 @@ def _acc(x):
 
 @k("reduce_sum")
 def _rsum(v, x, prog):
-    r = np.sum(_acc(x), axis=v.attrs["axes"], keepdims=v.attrs.get("keepdims", False))
-    return r
+    # np.add.reduce is what np.sum calls for an ndarray (the same pairwise sum), without its Python wrapper
+    return np.add.reduce(_acc(x), axis=v.attrs["axes"], keepdims=v.attrs.get("keepdims", False))
 
 
 @k("reduce_max")
@@ -587,7 +587,7 @@ def _sum_many(v, *xs, prog):
     total = None
     for x in xs:
         a = _acc(x)
-        s = np.sum(a * a if v.attrs["square"] else a)
+        s = np.add.reduce(a * a if v.attrs["square"] else a, axis=None)      # np.sum's own reduction
         total = s if total is None else total + s
     return np.asarray(total).astype(xs[0].dtype)
 
@@ -657,7 +657,8 @@ def _log_softmax(v, x, prog):
     if x.size == 0:
         return x
     m = np.max(x, axis=ax, keepdims=True)
-    return x - m - np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True))
+    xm = x - m                          # (x - m) - log(...) evaluates as before, x - m made once
+    return xm - np.log(np.add.reduce(np.exp(xm), axis=ax, keepdims=True))
 
 
 @k("layer_norm", "rms_norm")
