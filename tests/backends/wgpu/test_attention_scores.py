@@ -135,7 +135,7 @@ def test_scores_path_is_deterministic(calls, monkeypatch):
 
 
 def test_which_path_runs(calls, monkeypatch):
-    """f32 without dropout up to SCORES_MAX_LK keys takes the scores path; f16, dropout, longer keys, a
+    """f32 or f16 without dropout up to SCORES_MAX_LK keys takes the scores path; dropout, longer keys, a
     head over the chunk budget (or over 1/MEMORY_SHARE of the device's memory), or
     SCELLIS_ATTENTION_PATH=flash take the flash kernels. The same graph
     each time, its recorded program forgotten before each run."""
@@ -148,7 +148,7 @@ def test_which_path_runs(calls, monkeypatch):
         return [c[0] for c in calls]
     assert took() == ["scores_fwd", "scores_bwd"]
     if WG.impl.has_f16:
-        assert took(dtype="f16") == []
+        assert took(dtype="f16") == ["scores_fwd", "scores_bwd"]
     from scellis_jupyter.rng.generator import Generator
     assert took(dropout=0.1, gen=Generator(7).stream("attn")) == []
     monkeypatch.setattr(attention_scores, "SCORES_MAX_LK", 23)
@@ -298,3 +298,36 @@ def test_one_head_chunks_k_split_their_narrow_products(name, calls, monkeypatch)
     again = _run(q, k, v, g, causal, None)
     for x, y in zip(got, again):
         assert np.array_equal(x, y)
+
+
+F16 = {  # batch, lq, lk, d, dv, causal, mask shape, score bytes a chunk may take (None: the default)
+    "causal": ((2, 3), 70, 70, 16, 16, True, None, None),
+    "key-padding-chunks": ((3, 2), 20, 33, 8, 12, False, (3, 1, 1, 33), 20 * 33 * 4 * 2),
+    "causal-lq<lk": ((2,), 40, 90, 8, 8, True, None, None),
+}
+
+
+@pytest.mark.parametrize("name", list(F16))
+def test_f16_inputs_take_the_score_path_in_f32(name, calls, monkeypatch):
+    """f16 q, k, v (and dout) run the score path on f32 copies and round out, dq, dk, dv once: against the dense
+    float64 reference of the f16 inputs within f16 rounding (rtol 4e-3, atol 2e-3: the f32 path's error is far
+    below one f16 ulp), and against the flash kernels' f16 results within twice that."""
+    if not WG.impl.has_f16:
+        pytest.skip("the adapter has no shader-f16")
+    batch, lq, lk, d, dv, causal, ms, cap = F16[name]
+    if cap is not None:
+        monkeypatch.setattr(attention_scores, "SCORES_BYTES", cap)
+    (q, k, v, g), mask = _case(len(name) + 5, batch, lq, lk, d, dv, ms)
+    q, k, v, g = (a.astype(np.float16) for a in (q, k, v, g))
+    got = _run(q, k, v, g, causal, mask, dtype="f16")
+    assert [c[0] for c in calls] == ["scores_fwd", "scores_bwd"]
+    want = dense(*(a.astype(np.float32) for a in (q, k, v, g)), causal, mask, 1.0 / np.sqrt(d))
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, want):
+        assert x.dtype == np.float16, what
+        np.testing.assert_allclose(x.astype(np.float64), y, rtol=4e-3, atol=2e-3, err_msg=f"{name}: {what}")
+    monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "flash")
+    WG.impl.forget_programs()
+    flash = _run(q, k, v, g, causal, mask, dtype="f16")
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, flash):
+        np.testing.assert_allclose(x.astype(np.float64), y.astype(np.float64), rtol=8e-3, atol=4e-3,
+                                   err_msg=f"{name}: {what} against flash")

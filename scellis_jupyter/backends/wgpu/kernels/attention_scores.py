@@ -10,7 +10,10 @@ out = P v; the backward
 recomputes P from lse (:probs), dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)) scale
 (:dscores), dq = dS k, dk = dS^T q. Without a mask the backward computes P and dS in the stores of the
 products that make S and dP (epilogues :epi_probs, :epi_dscores, after a :delta row kernel), which saves a
-read and a write of the scores each. It takes f32 without dropout; the flash kernels take the rest.
+read and a write of the scores each. It takes f32 and f16 without dropout (f16 operands are widened to f32
+copies, O(L d) beside the O(L^2 d) products, and the results rounded back once: on an H100 the f32 score path
+ran fwd+bwd at L 1024 / 4096 / 8192 in 3.36 / 23.7 / 23.7 ms where the f16 flash kernels took 6.82 / 49.9 /
+49.9); the flash kernels take dropout.
 The scratch is `be.scratch`, so a plan's dry run counts it; a chunk takes at most SCORES_BYTES and
 1/MEMORY_SHARE of the device's memory, so a small GPU keeps most of its memory for the model.
 SCELLIS_ATTENTION_PATH=flash|scores forces a path (benchmarking; `scores` still needs f32 and no
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 import struct
 from types import SimpleNamespace
@@ -31,6 +35,7 @@ from ...storage import Storage
 from ..templates import bindings, render, snippet
 from .epilogue import Epilogue
 from .matmul import BAND_KBEG, BAND_KEND, BAND_REACH, BAND_TILES, _matmul
+from .registry import LAUNCHERS
 from .strided import window
 
 # The chunk budget and the longest key sequence the score path takes. On an H100 (2026-12-05, RESULTS.md),
@@ -60,7 +65,7 @@ def heads_per_chunk(be, v, t: str, bh: int, lq: int, lk: int, d: int, dv: int, m
     (SCELLIS_ATTENTION_PATH=scores), blocks of whole query rows of one head (softmax is per row, so a block
     is complete; dk and dv add up over a head's blocks)."""
     mode = os.environ.get("SCELLIS_ATTENTION_PATH", "auto")
-    if mode == "flash" or t != "f32" or float(v.attrs.get("dropout", 0.0)) or min(bh, lq, lk, d, dv) == 0:
+    if mode == "flash" or t not in ("f32", "f16") or float(v.attrs.get("dropout", 0.0)) or min(bh, lq, lk, d, dv) == 0:
         return None
     if mode != "scores" and lk > SCORES_MAX_LK:
         return None
@@ -208,6 +213,25 @@ def _chunks(bh: int, lq: int, chunk: tuple[int, int]):
     for b0 in range(0, bh, nb):
         for r0 in range(0, lq, qb):
             yield b0, min(bh, b0 + nb), r0, min(lq, r0 + qb)
+
+
+def widened(be, name: str, s: Storage) -> Storage:
+    """f16 operand `s` as f32 in scratch `name` (the score path computes in f32; `narrowed` rounds back)."""
+    nbytes = max(4, math.prod(s.shape) * 4)
+    w = Storage(be, be.scratch(name, nbytes), 0, tuple(s.shape), "f32", nbytes)
+    LAUNCHERS["cast"](be, SimpleNamespace(op="cast", dtype="f32", shape=tuple(s.shape), attrs={}), [s], w)
+    return w
+
+
+def f32_scratch(be, name: str, s: Storage) -> Storage:
+    """An f32 scratch result of `s`'s shape, for `narrowed` to round into s."""
+    nbytes = max(4, math.prod(s.shape) * 4)
+    return Storage(be, be.scratch(name, nbytes), 0, tuple(s.shape), "f32", nbytes)
+
+
+def narrowed(be, w: Storage, out: Storage) -> None:
+    """The f32 result `w` rounded once into f16 `out`."""
+    LAUNCHERS["cast"](be, SimpleNamespace(op="cast", dtype=out.dtype, shape=tuple(out.shape), attrs={}), [w], out)
 
 
 def _scores(be, name: str, n: int, lq: int, lk: int) -> Storage:
