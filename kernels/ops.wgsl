@@ -98,6 +98,11 @@ select(select({{B}}, {{A}}, {{A}} > {{B}}), {{A}}, {{A}} != {{A}})
 //=== binary.minimum
 select(select({{B}}, {{A}}, {{A}} < {{B}}), {{A}}, {{A}} != {{A}})
 
+//=== float.isfinite
+// bool (u32) from the bits: a shader compiler may assume no inf/NaN and fold a float test (x - x == 0) to
+// true; an f16 operand arrives widened to f32, which keeps inf and NaN
+select(0u, 1u, (bitcast<u32>(f32({{A}})) & 0x7f800000u) != 0x7f800000u)
+
 //=== compare.lt
 select(0u, 1u, {{A}} < {{B}})
 //=== compare.le

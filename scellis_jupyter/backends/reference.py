@@ -361,6 +361,11 @@ for _n, _f in _BINARY.items():
     _QUIET[_n] = _bin_quiet
 
 
+@k("isfinite")
+def _isfinite(v, x, prog):
+    return np.isfinite(x)
+
+
 @k("where")
 def _where(v, c, a, b, prog):
     return np.where(c, a, b)

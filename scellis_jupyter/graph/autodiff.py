@@ -88,6 +88,11 @@ def _(n, g):
     return None, None
 
 
+@rule("isfinite")
+def _(n, g):
+    return (None,)
+
+
 @rule("where")
 def _(n, g):
     c, a, b = n.inputs

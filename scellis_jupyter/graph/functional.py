@@ -65,6 +65,11 @@ add, sub, mul, div, pow_, maximum, minimum = (_binary(o) for o in
 lt, le, gt, ge, eq, ne = (_binary(o) for o in ("lt", "le", "gt", "ge", "eq", "ne"))
 
 
+def isfinite(x: Node) -> Node:
+    """Bool: x is neither inf nor NaN (a test of its bits on every backend)."""
+    return make("isfinite", [x])
+
+
 def _unary(op):
     def f(x: Node) -> Node:
         return make(op, [x])

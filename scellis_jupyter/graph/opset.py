@@ -17,7 +17,10 @@ UNARY = ("neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_grad", "s
          "sign", "sin", "cos", "reciprocal", "erf")
 BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
-ELEMENTWISE = UNARY + BINARY + COMPARE + ("where", "cast")
+# bool tests of one float: `isfinite` reads the bits (inf and NaN have an all-ones exponent), since a shader
+# compiler may assume no inf/NaN and fold a float test such as x - x == 0 to true (llvmpipe did)
+PREDICATES = ("isfinite",)
+ELEMENTWISE = UNARY + BINARY + COMPARE + PREDICATES + ("where", "cast")
 
 
 @dataclass
@@ -84,6 +87,13 @@ for _u in UNARY:
             _float_check(_u, inputs)
         return tuple(x.shape), x.dtype
     register(_u)(_inf_u)
+
+for _p in PREDICATES:
+    def _inf_p(inputs, attrs, _p=_p):
+        (x,) = inputs
+        _float_check(_p, inputs)
+        return tuple(x.shape), "bool"
+    register(_p)(_inf_p)
 
 for _b in BINARY + COMPARE:
     def _inf_b(inputs, attrs, _b=_b):
