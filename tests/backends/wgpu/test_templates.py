@@ -97,5 +97,5 @@ def test_ops_table_is_the_backends_op_list():
     from scellis_jupyter.backends.wgpu.kernels import LAUNCHERS
     from scellis_jupyter.graph import opset
     ops = templates.sections("ops", "float.") + templates.sections("ops", "binary.") + templates.sections("ops", "compare.")
-    assert set(ops) == set(opset.UNARY + opset.BINARY + opset.COMPARE)
+    assert set(ops) == set(opset.UNARY + opset.BINARY + opset.COMPARE + opset.PREDICATES)
     assert all(op in LAUNCHERS for op in ops)
