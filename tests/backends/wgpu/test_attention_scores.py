@@ -14,6 +14,7 @@ import scellis_jupyter as sc
 from scellis_jupyter import ops
 from scellis_jupyter.backends.wgpu.kernels import attention, attention_scores
 from fixtures.attention import dense
+from fixtures.devices import launch_keys
 
 WG = sc.device("wgpu")
 
@@ -232,13 +233,7 @@ def test_the_backward_without_a_mask_fuses_probs_and_dscores_into_its_products(n
         return run
     monkeypatch.setattr(attention, "scores_fwd", poisoned(attention.scores_fwd))
     monkeypatch.setattr(attention, "scores_bwd", poisoned(attention.scores_bwd))
-    keys = []
-    launch = be.launch
-
-    def spy(key, *a, **kw):
-        keys.append(key)
-        return launch(key, *a, **kw)
-    monkeypatch.setattr(be, "launch", spy)
+    keys = launch_keys(monkeypatch)
     got = _run(q, k, v, g, causal, None)
     sections = [k.split(":")[1] for k in keys if k.startswith("attention_scores:")]
     chunks = calls[1][1]
@@ -280,13 +275,7 @@ def test_one_head_chunks_k_split_their_narrow_products(name, calls, monkeypatch)
         monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "scores")
         monkeypatch.setattr(attention_scores, "SCORES_BYTES", qb * lk * 4)
     (q, k, v, g), _ = _case(len(name), batch, lq, lk, 8, 8)
-    keys = []
-    launch = WG.impl.launch
-
-    def spy(key, *a, **kw):
-        keys.append(key)
-        return launch(key, *a, **kw)
-    monkeypatch.setattr(WG.impl, "launch", spy)
+    keys = launch_keys(monkeypatch)
     got = _run(q, k, v, g, causal, None)
     heads, blocks = int(np.prod(batch)), (1 if qb is None else -(-lq // qb))
     products = 2 * (lk >= 1024) + 2 * ((qb or lq) >= 1024)      # P v and dq sum over keys, dv and dk over rows

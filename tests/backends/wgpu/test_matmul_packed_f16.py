@@ -17,7 +17,7 @@ import pytest
 
 import scellis_jupyter as sc
 
-from fixtures.devices import WG, needs_wgpu
+from fixtures.devices import WG, launch_keys, needs_wgpu
 
 pytestmark = needs_wgpu
 R = np.random.default_rng(11)
@@ -36,14 +36,6 @@ def _fresh(monkeypatch, tune):
     WG.impl.flush()
     WG.impl._records.clear()
     WG.impl._prog_params.clear()
-
-
-def _launch_keys(monkeypatch) -> list:
-    """The pipeline keys WG launches from now on, in order."""
-    keys = []
-    real = WG.impl.launch
-    monkeypatch.setattr(WG.impl, "launch", lambda k, *rest, **kw: (keys.append(k), real(k, *rest, **kw))[1])
-    return keys
 
 
 def mm16(a, b, tier):
@@ -126,7 +118,7 @@ def test_packed_f16_in_autodiff_transposes(monkeypatch):
     torch = pytest.importorskip("torch")
     _need_f16()
     _fresh(monkeypatch, "off")
-    keys = _launch_keys(monkeypatch)
+    keys = launch_keys(monkeypatch)
     a = R.standard_normal((2, 37, 70)).astype(np.float16)
     b = R.standard_normal((70, 45)).astype(np.float16)
     g = R.standard_normal((2, 37, 45)).astype(np.float16)
@@ -160,7 +152,7 @@ def test_tier_picks_the_f16_path(tier, key, monkeypatch):
     tile's plain twin (PACKED_PLAIN); f32 never packs."""
     _need_f16()
     _fresh(monkeypatch, "off")
-    keys = _launch_keys(monkeypatch)
+    keys = launch_keys(monkeypatch)
     a = R.standard_normal((100, 70)).astype(np.float16)
     b = R.standard_normal((70, 90)).astype(np.float16)
     check_packed(mm16(a, b, tier), a, b, 16)

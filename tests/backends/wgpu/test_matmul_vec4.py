@@ -13,7 +13,7 @@ import scellis_jupyter as sc
 from scellis_jupyter.graph.opset import make
 from scellis_jupyter.tensor import Tensor
 
-from fixtures.devices import WG, needs_wgpu
+from fixtures.devices import WG, launch_keys, needs_wgpu
 
 pytestmark = needs_wgpu
 R = np.random.default_rng(29)
@@ -27,20 +27,11 @@ def _fresh(monkeypatch, vec4: str, tune: str = "off"):
     WG.impl._prog_params.clear()
 
 
-def _run(a, b, ta, tb, keys, monkeypatch):
-    """matmul of the stored a, b (flags on the node), the launch keys recorded into `keys`."""
+def _run(a, b, ta, tb):
+    """matmul of the stored a, b (flags on the node)."""
     xa, xb = sc.tensor(a, device=WG), sc.tensor(b, device=WG)
     attrs = {k: True for k, on in (("trans_a", ta), ("trans_b", tb)) if on}
-    launch = WG.impl.launch
-
-    def spy(key, *args, **kw):
-        keys.append(key)
-        return launch(key, *args, **kw)
-    monkeypatch.setattr(WG.impl, "launch", spy)
-    try:
-        return Tensor._from_node(make("matmul", [xa.node, xb.node], **attrs), WG).numpy()
-    finally:
-        monkeypatch.setattr(WG.impl, "launch", launch)
+    return Tensor._from_node(make("matmul", [xa.node, xb.node], **attrs), WG).numpy()
 
 
 CASES = {  # A stored shape, B stored shape, trans_a, trans_b, tile (off: the table), (va, vb)
@@ -63,11 +54,14 @@ def test_vec4_loads_give_the_scalar_kernels_bits(name, monkeypatch):
     a, b = R.standard_normal(ash).astype(np.float32), R.standard_normal(bsh).astype(np.float32)
     tier = "prod" if ":" in tile else "debug"     # a forced split runs outside debug only
     with sc.tier(tier):
+        keys = launch_keys(monkeypatch)
         _fresh(monkeypatch, "on", tile)
-        on_keys, off_keys = [], []
-        got = _run(a, b, ta, tb, on_keys, monkeypatch)
+        got = _run(a, b, ta, tb)
+        on_keys = keys[:]
         _fresh(monkeypatch, "off", tile)
-        ref = _run(a, b, ta, tb, off_keys, monkeypatch)
+        del keys[:]
+        ref = _run(a, b, ta, tb)
+        off_keys = keys[:]
     mm = [k for k in on_keys if k.startswith("matmul:")]
     assert mm and all(("+va" in k, "+vb" in k) == want for k in mm), mm
     assert not any("+va" in k or "+vb" in k for k in off_keys)

@@ -35,7 +35,7 @@ from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
 from .strided import broadcast_strides, collapse, contiguous_strides, window
 from .elementwise import fill
-from .attention_scores import f32_scratch, heads_per_chunk, narrowed, scores_bwd, scores_fwd, widened
+from .attention_scores import cast_into, f32_scratch, heads_per_chunk, scores_bwd, scores_fwd, widened
 
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
 MAX_HEAD = 256     # head sizes above this would need too much private memory per thread
@@ -237,10 +237,10 @@ def _attention(be, v, ins, out):
     if chunk is not None:
         if t == "f16":          # computed in f32, rounded once
             q, k, val = (widened(be, f"attention-f32-{n}", s) for n, s in (("q", q), ("k", k), ("v", val)))
-            o16, o = o, f32_scratch(be, "attention-f32-o", o)
+            o16, o = o, f32_scratch(be, "attention-f32-o", o.shape)
         scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), chunk)
         if t == "f16":
-            narrowed(be, o, o16)
+            cast_into(be, o, o16)
         return
     cfg = _flash_cfg(be, "fwd", d, dv)
     drop, dtail = _dropout(be, v, cfg is not None, 5 + (mask is not None) + (sbase is not None))
@@ -326,11 +326,11 @@ def _attention_bwd(be, v, ins, out):
         if t == "f16":          # computed in f32, rounded once
             q, k, val, o, dout = (widened(be, f"attention-f32-{n}", s) for n, s in
                                   (("q", q), ("k", k), ("v", val), ("o", o), ("dout", dout)))
-            g = [f32_scratch(be, f"attention-f32-d{n}", s) for n, s in zip(("q", "k", "v"), g16)]
+            g = [f32_scratch(be, f"attention-f32-d{n}", s.shape) for n, s in zip(("q", "k", "v"), g16)]
         scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), chunk)
         if t == "f16":
             for w, s in zip(g, g16):
-                narrowed(be, w, s)
+                cast_into(be, w, s)
         return
     stats = _stats_storage(be, dq, bh * lq)
     bk_dq = _blk(be, d + dv)

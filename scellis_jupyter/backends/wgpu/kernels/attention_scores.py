@@ -135,8 +135,7 @@ def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = Fal
 
 def _head(s: Storage, h: int) -> Storage:
     """Head h of a contiguous [heads, rows, width] f32 view, as [1, rows, width]."""
-    per = s.shape[1] * s.shape[2] * 4
-    return s.sub(h * per, (1, *s.shape[1:]), "f32", per)
+    return _rows(s, h, h + 1, 0, s.shape[1], s.shape[1], s.shape[2])
 
 
 @functools.lru_cache(maxsize=None)
@@ -215,28 +214,23 @@ def _chunks(bh: int, lq: int, chunk: tuple[int, int]):
             yield b0, min(bh, b0 + nb), r0, min(lq, r0 + qb)
 
 
+def f32_scratch(be, name: str, shape) -> Storage:
+    """A contiguous f32 tensor of `shape` in the backend's scratch buffer `name` (scores, deltas, f32 copies)."""
+    nbytes = max(4, math.prod(shape) * 4)
+    return Storage(be, be.scratch(name, nbytes), 0, tuple(shape), "f32", nbytes)
+
+
+def cast_into(be, src: Storage, dst: Storage) -> None:
+    """dst = src in dst's dtype (the cast op's kernel): f16 operands widened for the score path, its f32
+    results rounded back once."""
+    LAUNCHERS["cast"](be, SimpleNamespace(op="cast", dtype=dst.dtype, shape=tuple(dst.shape), attrs={}), [src], dst)
+
+
 def widened(be, name: str, s: Storage) -> Storage:
-    """f16 operand `s` as f32 in scratch `name` (the score path computes in f32; `narrowed` rounds back)."""
-    nbytes = max(4, math.prod(s.shape) * 4)
-    w = Storage(be, be.scratch(name, nbytes), 0, tuple(s.shape), "f32", nbytes)
-    LAUNCHERS["cast"](be, SimpleNamespace(op="cast", dtype="f32", shape=tuple(s.shape), attrs={}), [s], w)
+    """f16 operand `s` as f32 in scratch `name` (the score path computes in f32)."""
+    w = f32_scratch(be, name, s.shape)
+    cast_into(be, s, w)
     return w
-
-
-def f32_scratch(be, name: str, s: Storage) -> Storage:
-    """An f32 scratch result of `s`'s shape, for `narrowed` to round into s."""
-    nbytes = max(4, math.prod(s.shape) * 4)
-    return Storage(be, be.scratch(name, nbytes), 0, tuple(s.shape), "f32", nbytes)
-
-
-def narrowed(be, w: Storage, out: Storage) -> None:
-    """The f32 result `w` rounded once into f16 `out`."""
-    LAUNCHERS["cast"](be, SimpleNamespace(op="cast", dtype=out.dtype, shape=tuple(out.shape), attrs={}), [w], out)
-
-
-def _scores(be, name: str, n: int, lq: int, lk: int) -> Storage:
-    nbytes = n * lq * lk * 4
-    return Storage(be, be.scratch(name, nbytes), 0, (n, lq, lk), "f32", nbytes)
 
 
 def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tuple, chunk: tuple) -> None:
@@ -247,7 +241,7 @@ def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tu
     for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
         n, rows, coff = b1 - b0, r1 - r0, lk - lq + r0
         tiles, kend, _ = _bands(causal, coff)
-        s = _scores(be, "attention-scores", n, rows, lk)
+        s = f32_scratch(be, "attention-scores", (n, rows, lk))
         _mm(be, _rows(q, b0, b1, r0, r1, lq, d), _rows(k, b0, b1, 0, lk, lk, d), s, tb=True, band=tiles)
         wl, lo = _win(lse, b0, b1, r0, r1, lq)
         ms, mp = _mask_bind(mask, b0, b1, r0, r1, be.offset_align)
@@ -273,8 +267,8 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
     for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
         n, rows, coff, acc = b1 - b0, r1 - r0, lk - lq + r0, r0 > 0
         tiles, kend, kbeg = _bands(causal, coff)
-        s = _scores(be, "attention-scores", n, rows, lk)
-        dp = _scores(be, "attention-dscores", n, rows, lk)
+        s = f32_scratch(be, "attention-scores", (n, rows, lk))
+        dp = f32_scratch(be, "attention-dscores", (n, rows, lk))
         qh, kh, vh, doh = (_rows(q, b0, b1, r0, r1, lq, d), _rows(k, b0, b1, 0, lk, lk, d),
                            _rows(val, b0, b1, 0, lk, lk, dv), _rows(dout, b0, b1, r0, r1, lq, dv))
         wl, lo = _win(lse, b0, b1, r0, r1, lq)
@@ -289,7 +283,7 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
         wd, do_ = _win(dout, b0, b1, r0, r1, lq, dv)
         wo, oo = _win(o, b0, b1, r0, r1, lq, dv)
         if fuse:
-            delta = Storage(be, be.scratch("attention-delta", n * rows * 4), 0, (n, rows), "f32", n * rows * 4)
+            delta = f32_scratch(be, "attention-delta", (n, rows))
             be.launch(kr, sr, [delta, wd, wo], _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv),
                       -(-n * rows // rr))
         if not (fuse and _mm(be, doh, vh, dp, tb=True, band=tiles,
