@@ -53,50 +53,47 @@ fn stage_kv(t: u32, kbase: u32, vbase: u32, j0: u32, nj: u32) {
   for (var e = t; e < nj * DV; e = e + BQ) { vs[e] = f32(v[vbase + j0 * DV + e]); }
 }
 
-//=== dropout
-// Attention dropout (flash kernels): the keep factor of pair (query row i, key j) of head bh is
-// 1 / (1 - p) when the uniform of word offset + (bh * Lq + i) * Lk + j of the Philox stream (key
-// p.dctr.zw, 64-bit word offset p.dctr.xy, plus the step's stream position from `dbase` with the
-// BASED flag) is >= p, else 0; bit-exact with scellis_jupyter/rng/philox.py and kernels/philox.wgsl,
-// so the forward and both backward kernels (and the reference path) draw the same mask. Expects the
-// includer's p.lq, p.lk, p.dctr (offset lo, hi, key 0, 1) and p.dprob (p, 1 / (1 - p)).
+//=== drop_word
+// Where attention dropout draws (kernels/attention.wgsl:dropout, the score path's row kernels and epilogues
+// in attention_scores.wgsl): the keep factor of pair (query row i, key j) of head bh is 1 / (1 - p) when
+// the uniform of stream word offset + (bh * Lq + i) * Lk + j (64-bit; the Philox key and word offset are
+// the op's, plus the step's stream position from `dbase` with the BASED flag) is >= p, else 0;
+// bit-exact with scellis_jupyter/rng/philox.py, so every kernel (and the reference path) draws one mask.
+#include common:philox
 #if BASED
 @group(0) @binding({{BASE_BINDING}}) var<storage, read_write> dbase: array<u32>;
 #endif
 
-fn mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
-  let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
-  let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0; let p11 = a1 * b1;
-  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-  let lo = (p00 & 0xffffu) | (mid << 16u);
-  let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
-  return vec2<u32>(hi, lo);
+// the op's word offset (lo, hi) plus, with BASED, the step's stream position
+fn drop_off(off: vec2<u32>) -> vec2<u32> {
+#if BASED
+  return ph_add64(off, vec2<u32>(dbase[0], dbase[1]));
+#else
+  return off;
+#endif
 }
 
+// the stream word (lo, hi) of flat query row fr = bh * Lq + i and key j, past offset `off`
+fn drop_word(fr: u32, j: u32, lk: u32, off: vec2<u32>) -> vec2<u32> {
+  let m = ph_mulhilo(fr, lk);
+  return ph_add64(ph_add64(vec2<u32>(m.y, m.x), vec2<u32>(j, 0u)), off);
+}
+
+// keep factors (r where the uniform is >= prob, else 0) of the 4 words of the Philox block holding word w
+fn drop_quad(w: vec2<u32>, key: vec2<u32>, prob: f32, r: f32) -> vec4<f32> {
+  let c = ph_block(ph_counter(w), key);
+  let u = vec4<f32>(c >> vec4<u32>(8u)) * (1.0 / 16777216.0);
+  return select(vec4<f32>(0.0), vec4<f32>(r), u >= vec4<f32>(prob));
+}
+
+//=== dropout
+// Attention dropout in the flash kernels: keep(bh, i, j) is pair (i, j)'s keep factor (drop_word above).
+// Expects the includer's p.lq, p.lk, p.dctr (offset lo, hi, key 0, 1) and p.dprob (p, 1 / (1 - p)).
+#include attention:drop_word
+
 fn keep(bh: u32, i: u32, j: u32) -> f32 {
-  let m = mulhilo(bh * p.lq + i, p.lk);
-  var lo = m.y + j;
-  var hi = m.x + select(0u, 1u, lo < j);
-  var olo = p.dctr.x;
-  var ohi = p.dctr.y;
-#if BASED
-  let blo = olo + dbase[0];
-  ohi = ohi + dbase[1] + select(0u, 1u, blo < olo);
-  olo = blo;
-#endif
-  let lo2 = lo + olo;
-  hi = hi + ohi + select(0u, 1u, lo2 < lo);
-  lo = lo2;
-  var c = vec4<u32>((lo >> 2u) | (hi << 30u), hi >> 2u, 0u, 0u);
-  var kk = p.dctr.zw;
-  for (var r = 0u; r < 10u; r = r + 1u) {
-    if (r > 0u) { kk = kk + vec2<u32>(0x9E3779B9u, 0xBB67AE85u); }
-    let m0 = mulhilo(0xD2511F53u, c.x);
-    let m1 = mulhilo(0xCD9E8D57u, c.z);
-    c = vec4<u32>(m1.x ^ c.y ^ kk.x, m1.y, m0.x ^ c.w ^ kk.y, m0.y);
-  }
-  let u = f32(c[lo & 3u] >> 8u) * (1.0 / 16777216.0);
-  return select(0.0, p.dprob.y, u >= p.dprob.x);
+  let w = drop_word(bh * p.lq + i, j, p.lk, drop_off(p.dctr.xy));
+  return drop_quad(w, p.dctr.zw, p.dprob.x, p.dprob.y)[w.x & 3u];
 }
 
 // keep factors of rows i0 .. i0 + 3 (the lanes) against key j

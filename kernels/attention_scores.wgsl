@@ -25,6 +25,8 @@ struct Params {
   scale: f32, neg_inf: u32, moff: u32, bh0: u32, // bits of -inf; mask window offset; first head of the chunk
   msq: u32, msk: u32, mrank: u32, dv: u32,       // mask strides along query / key, collapsed rank; v head size
   mshape: vec4<u32>, mstride: vec4<u32>,         // mask batch dims (collapsed) and their broadcast strides
+  dctr: vec4<u32>, dprob: vec4<f32>,             // dropout: word offset (lo, hi), Philox key; (p, 1 / (1 - p))
+  dlq: u32, dr0: u32, pad0: u32, pad1: u32,      // dropout: the op's Lq, the chunk's first query row
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> sc: array<f32>;
@@ -36,6 +38,16 @@ fn neg_inf() -> f32 { return bitcast<f32>(p.neg_inf); }
 
 // the chunk row of local thread li: RPW rows a workgroup, workgroups folded into x/y
 fn row_of(wg: vec3<u32>, nwg: vec3<u32>, li: u32) -> u32 { return (wg.x + wg.y * nwg.x) * RPW + li / T; }
+
+#if DROP
+#include attention:drop_word
+
+// the stream word of chunk row `row`'s key 0: its keys' words follow it, so a thread takes the row's words
+// in whole Philox blocks (quads), one block drawn for up to 4 keys
+fn row_word(row: u32) -> vec2<u32> {
+  return drop_word((p.bh0 + row / p.lq) * p.dlq + p.dr0 + row % p.lq, 0u, p.lk, drop_off(p.dctr.xy));
+}
+#endif
 
 //=== fwd
 @group(0) @binding(2) var<storage, read_write> lse: array<f32>;
@@ -85,11 +97,28 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   // causal: P v (matmul BAND_KEND, row tiles of at most REACH rows) reads keys below i + coff + REACH only
   var jw = p.lk;
   if (CAUSAL) { jw = u32(clamp(i32(i) + p.coff + {{REACH}} + 1, 0, i32(p.lk))); }
+#if DROP
+  // P times its keep factor (out = P v takes the dropped probabilities; lse the undropped ones), by quads
+  let w0 = row_word(row);
+  let s0 = w0.x & 3u;
+  let wa = vec2<u32>(w0.x & ~3u, w0.y);       // the row's first block
+  for (var q = t; q * 4u < jw + s0; q = q + T) {
+    let kf = drop_quad(ph_add64(wa, vec2<u32>(q * 4u, 0u)), p.dctr.zw, p.dprob.x, p.dprob.y);
+    for (var l = 0u; l < 4u; l = l + 1u) {
+      let j = q * 4u + l - s0;
+      if (q * 4u + l < s0 || j >= jw) { continue; }
+      var pr = 0.0;
+      if (rsum > 0.0 && allowed(i, j, mb)) { pr = exp(sc[base + j] * p.scale - rmax) * inv * kf[l]; }
+      sc[base + j] = pr;
+    }
+  }
+#else
   for (var j = t; j < jw; j = j + T) {
     var pr = 0.0;
     if (rsum > 0.0 && allowed(i, j, mb)) { pr = exp(sc[base + j] * p.scale - rmax) * inv; }
     sc[base + j] = pr;
   }
+#endif
   if (t == 0u) { lse[p.loff + row] = select(neg_inf(), rmax + log(rsum), rsum > 0.0); }
 }
 
@@ -108,11 +137,28 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   let base = p.soff + row * p.lk;
   let l = lse[p.loff + row];
   let any = l != neg_inf();
+#if DROP
+  // P with its keep bit in the sign: -P where dropped (dscores reads both, then leaves P times its factor)
+  let w0 = row_word(row);
+  let s0 = w0.x & 3u;
+  let wa = vec2<u32>(w0.x & ~3u, w0.y);       // the row's first block
+  for (var q = t; q * 4u < p.lk + s0; q = q + T) {
+    let kf = drop_quad(ph_add64(wa, vec2<u32>(q * 4u, 0u)), p.dctr.zw, p.dprob.x, p.dprob.y);
+    for (var c = 0u; c < 4u; c = c + 1u) {
+      let j = q * 4u + c - s0;
+      if (q * 4u + c < s0 || j >= p.lk) { continue; }
+      var pr = 0.0;
+      if (any && allowed(i, j, mb)) { pr = exp(sc[base + j] * p.scale - l); }
+      sc[base + j] = select(-pr, pr, kf[c] != 0.0);
+    }
+  }
+#else
   for (var j = t; j < p.lk; j = j + T) {
     var pr = 0.0;
     if (any && allowed(i, j, mb)) { pr = exp(sc[base + j] * p.scale - l); }
     sc[base + j] = pr;
   }
+#endif
 }
 
 //=== dscores
@@ -158,7 +204,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   if (CAUSAL) { jend = u32(clamp(i32(row % p.lq) + p.coff + 1, 0, i32(p.lk))); }
   for (var j = t; j < p.lk; j = j + T) {
     var ds = 0.0;
+#if DROP
+    // pr holds P signed by its keep bit (probs): dS = P (z dP - delta) scale, and pr becomes P z for dv
+    if (j < jend) {
+      let e = pr[p.loff + base + j];
+      let z = select(0.0, p.dprob.y, e > 0.0);
+      ds = abs(e) * (sc[p.soff + base + j] * z - delta) * p.scale;
+      pr[p.loff + base + j] = e * z;
+    }
+#else
     if (j < jend) { ds = pr[p.loff + base + j] * (sc[p.soff + base + j] - delta) * p.scale; }
+#endif
     sc[p.soff + base + j] = ds;
   }
 #endif
@@ -167,25 +223,65 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 //=== epi_probs
 // Matmul epilogue (kernels/matmul.wgsl epi_fn) of the backward's S = q k^T without a mask: the product
 // goes straight to P = exp(S * scale - lse), as the `probs` kernel computes it, 0 on causally masked keys
-// (without a mask a row has no allowed key only by causality: its lse = -inf is never read). x0: lse, one element a row (er[0] = (1, 0)). en.y: scale's bits;
-// en.z: the causal offset of this matmul chunk's first row and column (key col may follow row when
+// (without a mask a row has no allowed key only by causality: its lse = -inf is never read). x0: lse, one
+// element a row (er[0] = (1, 0)). en.y: scale's bits; en.z: the causal offset of this matmul chunk's first row and column (key col may follow row when
 // col <= row + en.z). A tile wholly past the band runs no k (matmul.wgsl band_tiles_epi) and lands here
-// masked, so every entry of P is written.
+// masked, so every entry of P is written. With DROP, P's sign carries its keep bit, as `probs` stores it.
 {{BINDINGS}}
+#if DROP
+#include attention_scores:epi_keep
+#endif
 fn epilogue(acc: f32, i0: u32, i1: u32, i2: u32, row: u32, col: u32) -> f32 {
   if ({{CAUSAL}} && i32(col) > i32(row) + bitcast<i32>(p.en.z)) { return 0.0; }
   let l = x0[p.eb[0].w + i0 * p.eb[0].x + i1 * p.eb[0].y + i2 * p.eb[0].z + row * p.er[0].x];
-  return exp(acc * bitcast<f32>(p.en.y) - l);
+  let pr = exp(acc * bitcast<f32>(p.en.y) - l);
+#if DROP
+  return select(-pr, pr, epi_keep(i0, i1, i2, row, col) != 0.0);
+#else
+  return pr;
+#endif
 }
 
 //=== epi_dscores
 // Matmul epilogue of the backward's dP = dout v^T without a mask: dS = P * (dP - delta) * scale, as the
 // `dscores` kernel computes it, 0 on causally masked keys. x0: P (the fused probs above), x1: delta, one
-// element a row; en as in epi_probs.
+// element a row; en as in epi_probs. With DROP, x0 holds P signed by its keep bit: dS = P (z dP - delta)
+// scale, and x0 is left holding P z for the dv product (each entry is this thread's alone).
 {{BINDINGS}}
 fn epilogue(acc: f32, i0: u32, i1: u32, i2: u32, row: u32, col: u32) -> f32 {
   if ({{CAUSAL}} && i32(col) > i32(row) + bitcast<i32>(p.en.z)) { return 0.0; }
-  let pr = x0[p.eb[0].w + i0 * p.eb[0].x + i1 * p.eb[0].y + i2 * p.eb[0].z + row * p.er[0].x + col * p.er[0].y];
+  let o = p.eb[0].w + i0 * p.eb[0].x + i1 * p.eb[0].y + i2 * p.eb[0].z + row * p.er[0].x + col * p.er[0].y;
+  let pr = x0[o];
   let delta = x1[p.eb[1].w + i0 * p.eb[1].x + i1 * p.eb[1].y + i2 * p.eb[1].z + row * p.er[1].x];
+#if DROP
+  let z = select(0.0, bitcast<f32>(p.eph[1].y), pr > 0.0);
+  x0[o] = pr * z;
+  return abs(pr) * (acc * z - delta) * bitcast<f32>(p.en.y);
+#else
   return pr * (acc - delta) * bitcast<f32>(p.en.y);
+#endif
+}
+
+//=== epi_keep
+// The keep factor of the epilogue's element (epi_probs with DROP): its flat query row and key come from two
+// index entries of the epilogue's params past the inputs (eb/er {{NI}}: bh * Lq + i; {{NI}} + 1: j); eph[0] is
+// the word offset and key, eph[1] (bits of p, bits of 1 / (1 - p), Lk). A thread's store visits 4
+// consecutive keys of a row, so it keeps the last Philox block drawn and draws again only past it.
+#include attention:drop_word
+
+var<private> ek_have: bool = false;
+var<private> ek_ctr: vec2<u32>;
+var<private> ek_quad: vec4<f32>;
+
+fn epi_keep(i0: u32, i1: u32, i2: u32, row: u32, col: u32) -> f32 {
+  let fr = p.eb[{{NI}}].w + i0 * p.eb[{{NI}}].x + i1 * p.eb[{{NI}}].y + i2 * p.eb[{{NI}}].z + row * p.er[{{NI}}].x;
+  let j = p.eb[{{NI}} + 1].w + col * p.er[{{NI}} + 1].y;
+  let w = drop_word(fr, j, p.eph[1].z, drop_off(p.eph[0].xy));
+  let c = ph_counter(w);
+  if (!ek_have || any(c != ek_ctr)) {
+    ek_have = true;
+    ek_ctr = c;
+    ek_quad = drop_quad(w, p.eph[0].zw, bitcast<f32>(p.eph[1].x), bitcast<f32>(p.eph[1].y));
+  }
+  return ek_quad[w.x & 3u];
 }

@@ -342,31 +342,11 @@ f32({{T}}(acc))
 //=== epi_philox
 // Dropout's uniforms drawn in the epilogue: word `o` + w of the Philox-4x32-10 stream keyed `k`, as
 // f32 in [0, 1); bit-exact with kernels/philox.wgsl (block = word / 4, lane = word % 4, 64-bit words)
-fn epi_mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
-  let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
-  let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0; let p11 = a1 * b1;
-  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-  let lo = (p00 & 0xffffu) | (mid << 16u);
-  let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
-  return vec2<u32>(hi, lo);
-}
-
-fn epi_add64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {    // (lo, hi) words
-  let lo = a.x + b.x;
-  return vec2<u32>(lo, a.y + b.y + select(0u, 1u, lo < a.x));
-}
+#include common:philox
 
 fn epi_uniform(w: u32, o: vec2<u32>, key: vec2<u32>) -> f32 {
-  let word = epi_add64(o, vec2<u32>(w, 0u));
-  var c = vec4<u32>((word.x >> 2u) | (word.y << 30u), word.y >> 2u, 0u, 0u);
-  var k = key;
-  for (var r = 0u; r < 10u; r = r + 1u) {
-    if (r > 0u) { k = k + vec2<u32>(0x9E3779B9u, 0xBB67AE85u); }
-    let m0 = epi_mulhilo(0xD2511F53u, c.x);
-    let m1 = epi_mulhilo(0xCD9E8D57u, c.z);
-    c = vec4<u32>(m1.x ^ c.y ^ k.x, m1.y, m0.x ^ c.w ^ k.y, m0.y);
-  }
-  return f32(c[word.x & 3u] >> 8u) * (1.0 / 16777216.0);
+  let word = ph_add64(o, vec2<u32>(w, 0u));
+  return ph_unit(ph_block(ph_counter(word), key)[word.x & 3u]);
 }
 
 //=== epi_draw
@@ -378,4 +358,4 @@ p.eph[{{J}}].xy
 
 //=== epi_draw_off_based
 // the step's stream position (input B: u32 lo, hi) added to the draw's offset
-epi_add64(p.eph[{{J}}].xy, vec2<u32>(x{{B}}[0], x{{B}}[1]))
+ph_add64(p.eph[{{J}}].xy, vec2<u32>(x{{B}}[0], x{{B}}[1]))

@@ -14,14 +14,7 @@ struct Params { n: u32, blk_lo: u32, blk_hi: u32, k0: u32, k1: u32, skip: u32, o
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 #endif
 
-fn mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
-  let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
-  let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0; let p11 = a1 * b1;
-  let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-  let lo = (p00 & 0xffffu) | (mid << 16u);
-  let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
-  return vec2<u32>(hi, lo);
-}
+#include common:philox
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -44,20 +37,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
   if (t >= nblocks) { return; }
   let lo = blk_lo + t;
   let hi = blk_hi + select(0u, 1u, lo < t);
-  var c = vec4<u32>(lo, hi, 0u, 0u);
-  var k = vec2<u32>(p.k0, p.k1);
-  for (var r = 0u; r < 10u; r = r + 1u) {
-    if (r > 0u) { k = k + vec2<u32>(0x9E3779B9u, 0xBB67AE85u); }
-    let m0 = mulhilo(0xD2511F53u, c.x);
-    let m1 = mulhilo(0xCD9E8D57u, c.z);
-    c = vec4<u32>(m1.x ^ c.y ^ k.x, m1.y, m0.x ^ c.w ^ k.y, m0.y);
-  }
+  let c = ph_block(vec2<u32>(lo, hi), vec2<u32>(p.k0, p.k1));
   for (var lane = 0u; lane < 4u; lane = lane + 1u) {
     let w = t * 4u + lane;             // word index relative to the first block
     if (w < skip || w - skip >= p.n) { continue; }
     let word = c[lane];
     var val = word;
-    if (p.uniform == 1u) { val = bitcast<u32>(f32(word >> 8u) * (1.0 / 16777216.0)); }
+    if (p.uniform == 1u) { val = bitcast<u32>(ph_unit(word)); }
     out[p.out_base + w - skip] = val;
   }
 }

@@ -13,7 +13,7 @@ import pytest
 import scellis_jupyter as sc
 from scellis_jupyter import ops
 from scellis_jupyter.backends.wgpu.kernels import attention, attention_scores
-from fixtures.attention import dense
+from fixtures.attention import dense, philox_keep
 from fixtures.devices import launch_keys
 
 WG = sc.device("wgpu")
@@ -28,7 +28,7 @@ def calls(monkeypatch):
 
     def wrap(name, fn):
         def run(*a, **kw):
-            (bh, lq, *_), (nb, qb) = a[-2], a[-1]             # dims; heads and query rows a chunk
+            (bh, lq, *_), (nb, qb) = a[-3], a[-2]             # dims; heads and query rows a chunk (then dropout)
             seen.append((name, -(-bh // nb) * -(-lq // qb)))   # (what, chunks)
             return fn(*a, **kw)
         monkeypatch.setattr(attention, name, run)
@@ -136,7 +136,7 @@ def test_scores_path_is_deterministic(calls, monkeypatch):
 
 
 def test_which_path_runs(calls, monkeypatch):
-    """f32 or f16 without dropout up to SCORES_MAX_LK keys takes the scores path; dropout, longer keys, a
+    """f32 or f16, with or without dropout, up to SCORES_MAX_LK keys takes the scores path; longer keys, a
     head over the chunk budget (or over 1/MEMORY_SHARE of the device's memory), or
     SCELLIS_ATTENTION_PATH=flash take the flash kernels. The same graph
     each time, its recorded program forgotten before each run."""
@@ -151,7 +151,7 @@ def test_which_path_runs(calls, monkeypatch):
     if WG.impl.has_f16:
         assert took(dtype="f16") == ["scores_fwd", "scores_bwd"]
     from scellis_jupyter.rng.generator import Generator
-    assert took(dropout=0.1, gen=Generator(7).stream("attn")) == []
+    assert took(dropout=0.1, gen=Generator(7).stream("attn")) == ["scores_fwd", "scores_bwd"]
     monkeypatch.setattr(attention_scores, "SCORES_MAX_LK", 23)
     assert took() == []
     monkeypatch.setattr(attention_scores, "SCORES_MAX_LK", 24)
@@ -320,3 +320,99 @@ def test_f16_inputs_take_the_score_path_in_f32(name, calls, monkeypatch):
     for what, x, y in zip(("out", "dq", "dk", "dv"), got, flash):
         np.testing.assert_allclose(x.astype(np.float64), y.astype(np.float64), rtol=8e-3, atol=4e-3,
                                    err_msg=f"{name}: {what} against flash")
+
+
+# ---- dropout ------------------------------------------------------------------------------------------
+DROPOUT = {  # batch, lq, lk, d, causal, mask shape, stream offset, based, chunk budget / query block, f16
+    # without a mask the backward draws in the S product's epilogue and reads the sign in dP's
+    "fused-causal": ((2, 2), 70, 53, 16, True, None, 6, False, None, False),
+    "fused-bands-odd-offset-based": ((2,), 200, 330, 16, True, None, 7, True, None, False),
+    "fused-full-chunks": ((3, 2), 33, 41, 8, False, None, 1, False, 33 * 41 * 4 * 2, False),
+    # with a mask the row kernels do it (probs draws, dscores reads)
+    "masked-based": ((2, 2), 70, 53, 16, True, (70, 53), 2 ** 32 - 3, True, None, False),
+    "key-padding-query-blocks": ((2,), 50, 30, 8, False, (2, 1, 30), 5, True, ("rows", 16), False),
+    "causal-query-blocks": ((1,), 40, 40, 8, True, None, 3, False, ("rows", 12), False),
+    "f16-causal": ((2, 2), 40, 45, 16, True, None, 9, True, None, True),
+}
+
+
+def _run_drop(name, monkeypatch, keys=None):
+    """(results, the dense float64 reference with the numpy-Philox mask, tolerances) of case `name`."""
+    from scellis_jupyter.rng.generator import Generator, Stream, base_words
+    batch, lq, lk, d, causal, ms, off, based, cap, f16 = DROPOUT[name]
+    if isinstance(cap, tuple):                # forced path, blocks of query rows of one head
+        monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "scores")
+        monkeypatch.setattr(attention_scores, "SCORES_BYTES", cap[1] * lk * 4)
+    elif cap is not None:
+        monkeypatch.setattr(attention_scores, "SCORES_BYTES", cap)
+    (q, k, v, g), mask = _case(len(name) + 40, batch, lq, lk, d, d, ms)
+    dtype = "f16" if f16 else "f32"
+    if f16:
+        q, k, v, g = (a.astype(np.float16) for a in (q, k, v, g))
+    p, gen = 0.3, Generator(17)
+    gen.positions["attn"] = off
+    pos = 2 ** 32 + 5 if based else 0
+    stream = Stream(gen, "attn", base=sc.tensor(base_words(pos), device=WG).node) if based else gen.stream("attn")
+    got = _run(q, k, v, g, causal, mask, dtype=dtype, dropout=p, gen=stream)
+    z = philox_keep(stream.key, off + pos, int(np.prod(batch)), lq, lk, p).reshape(batch + (lq, lk))
+    want = dense(*(a.astype(np.float32) for a in (q, k, v, g)), causal, mask, 1.0 / np.sqrt(d), z)
+    return got, want, ((4e-3, 2e-3) if f16 else (2e-4, 2e-5))
+
+
+@pytest.mark.parametrize("name", list(DROPOUT))
+def test_dropout_on_the_score_path_matches_dense_with_the_philox_mask(name, calls, monkeypatch):
+    """Attention dropout on the score path: forward and every gradient against float64 with the keep factors
+    drawn by the project's numpy Philox (word offset + (head * Lq + i) * Lk + j; step-base: the stream position
+    a device input past 2^32). The forward's row kernel draws them, and the backward draws them again while
+    recomputing P (in the S product's epilogue without a mask, the probs kernel with one): it can only match
+    if both draw the forward's mask, over chunks of heads and blocks of query rows alike. Keeps P's keep bit
+    in its sign until dS, so the sign's decoding is checked too (a dropped entry still enters dS)."""
+    keys = launch_keys(monkeypatch)
+    got, want, (rtol, atol) = _run_drop(name, monkeypatch)
+    assert [c[0] for c in calls] == ["scores_fwd", "scores_bwd"]
+    sections = {k.split(":")[1] for k in keys if k.startswith("attention_scores:") and ":drop=True" in k}
+    fused = DROPOUT[name][5] is None
+    assert sections == ({"fwd"} if fused else {"fwd", "probs", "dscores"}), sections
+    assert sum(":epi" in k and k.startswith("matmul:") for k in keys) == (2 * calls[1][1] if fused else 0)
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, want):
+        np.testing.assert_allclose(x.astype(np.float64), y, rtol=rtol, atol=atol, err_msg=f"{name}: {what}")
+
+
+def test_dropout_fused_and_row_kernels_agree(calls, monkeypatch):
+    """The fused backward (epilogues) and the row kernels (SCELLIS_ATTENTION_FUSE=off) on one dropout case:
+    the same values to float32 rounding, each within the dense reference."""
+    got, want, _ = _run_drop("fused-bands-odd-offset-based", monkeypatch)
+    monkeypatch.setenv("SCELLIS_ATTENTION_FUSE", "off")
+    WG.impl.forget_programs()
+    keys = launch_keys(monkeypatch)
+    plain, _, _ = _run_drop("fused-bands-odd-offset-based", monkeypatch)
+    assert not any(":epi" in k for k in keys if k.startswith("matmul:"))
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, plain):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6, err_msg=f"{what}, fused vs not")
+
+
+def test_the_score_path_and_flash_kernels_draw_one_mask(calls, monkeypatch):
+    """q = k = 0 makes every probability 1/Lk and v = I puts pair (i, j)'s keep factor into out[i, j] * Lk: the
+    score path's mask is the flash kernels' mask exactly, and dv (dout = 1) the column sums of it on both."""
+    from scellis_jupyter.rng.generator import Generator
+    nh, lq, lk, p = 3, 40, 36, 0.4
+    q = np.zeros((nh, lq, 64), np.float32)
+    k = np.zeros((nh, lk, 64), np.float32)
+    v = np.broadcast_to(np.eye(lk, 64, dtype=np.float32), (nh, lk, 64)).copy()
+    g = np.ones((nh, lq, 64), np.float32)
+
+    def masks():
+        gen = Generator(5)
+        gen.positions["attn"] = 3
+        out, _, _, dv = _run(q, k, v, g, False, None, dropout=p, gen=gen.stream("attn"))
+        return out * lk, dv
+    z, dv = masks()
+    assert [c[0] for c in calls] == ["scores_fwd", "scores_bwd"]
+    monkeypatch.setenv("SCELLIS_ATTENTION_PATH", "flash")
+    WG.impl.forget_programs()
+    zf, dvf = masks()
+    assert len(calls) == 2                      # the flash kernels ran this time
+    np.testing.assert_array_equal(z[..., :lk] != 0, zf[..., :lk] != 0)
+    np.testing.assert_array_equal(z[..., :lk] != 0, philox_keep(Generator(5).stream("attn").key, 3, nh, lq, lk, p) != 0)
+    np.testing.assert_allclose(dv[:, :, 0], z.sum(axis=1)[:, :lk] / lk, rtol=1e-5)
+    np.testing.assert_allclose(dv, dvf, rtol=1e-5, atol=1e-6)

@@ -99,13 +99,7 @@ def test_flash_is_deterministic():
 
 # ---- dropout --------------------------------------------------------------------------------------
 from scellis_jupyter.rng.generator import Generator, Stream, base_words  # noqa: E402
-from scellis_jupyter.rng.philox import bits_to_uniform, stream_bits  # noqa: E402
-
-
-def _keep(key, offset, nh, lq, lk, p):
-    """Keep factors [nh, lq, lk] straight from the project's numpy Philox: word (h*lq + i)*lk + j."""
-    u = bits_to_uniform(stream_bits(key, offset, nh * lq * lk)).reshape(nh, lq, lk)
-    return np.where(u >= np.float32(p), np.float32(1.0 / (1.0 - p)), np.float32(0.0))
+from fixtures.attention import philox_keep as _keep  # noqa: E402
 
 
 def _run_drop(q, k, v, g, causal, mask, p, stream):

@@ -103,3 +103,36 @@ def test_the_rule_takes_whole_vec4s_only(monkeypatch):
     assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4", "off")
     assert vec()[:2] == (False, False)
+
+
+@pytest.mark.parametrize("vec4", ["on", "off"])
+def test_the_tuner_times_the_kernels_the_launch_runs(vec4, monkeypatch, tmp_path):
+    """Autotuning (SCELLIS_MATMUL_TUNE=on, tier prod) times each candidate with the operand loads the launch
+    will use: vec4 loads of A^T and B here, scalar ones with SCELLIS_MATMUL_VEC4=off."""
+    from scellis_jupyter.backends.wgpu.kernels import matmul as M
+    monkeypatch.setenv("SCELLIS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(WG.impl, "_matmul_tuner", None, raising=False)
+    _fresh(monkeypatch, vec4, "on")
+    timed, inside = [], [False]
+    real_pipeline, real_time = WG.impl.pipeline, M._time_config
+
+    def pipeline(key, *a, **kw):
+        if inside[0]:
+            timed.append(key)
+        return real_pipeline(key, *a, **kw)
+
+    def time_config(*a, **kw):
+        inside[0] = True
+        try:
+            return real_time(*a, **kw)
+        finally:
+            inside[0] = False
+    monkeypatch.setattr(WG.impl, "pipeline", pipeline)
+    monkeypatch.setattr(M, "_time_config", time_config)
+    a, b = R.standard_normal((200, 68)).astype(np.float32), R.standard_normal((200, 132)).astype(np.float32)
+    with sc.tier("prod"):
+        got = _run(a, b, True, False)
+    mm = [k for k in timed if k.startswith("matmul:")]
+    assert mm, timed
+    assert all(("+va" in k and "+vb" in k) == (vec4 == "on") for k in mm), mm
+    np.testing.assert_allclose(got, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)

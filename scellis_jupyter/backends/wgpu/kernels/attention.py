@@ -1,8 +1,8 @@
 """Attention on wgpu: forward (out, lse) and backward (dq, dk, dv); flash kernels without any Lq x Lk buffer.
 
-Short f32 sequences without dropout take the materialized-score path of attention_scores.py instead
-(batched matmuls and row kernels over chunks of heads), which is faster there; everything below is
-the flash path.
+Sequences up to 16384 keys (f32 or f16, with or without dropout) take the materialized-score path of
+attention_scores.py instead (batched matmuls and row kernels over chunks of heads), which is faster there;
+everything below is the flash path.
 
 Why this shape: the score matrix is what makes naive attention run out of memory and out of binding
 size on long sequences, so every kernel recomputes scores blockwise from q, k (and lse in the
@@ -35,7 +35,7 @@ from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
 from .strided import broadcast_strides, collapse, contiguous_strides, window
 from .elementwise import fill
-from .attention_scores import cast_into, f32_scratch, heads_per_chunk, scores_bwd, scores_fwd, widened
+from .attention_scores import Drop, cast_into, f32_scratch, heads_per_chunk, scores_bwd, scores_fwd, widened
 
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
 MAX_HEAD = 256     # head sizes above this would need too much private memory per thread
@@ -238,7 +238,7 @@ def _attention(be, v, ins, out):
         if t == "f16":          # computed in f32, rounded once
             q, k, val = (widened(be, f"attention-f32-{n}", s) for n, s in (("q", q), ("k", k), ("v", val)))
             o16, o = o, f32_scratch(be, "attention-f32-o", o.shape)
-        scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), chunk)
+        scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), chunk, Drop.of(v, sbase))
         if t == "f16":
             cast_into(be, o, o16)
         return
@@ -327,7 +327,7 @@ def _attention_bwd(be, v, ins, out):
             q, k, val, o, dout = (widened(be, f"attention-f32-{n}", s) for n, s in
                                   (("q", q), ("k", k), ("v", val), ("o", o), ("dout", dout)))
             g = [f32_scratch(be, f"attention-f32-d{n}", s.shape) for n, s in zip(("q", "k", "v"), g16)]
-        scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), chunk)
+        scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), chunk, Drop.of(v, sbase))
         if t == "f16":
             for w, s in zip(g, g16):
                 cast_into(be, w, s)

@@ -6,21 +6,22 @@ formulation are ordinary batched matmuls that run at the matmul's rate; with a c
 the tiles and k ranges past the diagonal (matmul.py BAND_*), about half the work at long lengths.
 So, over chunks of whole heads whose Lq x Lk scores fit a scratch buffer (SCORES_BYTES), the
 forward is S = q k^T, a row kernel P = softmax(S * scale) with lse (kernels/attention_scores.wgsl:fwd),
-out = P v; the backward
-recomputes P from lse (:probs), dv = P^T dout, dP = dout v^T, dS = P (dP - rowsum(dout * out)) scale
-(:dscores), dq = dS k, dk = dS^T q. Without a mask the backward computes P and dS in the stores of the
+out = P v; the backward recomputes P from lse (:probs), dP = dout v^T, dS = P (dP - rowsum(dout * out)) scale
+(:dscores), dv = P^T dout, dq = dS k, dk = dS^T q. Without a mask the backward computes P and dS in the stores of the
 products that make S and dP (epilogues :epi_probs, :epi_dscores, after a :delta row kernel), which saves a
-read and a write of the scores each. It takes f32 and f16 without dropout (f16 operands are widened to f32
+read and a write of the scores each. It takes f32 and f16 (f16 operands are widened to f32
 copies, O(L d) beside the O(L^2 d) products, and the results rounded back once: on an H100 the f32 score path
 ran fwd+bwd at L 1024 / 4096 / 8192 in 3.36 / 23.7 / 23.7 ms where the f16 flash kernels took 6.82 / 49.9 /
-49.9); the flash kernels take dropout.
+49.9), with or without dropout (class Drop): the forward's row kernel multiplies P by the keep factors of the
+flash kernels' mask, one Philox block drawn for 4 keys; the backward's recomputed P keeps each keep bit in
+its sign (-P where dropped), and the dS step, which needs P and the factor, leaves P z in P's place for
+dv = (P z)^T dout, so no mask is stored.
 The scratch is `be.scratch`, so a plan's dry run counts it; a chunk takes at most SCORES_BYTES and
 1/MEMORY_SHARE of the device's memory, so a small GPU keeps most of its memory for the model.
-SCELLIS_ATTENTION_PATH=flash|scores forces a path (benchmarking; `scores` still needs f32 and no
-dropout; forced, a head whose scores exceed the budget runs in blocks of whole query rows, so longer
-sequences than SCORES_MAX_LK can be measured on it), SCELLIS_ATTENTION_SCORES_MB sets the chunk budget in MiB,
-SCELLIS_ATTENTION_FUSE=off keeps the backward's row kernels, SCELLIS_ATTENTION_SPLIT=off the one-head
-products unsplit (to compare).
+SCELLIS_ATTENTION_PATH=flash|scores forces a path (benchmarking; forced, a head whose scores exceed the
+budget runs in blocks of whole query rows, so longer sequences than SCORES_MAX_LK can be measured on it),
+SCELLIS_ATTENTION_SCORES_MB sets the chunk budget in MiB, SCELLIS_ATTENTION_FUSE=off keeps the backward's row
+kernels, SCELLIS_ATTENTION_SPLIT=off the one-head products unsplit (to compare).
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def heads_per_chunk(be, v, t: str, bh: int, lq: int, lk: int, d: int, dv: int, m
     (SCELLIS_ATTENTION_PATH=scores), blocks of whole query rows of one head (softmax is per row, so a block
     is complete; dk and dv add up over a head's blocks)."""
     mode = os.environ.get("SCELLIS_ATTENTION_PATH", "auto")
-    if mode == "flash" or t not in ("f32", "f16") or float(v.attrs.get("dropout", 0.0)) or min(bh, lq, lk, d, dv) == 0:
+    if mode == "flash" or t not in ("f32", "f16") or min(bh, lq, lk, d, dv) == 0:
         return None
     if mode != "scores" and lk > SCORES_MAX_LK:
         return None
@@ -106,12 +107,36 @@ def _row_layout(n: int) -> tuple[int, int]:
     return t, WG // t
 
 
-def _kernel(section: str, t: int, rpw: int, causal: bool, masked: bool) -> tuple[str, str]:
-    """(key, WGSL) of a row kernel; `delta` is the dscores section's first half (its ONLY_DELTA flag)."""
+class Drop:
+    """Attention dropout on the score path (the op's `dropout`, Philox key and word offset; `base`: the step's
+    stream position storage, or None): the forward's P and the backward's recomputed P draw the keep factors
+    of kernels/attention.wgsl:drop_word, the flash kernels' mask."""
+
+    def __init__(self, p: float, offset: int, key, base: Storage | None) -> None:
+        self.p, self.r, self.offset, self.base = p, 1.0 / (1.0 - p), int(offset), base
+        self.key = tuple(int(x) & 0xFFFFFFFF for x in key)
+
+    @classmethod
+    def of(cls, v, base: Storage | None) -> "Drop | None":
+        p = float(v.attrs.get("dropout", 0.0))
+        return cls(p, v.attrs["offset"], v.attrs["key"], base) if p else None
+
+    def words(self) -> tuple:
+        """(offset lo, hi, key 0, key 1): the row kernels' dctr, the epilogues' eph[0]."""
+        return (self.offset & 0xFFFFFFFF, (self.offset >> 32) & 0xFFFFFFFF) + self.key
+
+
+def _kernel(section: str, t: int, rpw: int, causal: bool, masked: bool, drop: Drop | None = None) -> tuple[str, str]:
+    """(key, WGSL) of a row kernel; `delta` is the dscores section's first half (its ONLY_DELTA flag). With
+    dropout, fwd and probs draw keep factors (binding the stream position after the mask, if based);
+    dscores only reads them from P's sign."""
+    on = drop is not None and section != "delta"
+    based = on and drop.base is not None and section != "dscores"
     src = render("attention_scores", "dscores" if section == "delta" else section,
-                 flags={"MASK": masked, "ONLY_DELTA": section == "delta"},
-                 T=t, RPW=rpw, CAUSAL=str(causal).lower(), MASK_BINDING=3, REACH=BAND_REACH)
-    return f"attention_scores:{section}:T={t}:RPW={rpw}:causal={causal}:mask={masked}", src
+                 flags={"MASK": masked, "ONLY_DELTA": section == "delta", "DROP": on, "BASED": based},
+                 T=t, RPW=rpw, CAUSAL=str(causal).lower(), MASK_BINDING=3, BASE_BINDING=3 + masked,
+                 REACH=BAND_REACH)
+    return f"attention_scores:{section}:T={t}:RPW={rpw}:causal={causal}:mask={masked}:drop={on}:based={based}", src
 
 
 def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = False, band: tuple = (0, 0),
@@ -139,31 +164,48 @@ def _head(s: Storage, h: int) -> Storage:
 
 
 @functools.lru_cache(maxsize=None)
-def _epi_source(section: str, causal: bool, n: int, first: int) -> tuple:
-    text = snippet("attention_scores", section, CAUSAL=str(causal).lower(),
-                   BINDINGS=bindings(*((f"x{k}", "f32") for k in range(n)), first=first))
-    return text, (n, 1), "", hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+def _epi_source(section: str, causal: bool, n: int, first: int, drop: bool, based: bool) -> tuple:
+    text = snippet("attention_scores", section, flags={"DROP": drop, "BASED": based}, CAUSAL=str(causal).lower(),
+                   BINDINGS=bindings(*((f"x{k}", "f32") for k in range(n)), first=first),
+                   NI=n, BASE_BINDING=first + n)
+    return text, (n + 2 * drop, 1 + drop), "", hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 class _RowEpi(Epilogue):
     """A score product's store through a row kernel's arithmetic (kernels/attention_scores.wgsl epi_probs,
     epi_dscores): the backward without a mask computes P and dS in the matmuls that make S and dP, saving
     a read and a write of every score. ins: (binding, element offset, strides over the product's
-    [heads, rows, keys]) per input; en carries the scale and each matmul chunk's causal offset."""
+    [heads, rows, keys]) per input; en carries the scale and each matmul chunk's causal offset. drop: the
+    dropout (epi_probs draws keep factors, epi_dscores reads them from P's sign); `fr0` then is the flat
+    query row (head * Lq + i) of the product's first row and `lq` the op's query length, which two index
+    entries past the inputs turn into each element's stream word."""
 
-    def __init__(self, section: str, causal: bool, scale: float, coff: int, ins: list) -> None:
+    def __init__(self, section: str, causal: bool, scale: float, coff: int, ins: list,
+                 drop: Drop | None = None, fr0: int = 0, lq: int = 0, lk: int = 0) -> None:
         self.section, self.causal, self.scale, self.coff = section, causal, scale, coff
         self.wins = [w for w, _, _ in ins]
         self.offs = [o for _, o, _ in ins]
         self.strides = [st for _, _, st in ins]
         self.draws = []
+        self.n, self.drop, self.lk = len(ins), drop, lk
+        self.based = drop is not None and drop.base is not None and section == "epi_probs"
+        if drop is not None:            # index entries: flat query row, key
+            self.offs += [fr0, 0]
+            self.strides += [(lq, 1, 0), (0, 0, 1)]
+            if self.based:
+                self.wins.append(drop.base)
 
     def source(self, first: int) -> tuple:
-        return _epi_source(self.section, self.causal, len(self.wins), first)
+        return _epi_source(self.section, self.causal, self.n, first, self.drop is not None, self.based)
 
     def params(self, bstart, bstrides, tails, m0: int, n0: int, ncols: int) -> bytes:
         body = super().params(bstart, bstrides, tails, m0, n0, ncols)
-        return struct.pack("<Ifi4x", ncols, self.scale, self.coff + m0 - n0) + body[16:]
+        head = struct.pack("<Ifi4x", ncols, self.scale, self.coff + m0 - n0)
+        if self.drop is None:
+            return head + body[16:]
+        d = self.drop
+        eph = struct.pack("<4I2f2I", *d.words(), d.p, d.r, self.lk, 0)
+        return head + body[16:-16] + eph
 
 
 def _rows(s: Storage, b0: int, b1: int, r0: int, r1: int, rows: int, width: int) -> Storage:
@@ -179,12 +221,15 @@ def _win(s: Storage, b0: int, b1: int, r0: int, r1: int, rows: int, width: int =
     return window(s, 0, (b0 * rows + r0) * width, ((b1 - 1) * rows + r1) * width - 1, 4, s.backend.offset_align)
 
 
-def _params(n, rows, lk, coff, scale, offs, mparams, b0: int, dv: int = 0) -> bytes:
+def _params(n, rows, lk, coff, scale, offs, mparams, b0: int, dv: int = 0, drop: Drop | None = None,
+            lq: int = 0, r0: int = 0) -> bytes:
     """The row kernels' Params (kernels/attention_scores.wgsl): n heads of `rows` query rows, coff the causal
-    offset of the chunk's first row (Lk - Lq + r0); offs: (scores, lse or P, dout, out)."""
+    offset of the chunk's first row (Lk - Lq + r0); offs: (scores, lse or P, dout, out); with dropout its
+    words, (p, 1 / (1 - p)), the op's Lq and the chunk's first query row r0."""
     moff, msq, msk, mrank, mshape, mstride = mparams
-    return struct.pack("<IIIiIIIIfIIIIIII4I4I", n * rows, rows, lk, coff, *offs, scale, NEG_INF,
-                       moff, b0, msq, msk, mrank, dv, *mshape, *mstride)
+    dw, dp = (drop.words(), (drop.p, drop.r)) if drop is not None else ((0, 0, 0, 0), (0.0, 1.0))
+    return struct.pack("<IIIiIIIIfIIIIIII4I4I4I4f4I", n * rows, rows, lk, coff, *offs, scale, NEG_INF,
+                       moff, b0, msq, msk, mrank, dv, *mshape, *mstride, *dw, *dp, 0.0, 0.0, lq, r0, 0, 0)
 
 
 def _mask_bind(mask, b0: int, b1: int, r0: int, r1: int, al: int) -> tuple[list, tuple]:
@@ -233,11 +278,14 @@ def widened(be, name: str, s: Storage) -> Storage:
     return w
 
 
-def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tuple, chunk: tuple) -> None:
-    """out and lse of attention over chunks (heads, query rows) = `chunk` (dims: bh, lq, lk, d, dv)."""
+def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tuple, chunk: tuple,
+               drop: Drop | None = None) -> None:
+    """out and lse of attention over chunks (heads, query rows) = `chunk` (dims: bh, lq, lk, d, dv); with
+    dropout, out = (P z) v, z the keep factors (lse stays that of P)."""
     bh, lq, lk, d, dv = dims
     t, rpw = _row_layout(lk)
-    key, src = _kernel("fwd", t, rpw, causal, mask is not None)
+    key, src = _kernel("fwd", t, rpw, causal, mask is not None, drop)
+    based = [drop.base] if drop is not None and drop.base is not None else []
     for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
         n, rows, coff = b1 - b0, r1 - r0, lk - lq + r0
         tiles, kend, _ = _bands(causal, coff)
@@ -245,24 +293,28 @@ def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tu
         _mm(be, _rows(q, b0, b1, r0, r1, lq, d), _rows(k, b0, b1, 0, lk, lk, d), s, tb=True, band=tiles)
         wl, lo = _win(lse, b0, b1, r0, r1, lq)
         ms, mp = _mask_bind(mask, b0, b1, r0, r1, be.offset_align)
-        be.launch(key, src, [s, wl] + ms, _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0),
+        be.launch(key, src, [s, wl] + ms + based,
+                  _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0, drop=drop, lq=lq, r0=r0),
                   -(-n * rows // rpw))
         _mm(be, s, _rows(val, b0, b1, 0, lk, lk, dv), _rows(o, b0, b1, r0, r1, lq, dv), band=kend)
 
 
 def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: float, dims: tuple,
-               chunk: tuple) -> None:
+               chunk: tuple, drop: Drop | None = None) -> None:
     """dq, dk, dv (grads) of attention over chunks (heads, query rows) = `chunk`, recomputing P from lse; a
-    head's dk and dv add up over its query blocks, in block order."""
+    head's dk and dv add up over its query blocks, in block order. With dropout the recomputed P carries
+    each keep bit in its sign, and the dS step leaves P z in its place for dv = (P z)^T dout, which
+    therefore runs after it."""
     bh, lq, lk, d, dv = dims
     dq, dk, dvv = grads
     t, rpw = _row_layout(lk)
-    kp, sp = _kernel("probs", t, rpw, causal, mask is not None)
+    kp, sp = _kernel("probs", t, rpw, causal, mask is not None, drop)
     td, rd = _row_layout(max(lk, dv))
-    kd, sd = _kernel("dscores", td, rd, causal, False)
+    kd, sd = _kernel("dscores", td, rd, causal, False, drop)
     tr, rr = _row_layout(dv)
     kr, sr = _kernel("delta", tr, rr, causal, False)
     nomask = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
+    based = [drop.base] if drop is not None and drop.base is not None else []
     fuse = mask is None and os.environ.get("SCELLIS_ATTENTION_FUSE", "on") != "off"
     for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
         n, rows, coff, acc = b1 - b0, r1 - r0, lk - lq + r0, r0 > 0
@@ -273,13 +325,14 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
                            _rows(val, b0, b1, 0, lk, lk, dv), _rows(dout, b0, b1, r0, r1, lq, dv))
         wl, lo = _win(lse, b0, b1, r0, r1, lq)
         per_row, per_score = (rows, 1, 0), (rows * lk, lk, 1)
+        epi_drop = dict(drop=drop, fr0=b0 * lq + r0, lq=lq, lk=lk)
         if not (fuse and _mm(be, qh, kh, s, tb=True, band=tiles,
-                             epi=_RowEpi("epi_probs", causal, scale, coff, [(wl, lo, per_row)]))):
+                             epi=_RowEpi("epi_probs", causal, scale, coff, [(wl, lo, per_row)], **epi_drop))):
             _mm(be, qh, kh, s, tb=True, band=tiles)
             ms, mp = _mask_bind(mask, b0, b1, r0, r1, be.offset_align)
-            be.launch(kp, sp, [s, wl] + ms, _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0),
+            be.launch(kp, sp, [s, wl] + ms + based,
+                      _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0, drop=drop, lq=lq, r0=r0),
                       -(-n * rows // rpw))
-        _mm(be, s, doh, _rows(dvv, b0, b1, 0, lk, lk, dv), ta=True, band=kbeg, acc=acc)
         wd, do_ = _win(dout, b0, b1, r0, r1, lq, dv)
         wo, oo = _win(o, b0, b1, r0, r1, lq, dv)
         if fuse:
@@ -287,9 +340,12 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
             be.launch(kr, sr, [delta, wd, wo], _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv),
                       -(-n * rows // rr))
         if not (fuse and _mm(be, doh, vh, dp, tb=True, band=tiles,
-                             epi=_RowEpi("epi_dscores", causal, scale, coff, [(s, 0, per_score), (delta, 0, per_row)]))):
+                             epi=_RowEpi("epi_dscores", causal, scale, coff, [(s, 0, per_score), (delta, 0, per_row)],
+                                         **epi_drop))):
             _mm(be, doh, vh, dp, tb=True, band=tiles)
-            be.launch(kd, sd, [dp, s, wd, wo], _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv),
+            be.launch(kd, sd, [dp, s, wd, wo],
+                      _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv, drop=drop),
                       -(-n * rows // rd))
+        _mm(be, s, doh, _rows(dvv, b0, b1, 0, lk, lk, dv), ta=True, band=kbeg, acc=acc)
         _mm(be, dp, kh, _rows(dq, b0, b1, r0, r1, lq, d), band=kend)
         _mm(be, dp, qh, _rows(dk, b0, b1, 0, lk, lk, d), ta=True, band=kbeg, acc=acc)

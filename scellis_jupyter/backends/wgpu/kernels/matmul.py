@@ -480,7 +480,8 @@ def ksplit_source(dtype: str, epi: tuple | None = None) -> str:
 
 def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=False) -> float:
     """Seconds per run of this chunk under (variant, splits), run on scratch copies outside any program
-    (autotuning: the real operands may not hold data yet)."""
+    (autotuning: the real operands may not hold data yet). The kernel timed loads A^T and B as vec4s where
+    the launch would (`_vec4` on the scratch operands' strides and extents)."""
     bstart, bsize, m0, m1, n0, n1 = box
     m, n, k = m1 - m0, n1 - n0, plan.k
     isz, ta, tb = plan.isz, plan.ta, plan.tb
@@ -496,13 +497,18 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=Fals
                     for i, b in enumerate(buffers)]
         bg = be.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
         dispatches.append((pipe, bg, groups))
+
+    def vec(s3) -> tuple[bool, bool]:
+        wins = [Storage(be, b, 0, (b.size // isz,), d, b.size) for b in bufs[:2]]
+        return _vec4(be, d, ta, tb, wins, (0, 0), lda, ldb, m, n, s3)[:2]
     if splits > 1:
         kc = _ksplit_kc(k, splits, variant)
         nsplit = math.ceil(k / kc)
         part = be._buffer(m * n * splits * 4)
         z3 = [[0, 0, 0]] * 3
-        add(_key(variant, d, packed, ta, tb, 0, "f32"), source(variant, d, packed, None, ta, tb, 0, "f32"),
-            [bufs[0], bufs[1], part],
+        va, vb = vec(z3)
+        add(_key(variant, d, packed, ta, tb, 0, "f32", va, vb),
+            source(variant, d, packed, None, ta, tb, 0, "f32", va, vb), [bufs[0], bufs[1], part],
             _params(m, n, k, 0, lda, ldb, n, kc, (0, 0, 0), [1, 1, 1], 1, z3, m * n), _groups(variant, m, n, nsplit))
         add(f"matmul_ksplit:{d}", ksplit_source(d), [part, bufs[2]], struct.pack("<4I", m * n, nsplit, 0, 0),
             (min(math.ceil(m * n / 256), WG_MAX), math.ceil(math.ceil(m * n / 256) / WG_MAX), 1))
@@ -510,7 +516,9 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=Fals
         s3 = [[0, 0, 0], [0, 0, 0], [0, 0, 0]]
         if nbat > 1:
             s3 = [[0, 0, m * k], [0, 0, k * n], [0, 0, m * n]]
-        add(_key(variant, d, packed, ta, tb), source(variant, d, packed, None, ta, tb), bufs,
-            _params(m, n, k, 0, lda, ldb, n, 0, (0, 0, 0), [1, 1, nbat], nbat, s3, 0), _groups(variant, m, n, nbat))
+        va, vb = vec(s3)
+        add(_key(variant, d, packed, ta, tb, 0, None, va, vb),
+            source(variant, d, packed, None, ta, tb, 0, None, va, vb), bufs, _params(m, n, k, 0, lda, ldb, n, 0, (0, 0, 0), [1, 1, nbat], nbat, s3, 0),
+            _groups(variant, m, n, nbat))
     be.flush()
     return time_direct(be, bufs[2], dispatches)
