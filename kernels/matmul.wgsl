@@ -31,7 +31,7 @@ struct Params {
   {{EPI_PARAMS}}
 }
 @group(0) @binding(0) var<uniform> p: Params;
-// VA / VB: A / B bound as vec4s for 16-byte loads (fetch_a_t_v4, fetch_b_v4)
+// VA / VB: A / B bound as vec4s for 16-byte loads (fetch_a_v4 or fetch_a_t_v4, fetch_b_v4)
 #if VA
 @group(0) @binding(1) var<storage, read_write> A: array<vec4<{{T}}>>;
 #else
@@ -175,6 +175,27 @@ var pb{{J}} = vec4<{{ST}}>(0.0);
 //=== put_a
 // A slot J into As (k-major)
 { let e = t + {{E0}}u; As[{{AO}}u + (e % {{BK}}u) * {{TM4}}u + e / {{BK}}u] = pa{{J}}; }
+
+//=== fetch_a_v4
+// row-major A slot as one 16-byte load along k: 1 row x 4 consecutive k of A into pa J (A's rows, K and every
+// offset whole vec4s, matmul.py `_vec4`; the k range starts on a vec4). Components at or past kend (a causal
+// band's end need not be a multiple of 4) are zeros, as fetch_a leaves them
+{ let e = t + {{E0}}u; let k4 = e % {{BK4}}u; let r = e / {{BK4}}u;
+  let gk = k0 + k4 * 4u; let gr = m0 + r;
+  var v = vec4<{{ST}}>(0.0);
+  if (gk < kend && gr < p.M) {
+    v = select(vec4<{{ST}}>(0.0), vec4<{{ST}}>(A[(abase + gr * p.lda + gk) / 4u]),
+               vec4<u32>(gk) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(kend));
+  }
+  pa{{J}} = v; }
+
+//=== put_a_v4
+// fetch_a_v4's slot J into As (k-major, row stride TM4 vec4s): its 4 k to 4 k-rows, each the component
+// r % 4 of vec4 r / 4, where put_a puts the same values
+{ let e = t + {{E0}}u; let r = e / {{BK4}}u; let c = r % 4u;
+  let i = {{AO}}u + (e % {{BK4}}u) * 4u * {{TM4}}u + r / 4u;
+  As[i][c] = pa{{J}}.x; As[i + {{TM4}}u][c] = pa{{J}}.y; As[i + 2u * {{TM4}}u][c] = pa{{J}}.z;
+  As[i + 3u * {{TM4}}u][c] = pa{{J}}.w; }
 
 //=== fetch_a_t
 // transposed A slot: 1 k x 4 consecutive rows of A = 4 contiguous elements of row gk of the stored A^T

@@ -360,12 +360,15 @@ class Run:
 
     def _read_ahead(self) -> None:
         """The next step's batch, read and uploaded while this step runs on the device (its commands are
-        submitted by the first upload; a queued write lands after them), so the host's batch work overlaps
-        the GPU's instead of following it. Only when a next step is due. The loader's place before the read
+        submitted first; a queued write lands after them), so the host's batch work overlaps the GPU's
+        instead of following it. Only when a next step is due. The loader's place before the read
         and how far the read moved each sub-stream (shuffle, augment) are kept with it: a checkpoint taken
         meanwhile (`_place`) resumes at that batch, so the run goes on exactly as without the read-ahead."""
         if self._ahead is not None or self.step + 1 >= self.total_steps or self._stop_reason is not None:
             return
+        flush = getattr(self.impl, "flush", None)
+        if flush is not None:       # the step starts now, not at the batch's first upload (after the read)
+            flush()
         place, before = self.loader.place(), dict(self.gen.positions)
         x, y, epoch = self._draw()
         moved = {s: p - before.get(s, 0) for s, p in self.gen.positions.items() if p != before.get(s, 0)}

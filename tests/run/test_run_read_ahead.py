@@ -42,6 +42,22 @@ def test_the_loop_reads_the_next_batch_before_the_step_waits_for_its_loss():
     assert seen[:5] == [True, True, True, True, False]
 
 
+@needs_wgpu
+def test_the_step_is_submitted_before_the_next_batch_is_read(monkeypatch):
+    """On a GPU the step's commands go to the device before the host reads the next batch (the read then
+    overlaps the step), not at the batch's first upload after the read: no recorded work is left unsubmitted
+    when the read-ahead draws. The losses are the plain loop's."""
+    run = Run(SHORT, device=WG, steps=4)
+    be, open_at_draw = run.impl, []
+    real_draw = run._draw
+    monkeypatch.setattr(run, "_draw", lambda: (open_at_draw.append(be._pass is not None), real_draw())[1])
+    monkeypatch.setattr(be, "flush_after", 1e9)      # no submit at a program's end: only where the loop asks
+    got = [r.loss for r in run]
+    assert open_at_draw == [False, False, False, False]   # the first batch, then one read ahead a later step
+    want, _, _ = _plain_losses(Run(SHORT, device=WG, steps=4), 4)
+    assert got == want
+
+
 def test_batches_order_epochs_and_losses_are_the_plain_loops():
     run = Run(SHORT, device="reference")
     per_epoch = len(run.loader)

@@ -203,6 +203,9 @@ FUSED = {  # batch, lq, lk, d, dv, causal, score bytes a chunk may take (None: t
     # S and dP in 32x32 tiles, the products that read them in 128-row tiles: those read score tiles the band
     # skipped (the tuner picked 64-row S tiles and 128-row dv tiles on an H100)
     "causal-small-score-tiles": ((2,), 300, 300, 8, 8, True, None, "mixed"),
+    # rows of 332 keys (whole vec4s) whose causal offset 134 puts each band's end inside a vec4 (P v in 128-row
+    # tiles: a band end's vec4 reaches past the first row's written P)
+    "causal-bands-offset-2-mod-4": ((2,), 198, 332, 16, 16, True, None, "mixed"),
 }
 
 
@@ -249,6 +252,18 @@ def test_the_backward_without_a_mask_fuses_probs_and_dscores_into_its_products(n
     assert "dscores" in [k.split(":")[1] for k in keys if k.startswith("attention_scores:")]
     for what, x, y in zip(("out", "dq", "dk", "dv"), got, plain):
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6, err_msg=f"{name}: {what}, fused vs not")
+
+
+@pytest.mark.parametrize("name", ["causal-bands-offset-2-mod-4", "causal-small-score-tiles"])
+def test_row_major_vec4_loads_keep_the_causal_bands(name, calls, monkeypatch):
+    """With SCELLIS_MATMUL_VEC4_AROWS=on the banded products whose A is row-major (P v, dS k: BAND_KEND) load 4
+    k of a row at once; a band's end inside a vec4 zeroes the components past it, which the NaN-filled scratch
+    past each row's reach would otherwise put into the sums. The whole fused test above, with those loads."""
+    monkeypatch.setenv("SCELLIS_MATMUL_VEC4_AROWS", "on")
+    keys = launch_keys(monkeypatch)
+    test_the_backward_without_a_mask_fuses_probs_and_dscores_into_its_products(name, calls, monkeypatch)
+    rows = [k for k in keys if k.startswith("matmul:") and "+va" in k and "+ta" not in k]
+    assert any("+band2" in k for k in rows), keys
 
 
 SPLIT = {  # batch, lq, lk, causal, query rows a block (None: whole heads; 0: all heads in one chunk)

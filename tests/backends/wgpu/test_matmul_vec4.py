@@ -19,8 +19,9 @@ pytestmark = needs_wgpu
 R = np.random.default_rng(29)
 
 
-def _fresh(monkeypatch, vec4: str, tune: str = "off"):
+def _fresh(monkeypatch, vec4: str, tune: str = "off", arows: str = "off"):
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4", vec4)
+    monkeypatch.setenv("SCELLIS_MATMUL_VEC4_AROWS", arows)
     monkeypatch.setenv("SCELLIS_MATMUL_TUNE", tune)
     WG.impl.flush()
     WG.impl._records.clear()
@@ -45,6 +46,15 @@ CASES = {  # A stored shape, B stored shape, trans_a, trans_b, tile (off: the ta
     "every-tile-big": ((130, 70), (70, 260), False, False, "big_db", (False, True)),
     "every-tile-tall": ((70, 132), (70, 68), True, False, "tall_pf", (True, True)),
     "k-split": ((4100, 64), (4100, 72), True, False, "mid_pf:4", (True, True)),
+    # row-major A along k (SCELLIS_MATMUL_VEC4_AROWS=on): 4 k of a row, put as 4 components of the k-major tile
+    "A-rows-and-B": ((70, 36), (36, 132), False, False, "off", (True, True)),
+    "A-rows-B^T": ((45, 68), (30, 68), False, True, "off", (True, False)),
+    "A-rows-K-off-vec4": ((70, 33), (33, 36), False, False, "off", (False, True)),
+    "A-rows-batched": ((3, 21, 40), (3, 40, 12), False, False, "off", (True, True)),
+    "A-rows-every-tile-big": ((130, 72), (72, 260), False, False, "big_db", (True, True)),
+    "A-rows-every-tile-tall-pf": ((131, 68), (68, 68), False, False, "tall_pf", (True, True)),
+    "A-rows-every-tile-small": ((33, 20), (20, 36), False, False, "small", (True, True)),
+    "A-rows-k-split": ((64, 4100), (4100, 72), False, False, "mid_pf:4", (True, True)),
 }
 
 
@@ -55,7 +65,7 @@ def test_vec4_loads_give_the_scalar_kernels_bits(name, monkeypatch):
     tier = "prod" if ":" in tile else "debug"     # a forced split runs outside debug only
     with sc.tier(tier):
         keys = launch_keys(monkeypatch)
-        _fresh(monkeypatch, "on", tile)
+        _fresh(monkeypatch, "on", tile, arows="on" if name.startswith("A-rows") else "off")
         got = _run(a, b, ta, tb)
         on_keys = keys[:]
         _fresh(monkeypatch, "off", tile)
@@ -88,10 +98,17 @@ def test_the_rule_takes_whole_vec4s_only(monkeypatch):
     def vec(ta=True, tb=False, w=None, **kw):
         args = {**base, **kw}
         return _vec4(be, "f32", ta, tb, w or wins(), args["offs"], args["lda"], args["ldb"], args["m"], args["n"],
-                     args["st3"])
+                     args["st3"], args.get("k", 0), args.get("band", 0))
     va, vb, w = vec()
     assert (va, vb) == (True, True) and [x.nbytes for x in w] == [1008, 1008]
-    assert vec(ta=False, tb=True)[:2] == (False, False)
+    assert vec(ta=False, tb=True)[:2] == (False, False)              # a row-major A: only when asked for
+    monkeypatch.setenv("SCELLIS_MATMUL_VEC4_AROWS", "on")
+    assert vec(ta=False, tb=True, k=8)[:2] == (True, False)
+    assert vec(ta=False, k=6)[:2] == (False, True) and vec(ta=False, k=0)[:2] == (False, True)
+    assert vec(ta=False, k=8, band=3)[:2] == (False, True)             # BAND_KBEG: k may start inside a vec4
+    assert vec(ta=False, k=8, band=2)[:2] == (True, True)              # BAND_KEND: masked past kend
+    assert vec(ta=False, k=8, lda=6)[:2] == (False, True)
+    monkeypatch.delenv("SCELLIS_MATMUL_VEC4_AROWS")
     assert vec(lda=6)[:2] == (False, True) and vec(ldb=6)[:2] == (True, False)
     assert vec(m=6)[:2] == (False, True) and vec(n=10)[:2] == (True, False)
     assert vec(offs=(2, 4))[:2] == (False, True) and vec(offs=(4, 1))[:2] == (True, False)

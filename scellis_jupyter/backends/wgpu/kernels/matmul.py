@@ -14,7 +14,9 @@ f32 partial buffer (scratch) and sums them in a fixed order with matmul_ksplit.w
 16-byte loads: where B (row-major) or A^T has whole vec4s along its rows (row stride, extent, offset and
 batch strides multiples of 4, f32), it binds as vec4s and each thread's 4 contiguous elements load at once
 (`_vec4`): the same values into the same tiles, so the same bits. On an H100 (2026-12-05) 4096^3 ran at 35.2
-TFLOP/s against 33.1, and the GPT step in 49.7 ms against 55.3 (SCELLIS_MATMUL_VEC4=off, one call).
+TFLOP/s against 33.1, and the GPT step in 49.7 ms against 55.3 (SCELLIS_MATMUL_VEC4=off, one call). A
+row-major A (4 k of a row: most of a step's products) loads as vec4s too with SCELLIS_MATMUL_VEC4_AROWS=on,
+each vec4 put into the k-major tile as 4 components (fetch_a_v4 / put_a_v4); off until it is timed on a GPU.
 
 Transposed operands (attrs trans_a / trans_b, set by program/transpose_fold.py where a permute fed the
 matmul): A stored [.., K, M], B stored [.., N, K]; the kernel loads them along their contiguous axis into
@@ -79,9 +81,10 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     A is stored [K, M] / B is stored [N, K] (a folded transpose), loaded along its contiguous axis into
     the same tiles. `band` (BAND_*; the offset in Params off.w): a causal band the product may skip.
     `c_dtype`: C's element type when it is not the operands' (f32 K-split partials of f16 operands). `va` /
-    `vb`: A^T / B bind as vec4s and each thread's 4 contiguous elements load as one 16-byte load (`_vec4`)."""
-    if (va and not ta) or (vb and tb):
-        raise KernelError("vec4 loads need A transposed or B untransposed", where="op 'matmul'", hint="engine bug")
+    `vb`: A / B bind as vec4s and each thread's 4 contiguous elements load as one 16-byte load (`_vec4`): 4 m of
+    A^T, 4 k of a row-major A (put into the k-major tile as 4 components), 4 n of B."""
+    if vb and tb:
+        raise KernelError("vec4 loads of B need B untransposed", where="op 'matmul'", hint="engine bug")
     tm, tn, rm, rn, bk, flags = VARIANTS[variant]
     prefetch = "pf" in flags
     if packed and dtype != "f16":
@@ -112,6 +115,8 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
         a0, b0 = buf * ao, buf * bo
         if ta:
             out = [sn_("put_a_t", J=j, E0=j * threads, TM4=tm // 4, ASTR=astr, AO=a0) for j in range(a_slots)]
+        elif va:
+            out = [sn_("put_a_v4", J=j, E0=j * threads, BK4=bk // 4, TM4=astr, AO=a0) for j in range(a_slots)]
         else:
             out = [sn_("put_a", J=j, E0=j * threads, BK=bk, TM4=astr, AO=a0) for j in range(a_slots)]
         if tb:
@@ -122,6 +127,8 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     if ta:
         fetch = [sn_("fetch_a_t_v4" if va else "fetch_a_t", J=j, E0=j * threads, TM4=tm // 4, ST=st)
                  for j in range(a_slots)]
+    elif va:
+        fetch = [sn_("fetch_a_v4", J=j, E0=j * threads, BK4=bk // 4, ST=st) for j in range(a_slots)]
     else:
         fetch = [sn_("fetch_a", J=j, E0=j * threads, BK=bk, ST=st) for j in range(a_slots)]
     if tb:
@@ -358,7 +365,8 @@ def _matmul(be, v, ins, out, epi=None):
                     bo = band and band_offset(band, coff, m0, n0, k0)
                     params = _params(m1 - m0, n1 - n0, k1 - k0, 1 if ki or add else 0, plan.lda, plan.ldb, n, 0, offs,
                                      dims, nbat, st3, 0, bo)
-                    va, vb, wins = _vec4(be, d, ta, tb, wins, offs, plan.lda, plan.ldb, m1 - m0, n1 - n0, st3)
+                    va, vb, wins = _vec4(be, d, ta, tb, wins, offs, plan.lda, plan.ldb, m1 - m0, n1 - n0, st3,
+                                         k1 - k0, band)
                     _launch_tile(be, d, variant, wins, params, nbat, packed, ep, ta, tb, band, vec=(va, vb))
     return True
 
@@ -393,15 +401,20 @@ def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False,
             + ("+va" if va else "") + ("+vb" if vb else ""))
 
 
-def vec4_enabled() -> bool:
-    """Whether aligned operands load as vec4s (SCELLIS_MATMUL_VEC4=off: never; to compare)."""
-    return os.environ.get("SCELLIS_MATMUL_VEC4", "on") not in ("0", "off", "false")
+def vec4_enabled(operand: str = "") -> bool:
+    """Whether aligned operands load as vec4s (SCELLIS_MATMUL_VEC4=off: never; to compare). operand "a-rows":
+    whether a row-major A does too, which SCELLIS_MATMUL_VEC4_AROWS=on turns on (not yet timed on a GPU)."""
+    if os.environ.get("SCELLIS_MATMUL_VEC4", "on") in ("0", "off", "false"):
+        return False
+    return operand != "a-rows" or os.environ.get("SCELLIS_MATMUL_VEC4_AROWS", "off") in ("1", "on", "true")
 
 
-def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, m: int, n: int, st3) -> tuple:
-    """(va, vb, windows): whether A^T and B of this launch load 4 contiguous elements as one vec4 (f32 only:
-    the operand's row stride, its extent along the loaded axis (M for A^T, N for B), its element offset and
-    batch strides all multiples of 4, so a vec4 never straddles a row, the bound or a batch); their windows
+def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, m: int, n: int, st3,
+          k: int = 0, band: int = 0) -> tuple:
+    """(va, vb, windows): whether A and B of this launch load 4 contiguous elements as one vec4 (f32 only:
+    the operand's row stride, its extent along the loaded axis (M for A^T, K for a row-major A, N for B), its
+    element offset and batch strides all multiples of 4, so a vec4 never straddles a row, the bound or a
+    batch; a row-major A also not under BAND_KBEG, whose k range may start inside a vec4); their windows
     then grow to whole vec4s (a buffer's size is a multiple of 16 bytes, so the bytes are there), since a
     binding's vec4 array length rounds down and bounds-checked reads past it would be clamped."""
     if d != "f32" or not vec4_enabled():
@@ -411,7 +424,8 @@ def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, 
         w = wins[i]
         return (ld % 4 == 0 and extent % 4 == 0 and offs[i] % 4 == 0 and all(x % 4 == 0 for x in st3[i])
                 and w.offset % 16 == 0 and (w.nbytes + 15) // 16 * 16 <= be.binding_limit)
-    va, vb = ta and ok(0, lda, m), (not tb) and ok(1, ldb, n)
+    va = ok(0, lda, m) if ta else (k > 0 and band != BAND_KBEG and vec4_enabled("a-rows") and ok(0, lda, k))
+    vb = (not tb) and ok(1, ldb, n)
     wins = list(wins)
     for flag, i in ((va, 0), (vb, 1)):
         if flag:
@@ -459,7 +473,7 @@ def _launch_ksplit(be, plan, d, variant, splits, bstart, bsize, m0, m1, n0, n1, 
     nsplit = math.ceil(k / kc)
     z3 = [[0, 0, 0]] * 3
     params = _params(m, n, k, 0, plan.lda, plan.ldb, n, kc, (offs[0], offs[1], 0), [1, 1, 1], 1, z3, m * n, band[1])
-    va, vb, vw = _vec4(be, d, plan.ta, plan.tb, [wins[0], wins[1]], offs, plan.lda, plan.ldb, m, n, z3)
+    va, vb, vw = _vec4(be, d, plan.ta, plan.tb, [wins[0], wins[1]], offs, plan.lda, plan.ldb, m, n, z3, k, band[0])
     _launch_tile(be, d, variant, vw + [part], params, nsplit, packed_f16(d, getattr(be, "tier", None)),
                  None, plan.ta, plan.tb, band[0], "f32", vec=(va, vb))
     if ep:          # the epilogue runs in the sum, after the last partial
@@ -500,7 +514,7 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=Fals
 
     def vec(s3) -> tuple[bool, bool]:
         wins = [Storage(be, b, 0, (b.size // isz,), d, b.size) for b in bufs[:2]]
-        return _vec4(be, d, ta, tb, wins, (0, 0), lda, ldb, m, n, s3)[:2]
+        return _vec4(be, d, ta, tb, wins, (0, 0), lda, ldb, m, n, s3, k)[:2]
     if splits > 1:
         kc = _ksplit_kc(k, splits, variant)
         nsplit = math.ceil(k / kc)
