@@ -19,9 +19,10 @@ pytestmark = needs_wgpu
 R = np.random.default_rng(29)
 
 
-def _fresh(monkeypatch, vec4: str, tune: str = "off", arows: str = "off"):
+def _fresh(monkeypatch, vec4: str, tune: str = "off", arows: str = "off", f16: str = "off"):
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4", vec4)
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4_AROWS", arows)
+    monkeypatch.setenv("SCELLIS_MATMUL_VEC4_F16", f16)
     monkeypatch.setenv("SCELLIS_MATMUL_TUNE", tune)
     WG.impl.flush()
     WG.impl._records.clear()
@@ -29,8 +30,10 @@ def _fresh(monkeypatch, vec4: str, tune: str = "off", arows: str = "off"):
 
 
 def _run(a, b, ta, tb):
-    """matmul of the stored a, b (flags on the node)."""
+    """matmul of the stored a, b (flags on the node); f16 arrays stay f16 on the device."""
     xa, xb = sc.tensor(a, device=WG), sc.tensor(b, device=WG)
+    if a.dtype == np.float16:
+        xa, xb = xa.to("f16"), xb.to("f16")
     attrs = {k: True for k, on in (("trans_a", ta), ("trans_b", tb)) if on}
     return Tensor._from_node(make("matmul", [xa.node, xb.node], **attrs), WG).numpy()
 
@@ -82,6 +85,47 @@ def test_vec4_loads_give_the_scalar_kernels_bits(name, monkeypatch):
     assert np.all(np.abs(got - np.matmul(a64, b64)) <= tol)
 
 
+F16 = {  # A stored shape, B stored shape, trans_a, trans_b, tile (off: the table), (va, vb)
+    "A^T-and-B": ((45, 68), (45, 132), True, False, "off", (True, True)),
+    "A-rows-and-B": ((70, 36), (36, 132), False, False, "off", (True, True)),
+    "A-rows-batched": ((3, 21, 40), (3, 40, 12), False, False, "off", (True, True)),
+    "N-off-vec4": ((20, 16), (16, 30), False, False, "off", (True, False)),
+    "every-tile-big": ((130, 72), (72, 260), False, False, "big", (True, True)),
+    "k-split": ((4100, 64), (4100, 72), True, False, "mid:4", (True, True)),
+}
+
+
+@pytest.mark.parametrize("tier", ["prod", "fast"])
+@pytest.mark.parametrize("name", list(F16))
+def test_f16_operands_load_as_vec4_f16_with_the_scalar_kernels_bits(name, tier, monkeypatch):
+    """SCELLIS_MATMUL_VEC4_F16=on (with row-major A too): f16 operands bind as vec4<f16> arrays and load 4
+    elements (8 bytes) at once, widened to f32 (prod) or kept f16 for the packed math (fast): the same values
+    into the same tiles, so the scalar kernel's bits; and within the f16-input bound against float64."""
+    if not WG.impl.has_f16:
+        pytest.skip("adapter lacks shader-f16")
+    ash, bsh, ta, tb, tile, want = F16[name]
+    a, b = (R.standard_normal(s).astype(np.float16) for s in (ash, bsh))
+    with sc.tier(tier):
+        keys = launch_keys(monkeypatch)
+        _fresh(monkeypatch, "on", tile, arows="on", f16="on")
+        got = _run(a, b, ta, tb)
+        on_keys = keys[:]
+        _fresh(monkeypatch, "on", tile, arows="on", f16="off")
+        del keys[:]
+        ref = _run(a, b, ta, tb)
+        off_keys = keys[:]
+    mm = [k for k in on_keys if k.startswith("matmul:")]
+    assert mm and all(("+va" in k, "+vb" in k) == want and ":f16" in k for k in mm), mm
+    assert all(("+h16" in k) == (tier == "fast") for k in mm)
+    assert not any("+va" in k or "+vb" in k for k in off_keys if k.startswith("matmul:"))
+    assert got.dtype == np.float16 and np.array_equal(got, ref)
+    la, lb = (np.swapaxes(a, -1, -2) if ta else a), (np.swapaxes(b, -1, -2) if tb else b)
+    a64, b64 = la.astype(np.float64), lb.astype(np.float64)
+    bound = np.sqrt(np.matmul(a64 * a64, b64 * b64))
+    tol = (0.02 if tier == "fast" else 2e-3) * bound + 1e-2 * np.abs(np.matmul(a64, b64)) + 1e-3
+    assert np.all(np.abs(got.astype(np.float64) - np.matmul(a64, b64)) <= tol)
+
+
 def test_the_rule_takes_whole_vec4s_only(monkeypatch):
     """`_vec4` on made-up windows: every condition in its docstring refuses on its own, and an accepted window
     grows to whole vec4s."""
@@ -117,7 +161,10 @@ def test_the_rule_takes_whole_vec4s_only(monkeypatch):
     monkeypatch.setattr(be, "binding_limit", 1000)
     assert vec()[:2] == (False, False)                                 # 1008 bytes would exceed the binding
     monkeypatch.undo()
-    assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)
+    assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)   # f16: when asked
+    monkeypatch.setenv("SCELLIS_MATMUL_VEC4_F16", "on")
+    assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (True, True)
+    assert _vec4(be, "i32", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4", "off")
     assert vec()[:2] == (False, False)
 

@@ -16,7 +16,8 @@ batch strides multiples of 4, f32), it binds as vec4s and each thread's 4 contig
 (`_vec4`): the same values into the same tiles, so the same bits. On an H100 (2026-12-05) 4096^3 ran at 35.2
 TFLOP/s against 33.1, and the GPT step in 49.7 ms against 55.3 (SCELLIS_MATMUL_VEC4=off, one call). A
 row-major A (4 k of a row: most of a step's products) loads as vec4s too with SCELLIS_MATMUL_VEC4_AROWS=on,
-each vec4 put into the k-major tile as 4 components (fetch_a_v4 / put_a_v4); off until it is timed on a GPU.
+each vec4 put into the k-major tile as 4 components (fetch_a_v4 / put_a_v4), and f16 operands as 8-byte
+vec4<f16> loads with SCELLIS_MATMUL_VEC4_F16=on; both off until timed on a GPU.
 
 Transposed operands (attrs trans_a / trans_b, set by program/transpose_fold.py where a permute fed the
 matmul): A stored [.., K, M], B stored [.., N, K]; the kernel loads them along their contiguous axis into
@@ -403,21 +404,24 @@ def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False,
 
 def vec4_enabled(operand: str = "") -> bool:
     """Whether aligned operands load as vec4s (SCELLIS_MATMUL_VEC4=off: never; to compare). operand "a-rows":
-    whether a row-major A does too, which SCELLIS_MATMUL_VEC4_AROWS=on turns on (not yet timed on a GPU)."""
+    whether a row-major A does too (SCELLIS_MATMUL_VEC4_AROWS=on); "f16": whether f16 operands do, as 8-byte
+    vec4<f16> loads (SCELLIS_MATMUL_VEC4_F16=on). Both are off until timed on a GPU."""
     if os.environ.get("SCELLIS_MATMUL_VEC4", "on") in ("0", "off", "false"):
         return False
-    return operand != "a-rows" or os.environ.get("SCELLIS_MATMUL_VEC4_AROWS", "off") in ("1", "on", "true")
+    flag = {"a-rows": "SCELLIS_MATMUL_VEC4_AROWS", "f16": "SCELLIS_MATMUL_VEC4_F16"}.get(operand)
+    return flag is None or os.environ.get(flag, "off") in ("1", "on", "true")
 
 
 def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, m: int, n: int, st3,
           k: int = 0, band: int = 0) -> tuple:
-    """(va, vb, windows): whether A and B of this launch load 4 contiguous elements as one vec4 (f32 only:
-    the operand's row stride, its extent along the loaded axis (M for A^T, K for a row-major A, N for B), its
-    element offset and batch strides all multiples of 4, so a vec4 never straddles a row, the bound or a
-    batch; a row-major A also not under BAND_KBEG, whose k range may start inside a vec4); their windows
-    then grow to whole vec4s (a buffer's size is a multiple of 16 bytes, so the bytes are there), since a
-    binding's vec4 array length rounds down and bounds-checked reads past it would be clamped."""
-    if d != "f32" or not vec4_enabled():
+    """(va, vb, windows): whether A and B of this launch load 4 contiguous elements as one vec4 (f32, or f16 as
+    vec4<f16> where asked for: the operand's row stride, its extent along the loaded axis (M for A^T, K for a
+    row-major A, N for B), its element offset and batch strides all multiples of 4, so a vec4 never straddles
+    a row, the bound or a batch; a row-major A also not under BAND_KBEG, whose k range may start inside a
+    vec4); their windows then grow to whole 16 bytes (a buffer's size is a multiple of 16 bytes, so the bytes
+    are there), since a binding's vec4 array length rounds down and bounds-checked reads past it would be
+    clamped."""
+    if not vec4_enabled() or d not in ("f32", "f16") or (d == "f16" and not vec4_enabled("f16")):
         return False, False, wins
 
     def ok(i: int, ld: int, extent: int) -> bool:
