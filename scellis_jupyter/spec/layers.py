@@ -419,9 +419,10 @@ def _mha_params(prefix: str, d: int, init: str, bias: bool) -> list[ParamDecl]:
 
 
 def _heads_attention(x: Node, params: dict, qkv: tuple[str, str, str], heads: int, causal: bool = False,
-                     mask: Node | None = None) -> Node:
+                     mask: Node | None = None, drop: tuple = (0.0, None)) -> Node:
     """Attention over the q/k/v projections of x (linear prefixes `qkv`), split into heads and merged back:
-    [B, L, D] -> [B, L, D], before any output projection."""
+    [B, L, D] -> [B, L, D], before any output projection. drop: (probability, stream) of dropout on the
+    attention probabilities (`_attn_drop`)."""
     b, L, d = x.shape
     dh = d // heads
     ws = [params[pre + "weight"] for pre in qkv]
@@ -435,12 +436,25 @@ def _heads_attention(x: Node, params: dict, qkv: tuple[str, str, str], heads: in
         q, k, v = (F.getitem(y3, i) for i in range(3))
     else:
         q, k, v = (F.permute(F.reshape(_lin(x, params, pre), (b, L, heads, dh)), (0, 2, 1, 3)) for pre in qkv)
-    y = F.attention(q, k, v, causal=causal, mask=mask)
+    y = F.attention(q, k, v, causal=causal, mask=mask, dropout=drop[0], gen=drop[1])
     return F.reshape(F.permute(y, (0, 2, 1, 3)), (b, L, d))
 
 
-def _mha(x: Node, params: dict, prefix: str, heads: int, causal: bool) -> Node:
-    y = _heads_attention(x, params, (f"{prefix}q.", f"{prefix}k.", f"{prefix}v."), heads, causal=causal)
+def _attn_drop(a: dict, ctx: LayerCtx) -> tuple:
+    """(probability, stream) of a layer's dropout on its attention probabilities (attr `attn_dropout`, as
+    torch's MultiheadAttention dropout and BERT's attention_probs_dropout_prob): training only, drawn from the
+    node's own sub-stream `dropout/<node>.attn_probs`, so every backend and path draws the same mask."""
+    p = a.get("attn_dropout", 0.0)
+    if not ctx.training or not p:
+        return 0.0, None
+    return p, ctx.gen("attn_probs")
+
+
+_ATTN_DROP = Attr("float", 0.0, 0.0, 1.0, hi_open=True)
+
+
+def _mha(x: Node, params: dict, prefix: str, heads: int, causal: bool, drop: tuple = (0.0, None)) -> Node:
+    y = _heads_attention(x, params, (f"{prefix}q.", f"{prefix}k.", f"{prefix}v."), heads, causal=causal, drop=drop)
     return _lin(y, params, f"{prefix}o.")
 
 
@@ -459,11 +473,12 @@ def _attn_infer(op):
 register(Layer(
     "attention",
     {"heads": Attr("int", REQUIRED, 1, 1024), "causal": Attr("bool", False), "bias": Attr("bool", True),
-     "init": Attr("str", "xavier_uniform", catalog="init")},
+     "attn_dropout": _ATTN_DROP, "init": Attr("str", "xavier_uniform", catalog="init")},
     _attn_infer("attention"),
-    lambda xs, p, a, ctx: _mha(xs[0], p, "", a["heads"], a["causal"]),
+    lambda xs, p, a, ctx: _mha(xs[0], p, "", a["heads"], a["causal"], _attn_drop(a, ctx)),
     lambda s, a: _mha_params("", s[0][1], a["init"], a["bias"]),
-    doc="multi-head self-attention over [seq, dim] with q/k/v/o projections"))
+    doc="multi-head self-attention over [seq, dim] with q/k/v/o projections; attn_dropout drops attention "
+        "probabilities in training"))
 
 
 def _hidden(d: int, ratio: float) -> int:
@@ -488,7 +503,8 @@ def _block_fwd(xs, p, a, ctx):
 
     outer = current_scope()         # a profile names the block's halves: "<block>.attn", "<block>.mlp"
     with scope(f"{outer}.attn" if outer else "attn"):
-        h = F.add(x, drop(_mha(_norm(x, p, "ln1.", a["norm"], a["eps"]), p, "attn.", a["heads"], a["causal"]), "attn"))
+        h = F.add(x, drop(_mha(_norm(x, p, "ln1.", a["norm"], a["eps"]), p, "attn.", a["heads"], a["causal"],
+                               _attn_drop(a, ctx)), "attn"))
     with scope(f"{outer}.mlp" if outer else "mlp"):
         m = _lin(_act(_lin(_norm(h, p, "ln2.", a["norm"], a["eps"]), p, "mlp.fc1."), a["activation"]), p, "mlp.fc2.")
         return F.add(h, drop(m, "mlp"))
@@ -498,12 +514,13 @@ register(Layer(
     "transformer_block",
     {"heads": Attr("int", REQUIRED, 1, 1024), "mlp_ratio": Attr("float", 4.0, 0.0, 64.0, lo_open=True),
      "causal": Attr("bool", False), "dropout": Attr("float", 0.0, 0.0, 1.0, hi_open=True),
-     "norm": Attr("str", "layer_norm", choices=("layer_norm", "rms_norm")),
+     "attn_dropout": _ATTN_DROP, "norm": Attr("str", "layer_norm", choices=("layer_norm", "rms_norm")),
      "activation": Attr("str", "gelu", choices=("gelu", "relu", "silu", "tanh")),
      "eps": Attr("float", 1e-5, 0.0, 1.0, lo_open=True, hi_open=True),
      "init": Attr("str", "xavier_uniform", catalog="init")},
     _attn_infer("transformer_block"), _block_fwd, _block_params,
-    doc="pre-norm: x + attn(norm(x)), then x + mlp(norm(x))"))
+    doc="pre-norm: x + attn(norm(x)), then x + mlp(norm(x)); dropout on both residual branches, attn_dropout "
+        "on the attention probabilities"))
 
 
 # ---- attr validation ------------------------------------------------------------------------------------
@@ -670,9 +687,9 @@ def _bert_block_params(s, a):
     return out
 
 
-def _bert_self_attention(x: Node, p: dict, heads: int, mask: Node | None) -> Node:
+def _bert_self_attention(x: Node, p: dict, heads: int, mask: Node | None, drop: tuple = (0.0, None)) -> Node:
     return _heads_attention(x, p, ("attention.self.query.", "attention.self.key.", "attention.self.value."),
-                            heads, mask=mask)
+                            heads, mask=mask, drop=drop)
 
 
 def _bert_block_fwd(xs, p, a, ctx):
@@ -682,7 +699,7 @@ def _bert_block_fwd(xs, p, a, ctx):
     if len(xs) == 2:                                   # key padding mask [B, 1, 1, L], broadcast over heads/queries
         ids = xs[1]
         mask = F.reshape(_pad_mask(ids, a["pad_id"]), (ids.shape[0], 1, 1, ids.shape[1]))
-    att = _lin(_bert_self_attention(x, p, a["heads"], mask), p, "attention.output.dense.")
+    att = _lin(_bert_self_attention(x, p, a["heads"], mask, _attn_drop(a, ctx)), p, "attention.output.dense.")
     h = F.layer_norm(F.add(x, _drop(att, a["dropout"], ctx, "attn")), d, p["attention.output.LayerNorm.weight"],
                      p["attention.output.LayerNorm.bias"], eps)
     m = _lin(_act(_lin(h, p, "intermediate.dense."), a["activation"]), p, "output.dense.")
@@ -695,7 +712,7 @@ register(Layer(
     {"heads": Attr("int", REQUIRED, 1, 1024), "hidden": Attr("int", 0, 0, MAX_SIZE),
      "pad_id": Attr("int", 0, 0, MAX_SIZE),
      "activation": Attr("str", "gelu", choices=("gelu", "relu", "silu", "tanh")), "eps": _BERT_EPS,
-     "dropout": _BERT_DROP, "init": Attr("str", "xavier_uniform", catalog="init")},
+     "dropout": _BERT_DROP, "attn_dropout": _ATTN_DROP, "init": Attr("str", "xavier_uniform", catalog="init")},
     _bert_block_infer, _bert_block_fwd, _bert_block_params, arity=(1, 2),
     doc="post-LN encoder layer: h = LN(x + attn(x)), LN(h + mlp(h)); in = [hidden, ids] masks ids == pad_id "
         "(hidden = 0: 4 x dim; gelu is exact)"))

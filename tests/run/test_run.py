@@ -56,6 +56,31 @@ def test_dropout_draws_new_masks_every_step_and_positions_advance():
     assert run.gen.positions[stream] == before + 3 * adv
 
 
+ATTN_DROP = spec_text("char_transformer").replace("steps = 500", "steps = 6").replace("warmup_steps = 50", "warmup_steps = 2").replace(
+    '{ op = "transformer_block", heads = 4, causal = true }',
+    '{ op = "transformer_block", heads = 4, causal = true, attn_dropout = 0.2 }')
+
+
+@pytest.mark.skipif(WG is None and not os.environ.get("CI"), reason="no wgpu adapter")
+def test_attention_dropout_trains_alike_on_wgpu_and_the_reference_path():
+    """A transformer with attn_dropout: each step draws the next B*H*L*L words of every block's attn_probs
+    stream, and the wgpu run (score-path attention drawing the mask in its kernels) follows the reference
+    path's loss curve, which can only hold if both draw the same masks step after step (with attn_dropout
+    removed the losses move apart by more than 20 times the tolerance)."""
+    a = Run(ATTN_DROP, device=WG)
+    adv = a.step_prog.info["rng_advance"]
+    assert {s for s in adv if s.endswith(".attn_probs")} and all(
+        n == 32 * 4 * 32 * 32 for s, n in adv.items() if s.endswith(".attn_probs"))
+    la = [s.loss for s in a]
+    b = Run(ATTN_DROP, device="reference")
+    lb = [s.loss for s in b]
+    assert len(la) == 6 and {s: a.gen.positions[s] for s in adv} == {s: 6 * n for s, n in adv.items()}
+    np.testing.assert_allclose(la, lb, rtol=2e-4)
+    c = Run(ATTN_DROP.replace(", attn_dropout = 0.2", ""), device="reference")
+    lc = [s.loss for s in c]
+    assert la[0] != lc[0] and max(abs(x - y) / abs(y) for x, y in zip(la, lc)) > 20 * 2e-4
+
+
 RESUME = r'''
 import json, sys
 import numpy as np

@@ -197,6 +197,54 @@ def test_transformer_block_dropout_uses_two_sub_streams():
     assert set(gen.positions) == {"dropout/blk.attn", "dropout/blk.mlp"}
 
 
+def _torch_block_dropped(x, W, p, heads, keep):
+    """_torch_block (not causal) with the attention probabilities times `keep` [B, H, L, L] before v."""
+    B, L, D = x.shape
+
+    def lin(t, q):
+        return TF.linear(t, T(W[q + "weight"]), T(W[q + "bias"]))
+
+    def ln(t, q):
+        return TF.layer_norm(t, (D,), T(W[q + "weight"]), T(W[q + "bias"]), 1e-5)
+
+    h = ln(x, p + "ln1.")
+    q, k, v = (lin(h, f"{p}attn.{n}.").view(B, L, heads, D // heads).transpose(1, 2) for n in "qkv")
+    probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D // heads), -1)
+    a = ((probs * T(keep)) @ v).transpose(1, 2).reshape(B, L, D)
+    x = x + lin(a, p + "attn.o.")
+    return x + lin(TF.gelu(lin(ln(x, p + "ln2."), p + "mlp.fc1.")), p + "mlp.fc2.")
+
+
+def test_attn_dropout_drops_attention_probabilities_from_the_nodes_stream():
+    """attn_dropout (transformer_block, attention, bert_block): in training the attention probabilities are
+    multiplied by keep factors from the node's sub-stream `dropout/<node>.attn_probs` (numpy Philox, word
+    (head * L + i) * L + j), checked against torch on the CPU with that mask; eval ignores it; every step
+    draws the next words of the stream."""
+    B, L, D, H, p = 2, 5, 8, 2, 0.3
+    m = ModelSpec.from_list([{"op": "transformer_block", "heads": H, "attn_dropout": p, "name": "blk"}])
+    g = build_graph(m, (L, D), "f64")
+    ws, x = weights(g), R.standard_normal((B, L, D))
+    plain = build_graph(ModelSpec.from_list([{"op": "transformer_block", "heads": H, "name": "blk"}]), (L, D), "f64")
+    np.testing.assert_allclose(run(g, x, ws), run(plain, x, ws), rtol=0, atol=0)     # eval: no dropout
+    gen = Generator(9)
+    y = run(g, x, ws, training=True, gen_factory=gen.stream)
+    assert set(gen.positions) == {"dropout/blk.attn_probs"} and gen.positions["dropout/blk.attn_probs"] == B * H * L * L
+    u = bits_to_uniform(stream_bits(stream_key(9, "dropout/blk.attn_probs"), 0, B * H * L * L)).reshape(B, H, L, L)
+    keep = np.where(u >= np.float32(p), np.float64(np.float32(1.0 / (1.0 - p))), 0.0)   # the factor is f32's
+    assert 0 < (keep == 0).sum() < keep.size
+    np.testing.assert_allclose(y, _torch_block_dropped(T(x), ws, "blk.", H, keep).numpy(), rtol=1e-9, atol=1e-11)
+    y2 = run(g, x, ws, training=True, gen_factory=gen.stream)                      # the next step: a new mask
+    assert not np.allclose(y, y2)
+    for spec in ({"op": "attention", "heads": H, "attn_dropout": p, "name": "att"},
+                 {"op": "bert_block", "heads": H, "attn_dropout": p, "name": "att"}):
+        gen = Generator(9)
+        one = build_graph(ModelSpec.from_list([spec]), (L, D), "f64")
+        run(one, x, weights(one), training=True, gen_factory=gen.stream)
+        assert set(gen.positions) == {"dropout/att.attn_probs"}, spec["op"]
+    with pytest.raises(SpecError, match="attn_dropout"):
+        ModelSpec.from_list([{"op": "transformer_block", "heads": H, "attn_dropout": 1.0}])
+
+
 # ---- residual graph with `in` -----------------------------------------------------------------------------
 def test_residual_graph_with_in():
     spec = Spec.from_text(RESIDUAL)
