@@ -101,7 +101,15 @@ fn keep_rows(bh: u32, i0: u32, j: u32) -> vec4<f32> {
   return vec4<f32>(keep(bh, i0, j), keep(bh, i0 + 1u, j), keep(bh, i0 + 2u, j), keep(bh, i0 + 3u, j));
 }
 
-// keep factors of row i against keys j0 .. j0 + 3 (the lanes)
+// keep factors of row i against keys j0 .. j0 + 3 (the lanes): 4 consecutive words, so one Philox block
+// (two where they straddle a block boundary) instead of four
 fn keep_keys(bh: u32, i: u32, j0: u32) -> vec4<f32> {
-  return vec4<f32>(keep(bh, i, j0), keep(bh, i, j0 + 1u), keep(bh, i, j0 + 2u), keep(bh, i, j0 + 3u));
+  let w = drop_word(bh * p.lq + i, j0, p.lk, drop_off(p.dctr.xy));
+  let s = w.x & 3u;
+  let q0 = drop_quad(w, p.dctr.zw, p.dprob.x, p.dprob.y);
+  var q1 = q0;
+  if (s != 0u) { q1 = drop_quad(ph_add64(w, vec2<u32>(4u, 0u)), p.dctr.zw, p.dprob.x, p.dprob.y); }
+  let l = (vec4<u32>(s) + vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(3u);
+  return select(vec4<f32>(q1[l.x], q1[l.y], q1[l.z], q1[l.w]), vec4<f32>(q0[l.x], q0[l.y], q0[l.z], q0[l.w]),
+                vec4<u32>(s) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(4u));
 }
