@@ -361,7 +361,8 @@ class Run:
     def _read_ahead(self) -> None:
         """The next step's batch, read and uploaded while this step runs on the device (its commands are
         submitted first; a queued write lands after them), so the host's batch work overlaps the GPU's
-        instead of following it. Only when a next step is due. The loader's place before the read
+        instead of following it; so is the next step's count (the `step` input an optimizer's bias correction
+        reads). Only when a next step is due. The loader's place before the read
         and how far the read moved each sub-stream (shuffle, augment) are kept with it: a checkpoint taken
         meanwhile (`_place`) resumes at that batch, so the run goes on exactly as without the read-ahead."""
         if self._ahead is not None or self.step + 1 >= self.total_steps or self._stop_reason is not None:
@@ -372,7 +373,11 @@ class Run:
         place, before = self.loader.place(), dict(self.gen.positions)
         x, y, epoch = self._draw()
         moved = {s: p - before.get(s, 0) for s, p in self.gen.positions.items() if p != before.get(s, 0)}
-        self._ahead = (x, y, epoch, self._upload_batch(x, y), (place, moved, set(before)))
+        ready = self._upload_batch(x, y)
+        step_leaf = next((leaf for leaf in self.step_prog.leaves if leaf.name == "step"), None)
+        if ready and step_leaf is not None and "step" not in self.values:    # the next step's count, written now
+            ready["step"] = self._step_input(step_leaf, self.step + 2)     # (queued after this step, which reads it)
+        self._ahead = (x, y, epoch, ready, (place, moved, set(before)))
 
     def _place(self) -> tuple[dict, dict]:
         """(loader state, generator state) to resume from: without the batch read ahead, if one is waiting

@@ -58,6 +58,42 @@ def test_the_step_is_submitted_before_the_next_batch_is_read(monkeypatch):
     assert got == want
 
 
+def test_the_next_steps_count_is_written_with_the_read_ahead():
+    """The `step` input (AdamW's bias correction) of the next step is written during the read-ahead, while
+    the current step runs, not between the loss read and the next submit; the losses are the plain loop's,
+    and a caller's own step on another batch meanwhile still gets its own count."""
+    run = Run(SHORT, device="reference", steps=5)
+    written, inside = [], [False]
+    real_input, real_ahead = run._input, run._read_ahead
+
+    def read_ahead():
+        inside[0] = True
+        try:
+            real_ahead()
+        finally:
+            inside[0] = False
+    run._read_ahead = read_ahead
+    run._input = lambda name, a, dtype: (written.append((name, np.asarray(a).reshape(-1)[0], inside[0])),
+                                         real_input(name, a, dtype))[1]
+    got = [r.loss for r in run]
+    steps = [(int(v), ahead) for name, v, ahead in written if name == "step"]
+    # step 1's count in its own feeds; 2..5 each written by the read-ahead during the step before
+    assert steps == [(1, False), (2, True), (3, True), (4, True), (5, True)], steps
+    want, _, _ = _plain_losses(Run(SHORT, device="reference", steps=5), 5)
+    assert got == want
+    x, y = next(iter(Run(SHORT, device="reference").loader))      # another batch (another run's loader)
+    run = Run(SHORT, device="reference", steps=5)
+    it = iter(run)
+    next(it)                                      # a batch and step 2's count are now read ahead
+    mine = run._one_step(x, y)                    # the caller's own step 2, on its own batch
+    rest = [r.loss for r in it]                   # steps 3..5: the loop's batches 2, 3, 4
+    twin = Run(SHORT, device="reference", steps=5)
+    b = iter(twin.loader)
+    b1, b2, b3, b4 = next(b), next(b), next(b), next(b)
+    want = [twin._one_step(*xy).loss for xy in (b1, (x, y), b2, b3, b4)]     # no read-ahead at all
+    assert [mine.loss] + rest == want[1:]
+
+
 def test_batches_order_epochs_and_losses_are_the_plain_loops():
     run = Run(SHORT, device="reference")
     per_epoch = len(run.loader)
