@@ -19,7 +19,7 @@ pytestmark = needs_wgpu
 R = np.random.default_rng(29)
 
 
-def _fresh(monkeypatch, vec4: str, tune: str = "off", arows: str = "off", f16: str = "off"):
+def _fresh(monkeypatch, vec4: str, tune: str = "off", arows: str = "off", f16: str = "on"):
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4", vec4)
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4_AROWS", arows)
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4_F16", f16)
@@ -98,9 +98,10 @@ F16 = {  # A stored shape, B stored shape, trans_a, trans_b, tile (off: the tabl
 @pytest.mark.parametrize("tier", ["prod", "fast"])
 @pytest.mark.parametrize("name", list(F16))
 def test_f16_operands_load_as_vec4_f16_with_the_scalar_kernels_bits(name, tier, monkeypatch):
-    """SCELLIS_MATMUL_VEC4_F16=on (with row-major A too): f16 operands bind as vec4<f16> arrays and load 4
+    """f16 operands (and, with SCELLIS_MATMUL_VEC4_AROWS=on, a row-major A) bind as vec4<f16> arrays and load 4
     elements (8 bytes) at once, widened to f32 (prod) or kept f16 for the packed math (fast): the same values
-    into the same tiles, so the scalar kernel's bits; and within the f16-input bound against float64."""
+    into the same tiles, so the scalar kernel's bits (SCELLIS_MATMUL_VEC4_F16=off); and within the f16-input
+    bound against float64."""
     if not WG.impl.has_f16:
         pytest.skip("adapter lacks shader-f16")
     ash, bsh, ta, tb, tile, want = F16[name]
@@ -161,9 +162,10 @@ def test_the_rule_takes_whole_vec4s_only(monkeypatch):
     monkeypatch.setattr(be, "binding_limit", 1000)
     assert vec()[:2] == (False, False)                                 # 1008 bytes would exceed the binding
     monkeypatch.undo()
-    assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)   # f16: when asked
-    monkeypatch.setenv("SCELLIS_MATMUL_VEC4_F16", "on")
-    assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (True, True)
+    assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (True, True)     # f16 too
+    monkeypatch.setenv("SCELLIS_MATMUL_VEC4_F16", "off")
+    assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)
+    monkeypatch.delenv("SCELLIS_MATMUL_VEC4_F16")
     assert _vec4(be, "i32", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4", "off")
     assert vec()[:2] == (False, False)

@@ -14,10 +14,12 @@ f32 partial buffer (scratch) and sums them in a fixed order with matmul_ksplit.w
 16-byte loads: where B (row-major) or A^T has whole vec4s along its rows (row stride, extent, offset and
 batch strides multiples of 4, f32), it binds as vec4s and each thread's 4 contiguous elements load at once
 (`_vec4`): the same values into the same tiles, so the same bits. On an H100 (2026-12-05) 4096^3 ran at 35.2
-TFLOP/s against 33.1, and the GPT step in 49.7 ms against 55.3 (SCELLIS_MATMUL_VEC4=off, one call). A
-row-major A (4 k of a row: most of a step's products) loads as vec4s too with SCELLIS_MATMUL_VEC4_AROWS=on,
-each vec4 put into the k-major tile as 4 components (fetch_a_v4 / put_a_v4), and f16 operands as 8-byte
-vec4<f16> loads with SCELLIS_MATMUL_VEC4_F16=on; both off until timed on a GPU.
+TFLOP/s against 33.1, and the GPT step in 49.7 ms against 55.3 (SCELLIS_MATMUL_VEC4=off, one call). f16
+operands load as 8-byte vec4<f16>s the same way: f16 2048^3 / 4096^3 ran at 33.7 / 33.5 TFLOP/s against 26.3 /
+24.6 with scalar loads, and the mixed-precision GPT step in 56.3 ms against 66.3 (H100, 2026-12-05 late, one
+call; SCELLIS_MATMUL_VEC4_F16=off to compare). A row-major A can load 4 k of a row at once, put into the
+k-major tile as 4 components (fetch_a_v4 / put_a_v4, SCELLIS_MATMUL_VEC4_AROWS=on), but that ran f32 4096^3
+at 34.8 TFLOP/s against 35.4 without, and 2048^3 the same (33.7 / 33.9), so it is off by default.
 
 Transposed operands (attrs trans_a / trans_b, set by program/transpose_fold.py where a permute fed the
 matmul): A stored [.., K, M], B stored [.., N, K]; the kernel loads them along their contiguous axis into
@@ -403,13 +405,14 @@ def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False,
 
 
 def vec4_enabled(operand: str = "") -> bool:
-    """Whether aligned operands load as vec4s (SCELLIS_MATMUL_VEC4=off: never; to compare). operand "a-rows":
-    whether a row-major A does too (SCELLIS_MATMUL_VEC4_AROWS=on); "f16": whether f16 operands do, as 8-byte
-    vec4<f16> loads (SCELLIS_MATMUL_VEC4_F16=on). Both are off until timed on a GPU."""
+    """Whether aligned operands load as vec4s (SCELLIS_MATMUL_VEC4=off: never; to compare). operand "f16":
+    whether f16 operands do, as 8-byte vec4<f16> loads (SCELLIS_MATMUL_VEC4_F16=off: not); "a-rows": whether a
+    row-major A does too (SCELLIS_MATMUL_VEC4_AROWS=on; off by default: no faster on an H100, below)."""
     if os.environ.get("SCELLIS_MATMUL_VEC4", "on") in ("0", "off", "false"):
         return False
-    flag = {"a-rows": "SCELLIS_MATMUL_VEC4_AROWS", "f16": "SCELLIS_MATMUL_VEC4_F16"}.get(operand)
-    return flag is None or os.environ.get(flag, "off") in ("1", "on", "true")
+    if operand == "f16":
+        return os.environ.get("SCELLIS_MATMUL_VEC4_F16", "on") not in ("0", "off", "false")
+    return operand != "a-rows" or os.environ.get("SCELLIS_MATMUL_VEC4_AROWS", "off") in ("1", "on", "true")
 
 
 def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, m: int, n: int, st3,
