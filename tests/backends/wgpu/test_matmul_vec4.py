@@ -163,9 +163,13 @@ def test_the_rule_takes_whole_vec4s_only(monkeypatch):
     assert vec()[:2] == (False, False)                                 # 1008 bytes would exceed the binding
     monkeypatch.undo()
     assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (True, True)     # f16 too
+    assert _vec4(be, "f16", False, False, wins(), (0, 0), 8, 8, 8, 8, z, 8)[:2] == (True, True)  # its A rows too
+    monkeypatch.setenv("SCELLIS_MATMUL_VEC4_AROWS", "off")
+    assert _vec4(be, "f16", False, False, wins(), (0, 0), 8, 8, 8, 8, z, 8)[:2] == (False, True)
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4_F16", "off")
     assert _vec4(be, "f16", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)
     monkeypatch.delenv("SCELLIS_MATMUL_VEC4_F16")
+    monkeypatch.delenv("SCELLIS_MATMUL_VEC4_AROWS")
     assert _vec4(be, "i32", True, False, wins(), (0, 0), 8, 8, 8, 8, z)[:2] == (False, False)
     monkeypatch.setenv("SCELLIS_MATMUL_VEC4", "off")
     assert vec()[:2] == (False, False)

@@ -18,8 +18,10 @@ TFLOP/s against 33.1, and the GPT step in 49.7 ms against 55.3 (SCELLIS_MATMUL_V
 operands load as 8-byte vec4<f16>s the same way: f16 2048^3 / 4096^3 ran at 33.7 / 33.5 TFLOP/s against 26.3 /
 24.6 with scalar loads, and the mixed-precision GPT step in 56.3 ms against 66.3 (H100, 2026-12-05 late, one
 call; SCELLIS_MATMUL_VEC4_F16=off to compare). A row-major A can load 4 k of a row at once, put into the
-k-major tile as 4 components (fetch_a_v4 / put_a_v4, SCELLIS_MATMUL_VEC4_AROWS=on), but that ran f32 4096^3
-at 34.8 TFLOP/s against 35.4 without, and 2048^3 the same (33.7 / 33.9), so it is off by default.
+k-major tile as 4 components (fetch_a_v4 / put_a_v4; SCELLIS_MATMUL_VEC4_AROWS=on|off). For f16 operands
+(8-byte loads instead of four 2-byte ones) it took the mixed step from 61.9 to 56.0-56.4 ms, so it is on for
+them; for f32 it ran 4096^3 at 34.8 TFLOP/s against 35.4 without, and 2048^3 the same (33.7 / 33.9), so it
+is off there.
 
 Transposed operands (attrs trans_a / trans_b, set by program/transpose_fold.py where a permute fed the
 matmul): A stored [.., K, M], B stored [.., N, K]; the kernel loads them along their contiguous axis into
@@ -406,13 +408,17 @@ def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False,
 
 def vec4_enabled(operand: str = "") -> bool:
     """Whether aligned operands load as vec4s (SCELLIS_MATMUL_VEC4=off: never; to compare). operand "f16":
-    whether f16 operands do, as 8-byte vec4<f16> loads (SCELLIS_MATMUL_VEC4_F16=off: not); "a-rows": whether a
-    row-major A does too (SCELLIS_MATMUL_VEC4_AROWS=on; off by default: no faster on an H100, below)."""
+    whether f16 operands do, as 8-byte vec4<f16> loads (SCELLIS_MATMUL_VEC4_F16=off: not); "a-rows:<dtype>":
+    whether a row-major A does too (SCELLIS_MATMUL_VEC4_AROWS=on|off; by default for f16, where it sped the
+    mixed step up, not for f32, where it did not: module docstring)."""
     if os.environ.get("SCELLIS_MATMUL_VEC4", "on") in ("0", "off", "false"):
         return False
     if operand == "f16":
         return os.environ.get("SCELLIS_MATMUL_VEC4_F16", "on") not in ("0", "off", "false")
-    return operand != "a-rows" or os.environ.get("SCELLIS_MATMUL_VEC4_AROWS", "off") in ("1", "on", "true")
+    if operand.startswith("a-rows"):          # "a-rows:f16" / "a-rows:f32"
+        default = "on" if operand.endswith("f16") else "off"
+        return (os.environ.get("SCELLIS_MATMUL_VEC4_AROWS") or default) in ("1", "on", "true")
+    return True
 
 
 def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, m: int, n: int, st3,
@@ -431,7 +437,7 @@ def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, 
         w = wins[i]
         return (ld % 4 == 0 and extent % 4 == 0 and offs[i] % 4 == 0 and all(x % 4 == 0 for x in st3[i])
                 and w.offset % 16 == 0 and (w.nbytes + 15) // 16 * 16 <= be.binding_limit)
-    va = ok(0, lda, m) if ta else (k > 0 and band != BAND_KBEG and vec4_enabled("a-rows") and ok(0, lda, k))
+    va = ok(0, lda, m) if ta else (k > 0 and band != BAND_KBEG and vec4_enabled(f"a-rows:{d}") and ok(0, lda, k))
     vb = (not tb) and ok(1, ldb, n)
     wins = list(wins)
     for flag, i in ((va, 0), (vb, 1)):
