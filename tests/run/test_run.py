@@ -56,7 +56,8 @@ def test_dropout_draws_new_masks_every_step_and_positions_advance():
     assert run.gen.positions[stream] == before + 3 * adv
 
 
-ATTN_DROP = spec_text("char_transformer").replace("steps = 500", "steps = 6").replace("warmup_steps = 50", "warmup_steps = 2").replace(
+ATTN_DROP = spec_text("char_transformer").replace("steps = 500", "steps = 6").replace(
+    "warmup_steps = 50", "warmup_steps = 2").replace(
     '{ op = "transformer_block", heads = 4, causal = true }',
     '{ op = "transformer_block", heads = 4, causal = true, attn_dropout = 0.2 }')
 

@@ -38,6 +38,20 @@ def _run(a, b, ta, tb):
     return Tensor._from_node(make("matmul", [xa.node, xb.node], **attrs), WG).numpy()
 
 
+def _on_and_off(monkeypatch, a, b, ta, tb, tier: str, on: dict, off: dict):
+    """(product with the `on` settings of _fresh, the same with `off`, the matmul launch keys of the first, every
+    launch key of the second)."""
+    with sc.tier(tier):
+        keys = launch_keys(monkeypatch)
+        _fresh(monkeypatch, **on)
+        got = _run(a, b, ta, tb)
+        on_keys = keys[:]
+        _fresh(monkeypatch, **off)
+        del keys[:]
+        ref = _run(a, b, ta, tb)
+    return got, ref, [k for k in on_keys if k.startswith("matmul:")], keys[:]
+
+
 CASES = {  # A stored shape, B stored shape, trans_a, trans_b, tile (off: the table), (va, vb)
     "B-rows-of-vec4": ((70, 33), (33, 36), False, False, "off", (False, True)),
     "A^T-and-B": ((45, 68), (45, 132), True, False, "off", (True, True)),
@@ -66,16 +80,9 @@ def test_vec4_loads_give_the_scalar_kernels_bits(name, monkeypatch):
     ash, bsh, ta, tb, tile, want = CASES[name]
     a, b = R.standard_normal(ash).astype(np.float32), R.standard_normal(bsh).astype(np.float32)
     tier = "prod" if ":" in tile else "debug"     # a forced split runs outside debug only
-    with sc.tier(tier):
-        keys = launch_keys(monkeypatch)
-        _fresh(monkeypatch, "on", tile, arows="on" if name.startswith("A-rows") else "off")
-        got = _run(a, b, ta, tb)
-        on_keys = keys[:]
-        _fresh(monkeypatch, "off", tile)
-        del keys[:]
-        ref = _run(a, b, ta, tb)
-        off_keys = keys[:]
-    mm = [k for k in on_keys if k.startswith("matmul:")]
+    got, ref, mm, off_keys = _on_and_off(monkeypatch, a, b, ta, tb, tier,
+                                         dict(vec4="on", tune=tile, arows="on" if name.startswith("A-rows") else "off"),
+                                         dict(vec4="off", tune=tile))
     assert mm and all(("+va" in k, "+vb" in k) == want for k in mm), mm
     assert not any("+va" in k or "+vb" in k for k in off_keys)
     assert np.array_equal(got, ref)
@@ -98,24 +105,15 @@ F16 = {  # A stored shape, B stored shape, trans_a, trans_b, tile (off: the tabl
 @pytest.mark.parametrize("tier", ["prod", "fast"])
 @pytest.mark.parametrize("name", list(F16))
 def test_f16_operands_load_as_vec4_f16_with_the_scalar_kernels_bits(name, tier, monkeypatch):
-    """f16 operands (and, with SCELLIS_MATMUL_VEC4_AROWS=on, a row-major A) bind as vec4<f16> arrays and load 4
-    elements (8 bytes) at once, widened to f32 (prod) or kept f16 for the packed math (fast): the same values
-    into the same tiles, so the scalar kernel's bits (SCELLIS_MATMUL_VEC4_F16=off); and within the f16-input
-    bound against float64."""
+    """f16 operands (a row-major A too, by default) bind as vec4<f16> arrays and load 4 elements (8 bytes) at
+    once, widened to f32 (prod) or kept f16 for the packed math (fast): the same values into the same tiles, so
+    the scalar kernel's bits (SCELLIS_MATMUL_VEC4_F16=off); and within the f16-input bound against float64."""
     if not WG.impl.has_f16:
         pytest.skip("adapter lacks shader-f16")
     ash, bsh, ta, tb, tile, want = F16[name]
     a, b = (R.standard_normal(s).astype(np.float16) for s in (ash, bsh))
-    with sc.tier(tier):
-        keys = launch_keys(monkeypatch)
-        _fresh(monkeypatch, "on", tile, arows="on", f16="on")
-        got = _run(a, b, ta, tb)
-        on_keys = keys[:]
-        _fresh(monkeypatch, "on", tile, arows="on", f16="off")
-        del keys[:]
-        ref = _run(a, b, ta, tb)
-        off_keys = keys[:]
-    mm = [k for k in on_keys if k.startswith("matmul:")]
+    got, ref, mm, off_keys = _on_and_off(monkeypatch, a, b, ta, tb, tier, dict(vec4="on", tune=tile, arows=""),
+                                         dict(vec4="on", tune=tile, arows="", f16="off"))
     assert mm and all(("+va" in k, "+vb" in k) == want and ":f16" in k for k in mm), mm
     assert all(("+h16" in k) == (tier == "fast") for k in mm)
     assert not any("+va" in k or "+vb" in k for k in off_keys if k.startswith("matmul:"))
