@@ -11,6 +11,7 @@ them (0-2) before a random extra delay, so every report is a checkpoint that mus
 """
 import os
 import random
+import select
 import signal
 import sqlite3
 import subprocess
@@ -65,6 +66,31 @@ CHILD = textwrap.dedent("""
 """)
 
 
+class _Lines:
+    """The fork server's stdout, line by line, each line waited for at most `timeout` seconds: a protocol that
+    falls out of step fails with the lines it saw instead of hanging the suite (it hung once, on a loaded
+    machine, in a blocking readline after a kill)."""
+
+    def __init__(self, fd: int, timeout: float = 120.0):
+        self.fd, self.timeout, self.buf, self.seen = fd, timeout, b"", []
+
+    def readline(self) -> str:
+        end = time.time() + self.timeout
+        while b"\n" not in self.buf:
+            left = end - time.time()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise AssertionError(f"no line from the fork server in {self.timeout:.0f} s; pending "
+                                     f"{self.buf!r}, last lines {self.seen[-8:]}")
+            chunk = os.read(self.fd, 65536)
+            if not chunk:                                    # the server is gone
+                line, self.buf = self.buf, b""
+                return line.decode()
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        self.seen.append(line.decode())
+        return line.decode() + "\n"
+
+
 def _check(root, run_id):
     s = Store.open(root)
     assert s.verify() == {}                                  # every named object re-hashes to its name
@@ -88,24 +114,25 @@ def test_fifty_random_kills(tmp_path):
     t0 = time.time()
     server = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
+    out = _Lines(server.stdout.fileno())                     # read unbuffered, each line with a deadline
     try:
         for k in range(50):
             root = tmp_path / f"s{k // 10}"
             server.stdin.write(f"{root} {k}\n")
             server.stdin.flush()
-            pid, run_id = (server.stdout.readline().split() + ["", ""])[:2]
+            pid, run_id = (out.readline().split() + ["", ""])[:2]
             assert run_id.startswith("run-"), "child failed to start"
             wait_for = rnd.randint(0, 2)                     # checkpoints to see recorded before the kill
             reported = 0
             while reported < wait_for:
-                line = server.stdout.readline()
+                line = out.readline()
                 assert line.startswith("saved"), f"child stopped early: {line!r}"
                 reported += 1
             time.sleep(rnd.uniform(0.0, 0.1))               # then anywhere, mid-write included
             os.kill(int(pid), signal.SIGKILL)
-            line = server.stdout.readline()
+            line = out.readline()
             while line.startswith("saved"):                  # saved between the last read and the kill
-                line = server.stdout.readline()
+                line = out.readline()
             assert line.startswith("exit"), f"no exit status from the fork server: {line!r}"
             returncode = int(line.split()[1])
             kills += returncode == -signal.SIGKILL
