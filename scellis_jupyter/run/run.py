@@ -294,6 +294,7 @@ class Run:
                     self.values[leaf.name] = be.from_numpy(np.asarray(got[leaf.name], np.float32), leaf.node.dtype)
         self._inputs: dict[str, Any] = {}     # per-step inputs (batch, lr, step, ...): storages reused
         self._scalar_bytes: dict[str, tuple] = {}    # SAME_SCALARS input -> (its storage, bytes last written)
+        self._step_leaf = next((leaf for leaf in st.leaves if leaf.name == "step"), None)   # the read-ahead writes it
         self._eval_progs: dict[tuple, Any] = {}   # (batch, with loss) -> eval program
         self.step_peak: int | None = None
         self._evaluated = False
@@ -374,9 +375,8 @@ class Run:
         x, y, epoch = self._draw()
         moved = {s: p - before.get(s, 0) for s, p in self.gen.positions.items() if p != before.get(s, 0)}
         ready = self._upload_batch(x, y)
-        step_leaf = next((leaf for leaf in self.step_prog.leaves if leaf.name == "step"), None)
-        if ready and step_leaf is not None and "step" not in self.values:    # the next step's count, written now
-            ready["step"] = self._step_input(step_leaf, self.step + 2)     # (queued after this step, which reads it)
+        if ready and self._step_leaf is not None and "step" not in self.values:   # the next step's count, now
+            ready["step"] = self._step_input(self._step_leaf, self.step + 2)   # (queued after this step, its reader)
         self._ahead = (x, y, epoch, ready, (place, moved, set(before)))
 
     def _place(self) -> tuple[dict, dict]:

@@ -121,6 +121,11 @@ class Drop:
         p = float(v.attrs.get("dropout", 0.0))
         return cls(p, v.attrs["offset"], v.attrs["key"], base) if p else None
 
+    @staticmethod
+    def bindings(drop: "Drop | None") -> list:
+        """The storages a row kernel that draws binds after its mask: the step's stream position, if any."""
+        return [drop.base] if drop is not None and drop.base is not None else []
+
     def words(self) -> tuple:
         """(offset lo, hi, key 0, key 1): the row kernels' dctr, the epilogues' eph[0]."""
         return (self.offset & 0xFFFFFFFF, (self.offset >> 32) & 0xFFFFFFFF) + self.key
@@ -285,7 +290,7 @@ def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tu
     bh, lq, lk, d, dv = dims
     t, rpw = _row_layout(lk)
     key, src = _kernel("fwd", t, rpw, causal, mask is not None, drop)
-    based = [drop.base] if drop is not None and drop.base is not None else []
+    based = Drop.bindings(drop)
     for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
         n, rows, coff = b1 - b0, r1 - r0, lk - lq + r0
         tiles, kend, _ = _bands(causal, coff)
@@ -314,7 +319,7 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
     tr, rr = _row_layout(dv)
     kr, sr = _kernel("delta", tr, rr, causal, False)
     nomask = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
-    based = [drop.base] if drop is not None and drop.base is not None else []
+    based = Drop.bindings(drop)
     fuse = mask is None and os.environ.get("SCELLIS_ATTENTION_FUSE", "on") != "off"
     for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
         n, rows, coff, acc = b1 - b0, r1 - r0, lk - lq + r0, r0 > 0

@@ -411,14 +411,20 @@ def vec4_enabled(operand: str = "") -> bool:
     whether f16 operands do, as 8-byte vec4<f16> loads (SCELLIS_MATMUL_VEC4_F16=off: not); "a-rows:<dtype>":
     whether a row-major A does too (SCELLIS_MATMUL_VEC4_AROWS=on|off; by default for f16, where it sped the
     mixed step up, not for f32, where it did not: module docstring)."""
-    if os.environ.get("SCELLIS_MATMUL_VEC4", "on") in ("0", "off", "false"):
+    if not _switch("SCELLIS_MATMUL_VEC4", True):
         return False
     if operand == "f16":
-        return os.environ.get("SCELLIS_MATMUL_VEC4_F16", "on") not in ("0", "off", "false")
+        return _switch("SCELLIS_MATMUL_VEC4_F16", True)
     if operand.startswith("a-rows"):          # "a-rows:f16" / "a-rows:f32"
-        default = "on" if operand.endswith("f16") else "off"
-        return (os.environ.get("SCELLIS_MATMUL_VEC4_AROWS") or default) in ("1", "on", "true")
+        return _switch("SCELLIS_MATMUL_VEC4_AROWS", operand.endswith("f16"))
     return True
+
+
+def _switch(name: str, default: bool) -> bool:
+    """An environment switch: a default-on one is off only at 0 / off / false, a default-off one on only at
+    1 / on / true (unset or empty: the default)."""
+    v = os.environ.get(name) or ""
+    return v not in ("0", "off", "false") if default else v in ("1", "on", "true")
 
 
 def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, m: int, n: int, st3,
@@ -545,7 +551,7 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=Fals
             s3 = [[0, 0, m * k], [0, 0, k * n], [0, 0, m * n]]
         va, vb = vec(s3)
         add(_key(variant, d, packed, ta, tb, 0, None, va, vb),
-            source(variant, d, packed, None, ta, tb, 0, None, va, vb), bufs, _params(m, n, k, 0, lda, ldb, n, 0, (0, 0, 0), [1, 1, nbat], nbat, s3, 0),
-            _groups(variant, m, n, nbat))
+            source(variant, d, packed, None, ta, tb, 0, None, va, vb), bufs,
+            _params(m, n, k, 0, lda, ldb, n, 0, (0, 0, 0), [1, 1, nbat], nbat, s3, 0), _groups(variant, m, n, nbat))
     be.flush()
     return time_direct(be, bufs[2], dispatches)
