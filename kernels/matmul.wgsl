@@ -299,6 +299,20 @@ var h{{R}}_{{H}} = vec4<f16>(0.0);
 // the f16 partial (at most BK products) into the f32 accumulator, then restart it
 c{{R}}_{{H}} += vec4<f32>(h{{R}}_{{H}}); h{{R}}_{{H}} = vec4<f16>(0.0);
 
+//=== fold_every
+// fold after every F staged tiles (kt counts them; uniform across the workgroup)
+kt = kt + 1u;
+if (kt == {{F}}u) {
+  {{FOLD}}
+  kt = 0u;
+}
+
+//=== fold_rest
+// the partials of the last tiles, when their count was not a multiple of F
+if (kt != 0u) {
+  {{FOLD}}
+}
+
 //=== store_row
 { let row = m0 + {{ROW}}u + ty * 4u;
   if (row < p.M) {

@@ -70,7 +70,8 @@ ODD = [((129, 257), (257, 65)), ((1, 1), (1, 1)), ((3, 130, 9), (9, 131)), ((2, 
 def test_packed_f16_every_variant_odd_shapes_and_batches(variant, monkeypatch):
     _need_f16()
     _fresh(monkeypatch, variant)
-    bk = VARIANTS[variant][4]
+    from scellis_jupyter.backends.wgpu.kernels.matmul import fold_tiles
+    bk = VARIANTS[variant][4] * fold_tiles(VARIANTS[variant][4])      # products an f16 partial sums
     for sa, sb in ODD:
         a = R.standard_normal(sa).astype(np.float16)
         b = R.standard_normal(sb).astype(np.float16)
@@ -172,3 +173,47 @@ def test_the_packed_table_takes_plain_tiles():
         assert "pf" not in VARIANTS[pv][5] and "db" not in VARIANTS[pv][5]
         assert VARIANTS[pv][:2] == VARIANTS[v][:2]
         assert default_config(*shape, "f16") == (v, s)
+
+
+@pytest.mark.parametrize("fold", ["", "16", "24"])
+def test_packed_partials_fold_every_fold_products(fold, monkeypatch):
+    """SCELLIS_MATMUL_FOLD: the products an f16 partial sums before its fold into f32 (whole staged tiles of
+    BK = 8 here). 4096 = 64 x 64 per product: 8 of them sum to 32768 in f16, 16 overflow (65536 > 65504). K = 32
+    with the second half negated sums to 0 when partials hold 8 products, to inf - inf = NaN when they hold 16,
+    and to inf when they hold 24 (the first partial overflows, the second is the last 8, -32768); a last tile
+    short of the interval is folded after the loop (K = 40, only its last 8 k non-zero)."""
+    _need_f16()
+    from scellis_jupyter.backends.wgpu.kernels.matmul import fold_tiles
+    _fresh(monkeypatch, "big")
+    monkeypatch.setenv("SCELLIS_MATMUL_FOLD", fold)
+    products = 8 * fold_tiles(8)
+    assert products == {"": 8, "16": 16, "24": 24}[fold]
+    a = np.full((4, 32), 64.0, np.float16)
+    b = np.full((32, 4), 64.0, np.float16)
+    b[16:] = -64.0
+    got = mm16(a, b, "fast")
+    assert np.array_equal(mm16(a, b, "debug"), np.zeros((4, 4), np.float16))
+    if products == 8:
+        assert np.array_equal(got, np.zeros((4, 4), np.float16))
+    elif products == 16:
+        assert np.isnan(got).all(), got
+    else:
+        assert np.array_equal(got, np.full((4, 4), np.inf, np.float16)), got
+    a = np.ones((4, 40), np.float16)
+    b = np.zeros((40, 4), np.float16)
+    b[32:] = 1.0
+    assert np.array_equal(mm16(a, b, "fast"), np.full((4, 4), 8.0, np.float16))
+    assert any(k.startswith("matmul:big:f16+h16") for k in WG.impl._pipelines)
+
+
+def test_fold_setting_is_checked(monkeypatch):
+    from scellis_jupyter.backends.wgpu.kernels.matmul import fold_tiles
+    from scellis_jupyter.errors import KernelError
+    for bad in ("x", "0", "-8"):
+        monkeypatch.setenv("SCELLIS_MATMUL_FOLD", bad)
+        with pytest.raises(KernelError, match="SCELLIS_MATMUL_FOLD"):
+            fold_tiles(8)
+    monkeypatch.setenv("SCELLIS_MATMUL_FOLD", "4")
+    assert fold_tiles(8) == 1 and fold_tiles(16) == 1     # at least one whole tile
+    monkeypatch.setenv("SCELLIS_MATMUL_FOLD", "40")
+    assert fold_tiles(8) == 5 and fold_tiles(16) == 2

@@ -23,6 +23,10 @@ k-major tile as 4 components (fetch_a_v4 / put_a_v4; SCELLIS_MATMUL_VEC4_AROWS=o
 them; for f32 it ran 4096^3 at 34.8 TFLOP/s against 35.4 without, and 2048^3 the same (33.7 / 33.9), so it
 is off there.
 
+Packed f16 (tier fast) folds each f16 partial into its f32 accumulator after every staged tile (BK products);
+SCELLIS_MATMUL_FOLD=<products> folds after whole tiles totalling that many instead (fewer f16 -> f32
+conversions, a longer f16 partial), to measure what the conversions cost on a GPU; not measured on one yet.
+
 Transposed operands (attrs trans_a / trans_b, set by program/transpose_fold.py where a permute fed the
 matmul): A stored [.., K, M], B stored [.., N, K]; the kernel loads them along their contiguous axis into
 the same k-major tiles, and windows, chunking and the K-split follow the stored layout (row stride lda / ldb).
@@ -77,7 +81,6 @@ def band_offset(band: int, coff: int, m0: int, n0: int, k0: int) -> int:
     return m0 - coff - k0
 
 
-@functools.lru_cache(maxsize=None)
 def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = None, ta: bool = False,
            tb: bool = False, band: int = 0, c_dtype: str | None = None, va: bool = False, vb: bool = False) -> str:
     """WGSL of one tile variant. `packed` (f16 only): vec4<f16> math into f16 partials folded into f32
@@ -88,6 +91,14 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     `c_dtype`: C's element type when it is not the operands' (f32 K-split partials of f16 operands). `va` /
     `vb`: A / B bind as vec4s and each thread's 4 contiguous elements load as one 16-byte load (`_vec4`): 4 m of
     A^T, 4 k of a row-major A (put into the k-major tile as 4 components), 4 n of B."""
+    every = fold_tiles(VARIANTS[variant][4]) if packed else 1
+    return _source(variant, dtype, packed, epi, ta, tb, band, c_dtype, va, vb, every)
+
+
+@functools.lru_cache(maxsize=None)
+def _source(variant: str, dtype: str, packed: bool, epi: tuple | None, ta: bool, tb: bool, band: int,
+            c_dtype: str | None, va: bool, vb: bool, every: int) -> str:
+    """source() with the packed path's fold interval (staged tiles per f16 partial) made explicit."""
     if vb and tb:
         raise KernelError("vec4 loads of B need B untransposed", where="op 'matmul'", hint="engine bug")
     tm, tn, rm, rn, bk, flags = VARIANTS[variant]
@@ -157,6 +168,11 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
                             FMAS="\n".join(fmas)))
         return "\n".join(comp)
     fold = [sn_("fold", R=r, H=h) for r, h in accs] if packed else []
+    rest = ""
+    if every > 1:       # fold every `every` staged tiles (a counter kt), and what is left after the loop
+        rest = sn_("fold_rest", FOLD="\n".join(fold))
+        fold = [sn_("fold_every", F=every, FOLD="\n".join(fold))]
+        decl.append("var kt = 0u;")
     if nbuf == 2:
         mainloop = sn_("loop_db", BK=bk, FETCH="\n".join(fetch), PUT0="\n".join(put), PUT1="\n".join(puts(1)),
                        COMPUTE0=compute(0), COMPUTE1=compute(1), FOLD="\n".join(fold))
@@ -172,10 +188,26 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     return render("matmul", flags={"VA": va, "VB": vb}, ENABLE=enable, T=t, CBT=ct, ST=st, TM=tm, TN=tn, RM=rm,
                   RN=rn, BK=bk,
                   THREADS=threads, TXN=txn, AS_LEN=nbuf * bk * astr, BS_LEN=nbuf * bk * bstr,
-                  DECL="\n".join(decl), MAINLOOP=mainloop, STORE="\n".join(store),
+                  DECL="\n".join(decl), MAINLOOP=mainloop + "\n" + rest, STORE="\n".join(store),
                   EPI_PARAMS=epi_params, EPILOGUE=epi_text,
                   BAND=sn_(BAND_SECTIONS[band] + ("_epi" if epi and band == BAND_TILES else ""), TM=tm, REACH=BAND_REACH)
                   if band else "")
+
+
+FOLD_PRODUCTS = 0      # products a packed-f16 partial sums by default (0: one staged tile, BK)
+
+
+def fold_tiles(bk: int) -> int:
+    """Staged tiles (BK k-steps each) a packed-f16 partial sums before it is folded into f32: enough for
+    SCELLIS_MATMUL_FOLD products (default FOLD_PRODUCTS, or BK), at least one tile."""
+    v = os.environ.get("SCELLIS_MATMUL_FOLD") or ""
+    try:
+        products = int(v) if v else (FOLD_PRODUCTS or bk)
+    except ValueError:
+        raise KernelError(f"SCELLIS_MATMUL_FOLD={v!r} is not a number of products", where="environment") from None
+    if products < 1:
+        raise KernelError(f"SCELLIS_MATMUL_FOLD={v!r} is not a positive number of products", where="environment")
+    return max(1, products // bk)
 
 
 def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:
@@ -403,7 +435,8 @@ def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False,
          c_dtype: str | None = None, va: bool = False, vb: bool = False) -> str:
     return (f"matmul:{variant}:{d}" + ("+h16" if packed else "") + ("+ta" if ta else "") + ("+tb" if tb else "")
             + (f"+band{band}" if band else "") + (f"+c{c_dtype}" if c_dtype and c_dtype != d else "")
-            + ("+va" if va else "") + ("+vb" if vb else ""))
+            + ("+va" if va else "") + ("+vb" if vb else "")
+            + (f"+fold{f}" if packed and (f := fold_tiles(VARIANTS[variant][4])) > 1 else ""))
 
 
 def vec4_enabled(operand: str = "") -> bool:
