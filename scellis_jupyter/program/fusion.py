@@ -46,18 +46,39 @@ def cheap(v, values) -> bool:
     return n == 1
 
 
-def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tuple[list, list[int], dict[int, int]]:
+def _kept_cast(v, values, kept: set[int]) -> tuple | None:
+    """(source dtype, dtype) of a cast of a value that is stored anyway, a leaf or a program output (a
+    mixed-precision step casts each updated f32 master parameter to the f16 copy the next step reads), else
+    None."""
+    if v.kind == "compute" and v.op == "cast":
+        src = v.inputs[0]
+        if values[src].kind != "compute" or src in kept:
+            return values[src].dtype, v.dtype
+    return None
+
+
+def fuse(values: list, outputs: list[int], keep: set[int] | None = None,
+         lone_casts: bool = False) -> tuple[list, list[int], dict[int, int]]:
     """Rewrite `values` (in topological order) with fused groups; returns (values, outputs, old->new).
 
     keep: values that must stay materialized where they are (targets of control inputs: a running
     gradient sum the next micro-batch waits for must not be folded into a kernel at the end).
+    lone_casts: a cast of a leaf or of an output that joins nothing still becomes a one-instruction group
+    where another such value is cast the same way, so program/batching.py can run them all as one dispatch
+    (a mixed-precision step casts every updated parameter: 102 dispatches of a 6-block GPT).
     """
     n = len(values)
+    is_out = set(outputs) | set(keep or ())
+    casts: dict = {}
+    if lone_casts:
+        for v in values:
+            kind = _kept_cast(v, values, is_out)
+            if kind is not None and fusible(v, values):
+                casts[kind] = casts.get(kind, 0) + 1
     users: list[set[int]] = [set() for _ in range(n)]
     for i, v in enumerate(values):
         for j in v.inputs:
             users[j].add(i)
-    is_out = set(outputs) | set(keep or ())
     absorbed: set[int] = set()
     groups: dict[int, tuple[list, list[int]]] = {}     # root -> (instructions, external inputs)
     members_of: dict[int, set[int]] = {}
@@ -93,7 +114,7 @@ def fuse(values: list, outputs: list[int], keep: set[int] | None = None) -> tupl
                 continue
             members = trial
             frontier.extend(pv.inputs)
-        if len(members) == 1:
+        if len(members) == 1 and casts.get(_kept_cast(v, values, is_out), 0) < 2:
             continue
         order = sorted(members)                         # topological: indices are already in order
         ext = _externals(values, members)

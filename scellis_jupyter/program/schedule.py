@@ -81,7 +81,7 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
         gates = {remap[g] for g in gates}
         leaf_idx = [remap[i] for i in leaf_idx]
     if fuse:
-        values, out_idx, remap2 = fusion.fuse(values, out_idx, keep=gates)
+        values, out_idx, remap2 = fusion.fuse(values, out_idx, keep=gates, lone_casts=multi)
         remap = {i: remap2[j] for i, j in remap.items() if j in remap2}
         leaf_idx = [remap2[i] for i in leaf_idx]
         gates = {remap2[g] for g in gates if g in remap2}

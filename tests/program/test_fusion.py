@@ -151,3 +151,26 @@ def test_scalar_chains_inlined_on_wgpu_match_float64():
     for g, w in zip(got, _want_bias_corrected(5.0, arrays)):
         # WGSL's pow (exp2 of log2) is a few f32 ULPs off, and 1 - 0.999**t cancels ~8 bits of them
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-7)
+
+
+def test_casts_of_kept_values_become_groups_for_batching(monkeypatch):
+    """lone_casts: casts of leaves or outputs that join nothing become one-instruction groups where at least
+    two are cast alike (program/batching.py then runs them as one dispatch); a lone one of its kind stays a
+    cast, and without lone_casts (multi-tensor batching off) nothing changes."""
+    ws = [sc.tensor(np.full(s, 1.5, np.float32), device=REF) for s in ((4,), (3, 5), (6,))]
+    new = [F.mul(w.node, 2.0) for w in ws]                       # "updated" parameters: program outputs
+    copies = [F.cast(n, "f16") for n in new]                      # the f16 copies the next step reads
+    odd = F.cast(ws[0].node, "i32")                               # the only f32 -> i32 cast of a leaf
+    outs = new + copies + [odd]
+    prog, _ = compile_program(outs, "reference", "debug")         # lone_casts follows batching (on)
+    groups = [prog.values[s] for s in prog.steps if prog.values[s].op == "fused"
+              and [c[0] for c in prog.values[s].attrs["code"]] == ["cast"]]
+    assert len(groups) == 3 and all(v.dtype == "f16" for v in groups)
+    assert sum(prog.values[s].op == "cast" for s in prog.steps) == 1        # the lone f32 -> i32 one
+    assert sum("batch" in prog.values[s].attrs for s in prog.steps) >= 3    # the copies run as one batch
+    monkeypatch.setenv("SCELLIS_MULTI_TENSOR", "0")
+    plain, _ = compile_program(outs, "reference", "debug")
+    assert sum(plain.values[s].op == "cast" for s in plain.steps) == 4
+    monkeypatch.delenv("SCELLIS_MULTI_TENSOR")
+    for c, n in zip(copies, new):       # (evaluating materializes the nodes: last)
+        np.testing.assert_array_equal(sc.Tensor(c, REF).numpy(), sc.Tensor(n, REF).numpy().astype(np.float16))

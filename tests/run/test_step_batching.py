@@ -49,6 +49,9 @@ batch_size = 32
 determinism = "debug"
 """
 
+MIXED = LM.replace('name = "tiny-lm"', 'name = "tiny-lm-mixed"').replace(
+    "batch_size = 4\n", 'batch_size = 4\nprecision = "mixed-f16"\n')
+
 STEPS = 3
 
 
@@ -62,20 +65,27 @@ def _run(spec: str, device):
     return run, losses, np.diff([0] + per_step)
 
 
-@pytest.mark.parametrize("spec", [MLP, LM], ids=["mlp", "lm"])
+@pytest.mark.parametrize("spec", [MLP, LM, MIXED], ids=["mlp", "lm", "lm-mixed"])
 def test_batched_step_matches_reference_and_unbatched_bit_for_bit(spec, monkeypatch):
     run, losses, disp = _run(spec, WG)
     if spec is MLP:        # the tiny LM's plan is 6,272 bytes short on wgpu on main too (open, not batching's)
         assert run.result()["measured_peak_bytes"] == run.plan.peak_bytes
     n_params = len(run.step_prog.param_names)
     marked = [s for s in run.step_prog.program.steps if "batch" in run.step_prog.program.values[s].attrs]
-    assert len(marked) == 3 * n_params                      # AdamW: m, v and the weight, for every parameter
+    # AdamW: m, v and the weight, for every parameter; mixed f16: and the f16 copy the next step reads
+    per_param = 4 if spec is MIXED else 3
+    assert len(marked) == per_param * n_params
     ref, ref_losses, _ = _run(spec, "reference")
-    np.testing.assert_allclose(losses, ref_losses, rtol=2e-4)
+    np.testing.assert_allclose(losses, ref_losses, rtol=2e-4 if spec is not MIXED else 2e-3)
     for k, v in run.weights().items():
         if k.endswith("attn.k.bias"):
             # its exact gradient is 0 (a key bias shifts every score of a query alike: softmax cancels
             # it), so both backends' gradients are rounding noise that Adam scales to +-lr steps
+            continue
+        if spec is MIXED:
+            # the backends round f16 activations differently: a gradient that is rounding noise can flip
+            # the sign of its Adam step (one lr, 3e-3), so 99% of each tensor's entries agree to 2e-4
+            assert np.quantile(np.abs(v - ref.weights()[k]), 0.99) <= 2e-4, k
             continue
         np.testing.assert_allclose(v, ref.weights()[k], rtol=1e-3, atol=2e-5)
     monkeypatch.setenv("SCELLIS_MULTI_TENSOR", "0")
@@ -87,7 +97,7 @@ def test_batched_step_matches_reference_and_unbatched_bit_for_bit(spec, monkeypa
         for slot, v in slots.items():
             np.testing.assert_array_equal(v, off.optimizer_state()[p][slot])
     # one dispatch per parameter and kind saved, less the few whose tensors do not pack (odd sizes)
-    assert disp[-1] <= off_disp[-1] - 3 * (n_params - 1) + 3 * _odd(run), (disp, off_disp)
+    assert disp[-1] <= off_disp[-1] - per_param * (n_params - 1) + per_param * _odd(run), (disp, off_disp)
 
 
 def _odd(run) -> int:
