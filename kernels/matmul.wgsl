@@ -299,6 +299,10 @@ var h{{R}}_{{H}} = vec4<f16>(0.0);
 // the f16 partial (at most BK products) into the f32 accumulator, then restart it
 c{{R}}_{{H}} += vec4<f32>(h{{R}}_{{H}}); h{{R}}_{{H}} = vec4<f16>(0.0);
 
+//=== fold_counter
+// staged tiles since the last fold (fold_every)
+var kt = 0u;
+
 //=== fold_every
 // fold after every F staged tiles (kt counts them; uniform across the workgroup)
 kt = kt + 1u;

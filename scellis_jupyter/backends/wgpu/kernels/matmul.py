@@ -172,7 +172,7 @@ def _source(variant: str, dtype: str, packed: bool, epi: tuple | None, ta: bool,
     if every > 1:       # fold every `every` staged tiles (a counter kt), and what is left after the loop
         rest = sn_("fold_rest", FOLD="\n".join(fold))
         fold = [sn_("fold_every", F=every, FOLD="\n".join(fold))]
-        decl.append("var kt = 0u;")
+        decl.append(sn_("fold_counter"))
     if nbuf == 2:
         mainloop = sn_("loop_db", BK=bk, FETCH="\n".join(fetch), PUT0="\n".join(put), PUT1="\n".join(puts(1)),
                        COMPUTE0=compute(0), COMPUTE1=compute(1), FOLD="\n".join(fold))
