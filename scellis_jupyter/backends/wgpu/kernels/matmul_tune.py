@@ -159,10 +159,10 @@ def packed_f16(dtype: str, tier) -> bool:
     k-steps, folded into f32 accumulators): only under fast, the tier that trades accuracy for speed. prod
     and debug (and a program of unknown tier) keep f16 storage with f32 math: the packed partials have
     about 3x torch's f16 error and a narrower range (below), and ran at 0.78x our f32 math's rate on an H100
-    (RESULTS.md, 2026-12-05). Range: a
-    partial of BK products (or SCELLIS_MATMUL_FOLD's count, matmul.fold_tiles) is held in f16, so it overflows
-    to inf where |sum of those products| > 65504 (e.g. BK=16 products of 64 x 64), where f32 accumulation would
-    not; error bound and measurements: tests/backends/wgpu/test_matmul_packed_f16.py."""
+    (RESULTS.md, 2026-12-05). Range: a partial of BK products (or SCELLIS_MATMUL_FOLD's count,
+    matmul.fold_tiles) is held in f16, so it overflows to inf where |sum of those products| > 65504 (e.g. BK=16
+    products of 64 x 64), where f32 accumulation would not; error bound and measurements:
+    tests/backends/wgpu/test_matmul_packed_f16.py."""
     return dtype == "f16" and tier == "fast"
 
 
