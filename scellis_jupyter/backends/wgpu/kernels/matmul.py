@@ -91,8 +91,7 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     `c_dtype`: C's element type when it is not the operands' (f32 K-split partials of f16 operands). `va` /
     `vb`: A / B bind as vec4s and each thread's 4 contiguous elements load as one 16-byte load (`_vec4`): 4 m of
     A^T, 4 k of a row-major A (put into the k-major tile as 4 components), 4 n of B."""
-    every = fold_tiles(VARIANTS[variant][4]) if packed else 1
-    return _source(variant, dtype, packed, epi, ta, tb, band, c_dtype, va, vb, every)
+    return _source(variant, dtype, packed, epi, ta, tb, band, c_dtype, va, vb, _fold_every(variant, packed))
 
 
 @functools.lru_cache(maxsize=None)
@@ -208,6 +207,11 @@ def fold_tiles(bk: int) -> int:
     if products < 1:
         raise KernelError(f"SCELLIS_MATMUL_FOLD={v!r} is not a positive number of products", where="environment")
     return max(1, products // bk)
+
+
+def _fold_every(variant: str, packed: bool) -> int:
+    """Staged tiles per f16 partial of this variant's kernel (1 unless packed): its source and its key."""
+    return fold_tiles(VARIANTS[variant][4]) if packed else 1
 
 
 def _epi_parts(epi, dtype: str) -> tuple[str, str, str]:
@@ -436,7 +440,7 @@ def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False,
     return (f"matmul:{variant}:{d}" + ("+h16" if packed else "") + ("+ta" if ta else "") + ("+tb" if tb else "")
             + (f"+band{band}" if band else "") + (f"+c{c_dtype}" if c_dtype and c_dtype != d else "")
             + ("+va" if va else "") + ("+vb" if vb else "")
-            + (f"+fold{f}" if packed and (f := fold_tiles(VARIANTS[variant][4])) > 1 else ""))
+            + (f"+fold{f}" if (f := _fold_every(variant, packed)) > 1 else ""))
 
 
 def vec4_enabled(operand: str = "") -> bool:
