@@ -15,7 +15,7 @@ from .determinism import TIERS, set_tier, tier
 from .errors import (CatalogError, CorruptObject, DataError, DeviceError, Diagnostic, DTypeError, GraphError,
                      KernelError, LRFinderError, PlanError, PlanRefused, QuantizeError, RunError, ScellisError,
                      ShapeError, SpecError, StoreError, TargetError, TierError, UsageError, VerifyError, WaitTimeout,
-                     MagicError, EditError, NotebookError, WidgetError)
+                     MagicError, EditError, NotebookError, WidgetError, SettingError)
 from .tensor import Tensor, tensor
 from .plan import Plan, plan
 from .spec import Spec
@@ -57,7 +57,7 @@ __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set
            "ScellisError", "Diagnostic", "UsageError", "SpecError", "CatalogError", "TargetError", "DataError",
            "GraphError", "ShapeError", "DTypeError", "QuantizeError", "TierError", "DeviceError", "KernelError",
            "PlanError", "PlanRefused", "RunError", "WaitTimeout", "LRFinderError", "VerifyError", "StoreError",
-           "CorruptObject", "MagicError", "EditError", "NotebookError", "WidgetError", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
+           "CorruptObject", "MagicError", "SettingError", "EditError", "NotebookError", "WidgetError", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
            "verify", "Detached", "__version__",
            "Pool", "Job", "JobResult", "Shard", "Ledger", "PoolError", "PoolUnreachable", "RejectedResult", "LedgerError",
            "TrustRefused", "ShardRefused",

@@ -21,6 +21,7 @@ import sys
 import textwrap
 from typing import Callable
 
+from . import settings
 from ._version import __version__
 from .backends.device import ensure_xdg_runtime_dir
 from .errors import (EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
@@ -70,6 +71,7 @@ def cmd_device(args) -> int:
     d = device(args.device)
     info = d.to_json()
     if args.json:
+        info["settings"] = settings.in_effect()
         print(json.dumps(info, indent=2, default=str))
         return EXIT_OK
     for k in ("backend", "name", "adapter_type", "memory_bytes", "memory_source", "choice"):
@@ -84,6 +86,42 @@ def cmd_device(args) -> int:
     width = max((len(k) for k in limits), default=0)
     for k in sorted(limits):
         print(f"  {k:{width}} {limits[k]}")
+    shown, stray = settings.in_effect(), settings.unknown()
+    print("settings" + ("" if shown or stray else " " * 7 + "- (all defaults; `scellis settings` lists them)"))
+    for k, v in shown.items():
+        print(f"  {k} = {v}")
+    for k in stray:
+        print(f"  {k}: not a setting scellis reads")
+    return EXIT_OK
+
+
+# ---- scellis settings ---------------------------------------------------------------------------------
+def _args_settings(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print every setting as one JSON object")
+    p.add_argument("--markdown", action="store_true", help="print the table of docs/settings.md")
+
+
+def cmd_settings(args) -> int:
+    """List the SCELLIS_* environment settings: what each does, and its value here."""
+    if args.markdown:
+        print(settings.render(), end="")
+        return EXIT_OK
+    shown, stray = settings.in_effect(), settings.unknown()
+    if args.json:
+        print(json.dumps({"settings": {k: {"kind": s.kind, "default": s.default, "value": shown.get(k),
+                                           "group": s.group, "doc": s.doc} for k, s in settings.SETTINGS.items()},
+                          "unknown": stray}, indent=2))
+        return EXIT_OK
+    width = max(map(len, settings.SETTINGS))
+    for g, title in settings.GROUPS.items():
+        print(title.split(" (")[0])
+        for k, s in settings.SETTINGS.items():
+            if s.group == g:
+                value = f"= {shown[k]}" if k in shown else "  unset" + (
+                    "" if s.default is None else f" (default {settings.describe_default(s)})")
+                print(f"  {k:{width}} {value}")
+    for k in stray:
+        print(f"unknown: {k}")
     return EXIT_OK
 
 
@@ -537,6 +575,7 @@ def cmd_profile(args) -> int:
 # name -> (declare arguments, run); the run function's docstring is the subcommand's help line.
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "device": (_args_device, cmd_device),
+    "settings": (_args_settings, cmd_settings),
     "plan": (_args_plan, cmd_plan),
     "train": (_args_train, cmd_train),
     "resume": (_args_resume, cmd_resume),

@@ -7,7 +7,8 @@ by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree:
 
     ScellisError                    base; .diagnostic (code, message, where, hint, details)
     ├── UsageError                  a bad command line (usage)
-    │   └── MagicError              a bad %scellis / %%scellis line or cell (magic)
+    │   ├── MagicError              a bad %scellis / %%scellis line or cell (magic)
+    │   └── SettingError            a SCELLIS_* environment variable with a value it does not take (setting)
     ├── SpecError                   a spec that cannot be read or does not validate (spec); .diagnostics
     │   └── EditError               a fix or graph edit that cannot be written into the spec text (spec-edit)
     ├── CatalogError                an unknown entry, a bad hyper-parameter, a failed conformance check (catalog)
@@ -95,6 +96,10 @@ class UsageError(ScellisError):
 
 class MagicError(UsageError, ValueError):
     code = "magic"
+
+
+class SettingError(UsageError, ValueError):
+    code = "setting"
 
 
 class SpecError(ScellisError, ValueError):

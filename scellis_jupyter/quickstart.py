@@ -8,9 +8,9 @@ epoch, saves the final checkpoint into the store (default `.scellis/`), and says
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from . import settings
 from .backends.device import device as pick_device
 from .backends.device import ensure_xdg_runtime_dir
 from .errors import EXIT_ERROR, EXIT_REFUSED, PlanRefused, ScellisError
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--epochs", type=int, default=None)
     args = ap.parse_args(argv)
     ensure_xdg_runtime_dir()
-    store = args.store or os.environ.get("SCELLIS_STORE") or ".scellis"
+    store = args.store or settings.text("SCELLIS_STORE") or ".scellis"
     dev = pick_device()
     print(f"device: {dev}\n  chosen: {dev.choice}")
     plan = make_plan(SPEC, device=dev)

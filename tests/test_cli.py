@@ -10,7 +10,8 @@ def test_device_json_reference(run_python):
     r = run_python(None, "device", "--json", module="scellis_jupyter.cli", SCELLIS_DEVICE="reference")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)                      # stdout is only the JSON; the banner goes to stderr
-    assert set(d) == FIELDS
+    assert set(d) == FIELDS | {"settings"}
+    assert d["settings"]["SCELLIS_DEVICE"] == "reference"           # the settings in effect, by name
     assert (d["backend"], d["name"], d["adapter_type"]) == ("reference", "numpy", "reference")
     assert d["memory_bytes"] > 0 and d["memory_source"] == "system-ram"
     assert isinstance(d["limits"], dict) and d["features"] == []

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import settings
 from .._version import __version__
 from ..errors import DeviceError, did_you_mean, notice
 from .wgpu.runtime import WgpuBackend
@@ -122,13 +123,9 @@ def _sysfs_vram() -> int | None:
 
 
 def _memory(info: dict, kind: str, limits: dict) -> tuple[int, str]:
-    declared = os.environ.get("SCELLIS_DEVICE_MEMORY")
+    declared = settings.number("SCELLIS_DEVICE_MEMORY")
     if declared:
-        try:
-            return int(float(declared)), "declared"
-        except ValueError:
-            raise DeviceError(f"SCELLIS_DEVICE_MEMORY={declared!r} is not a number of bytes",
-                              where="environment") from None
+        return declared, "declared"
     vendor = (info.get("vendor", "") + " " + info.get("device", "")).lower()
     if kind == "discrete" and ("nvidia" in vendor or info.get("vendor_id") == 0x10DE):
         m = _nvml_memory()
@@ -163,7 +160,7 @@ def ensure_xdg_runtime_dir() -> None:
 
 
 def _wgpu_devices() -> list[Device]:
-    if os.environ.get("SCELLIS_NO_WGPU"):
+    if settings.flag("SCELLIS_NO_WGPU"):
         return []
     ensure_xdg_runtime_dir()
     try:
@@ -218,9 +215,7 @@ def _cost_key(d: Device) -> str:
 def cost_cache_path() -> str:
     """Where measured costs are kept between processes: $SCELLIS_CACHE_DIR, else $XDG_CACHE_HOME/scellis,
     else ~/.cache/scellis; the file is device-costs.json."""
-    base = os.environ.get("SCELLIS_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "scellis")
-    return os.path.join(base, "device-costs.json")
+    return str(settings.cache_dir() / "device-costs.json")
 
 
 def _read_costs() -> dict:
@@ -254,7 +249,7 @@ def measured_cost(d: Device) -> Cost:
         return _CACHE["costs"][key]
     cost = None
     fn = _PROBE.get("fn")
-    if os.environ.get("SCELLIS_DEVICE_PROBE", "1") != "0" and fn is not None:
+    if settings.flag("SCELLIS_DEVICE_PROBE") and fn is not None:
         got = _read_costs().get(key)
         if isinstance(got, (int, float)) and got > 0:
             cost = Cost(float(got), "cached")
@@ -312,8 +307,12 @@ def device(name: str | None = None) -> Device:
 
     None and "auto" (a spec's default `[plan] device`) mean: $SCELLIS_DEVICE if set, else the best.
     """
+    if "unknown-settings" not in _CACHE:
+        _CACHE["unknown-settings"] = stray = settings.unknown()
+        if stray:
+            notice(f"scellis: {'; '.join(stray)}: not a setting scellis reads (`scellis settings` lists them).")
     if name in (None, "", AUTO):
-        name = os.environ.get("SCELLIS_DEVICE") or None
+        name = settings.text("SCELLIS_DEVICE")
     if name == AUTO:
         name = None
     key = ("pick", name)

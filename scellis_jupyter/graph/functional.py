@@ -7,10 +7,9 @@ These take and return Nodes; the eager façade (tensor.py) and sc.ops wrap them 
 from __future__ import annotations
 
 import math
-import os
 from typing import Sequence
 
-from .. import dtypes as dt
+from .. import dtypes as dt, settings
 from ..errors import ShapeError
 from ..rng.generator import Stream
 from .node import Node
@@ -212,8 +211,7 @@ def transposes_fold() -> bool:
     """Whether compiled programs fold a swap of the last two axes into the matmul that reads it
     (program/transpose_fold.py): on unless SCELLIS_FOLD_TRANSPOSE or SCELLIS_FUSION is off. Graph
     builders read it to pick forms: with folding, an operand's transpose costs nothing, a result's does."""
-    off = ("0", "off", "false")
-    return os.environ.get("SCELLIS_FOLD_TRANSPOSE", "1") not in off and os.environ.get("SCELLIS_FUSION", "1") not in off
+    return settings.flag("SCELLIS_FOLD_TRANSPOSE") and settings.flag("SCELLIS_FUSION")
 
 
 def transpose(x: Node, a: int = -2, b: int = -1) -> Node:

@@ -11,7 +11,6 @@ The answer comes back the same way, stamped with the attempt it answers (a repla
 from __future__ import annotations
 
 import json
-import os
 import struct
 import sys
 import threading
@@ -20,7 +19,7 @@ from typing import Any, Callable
 import blake3
 import numpy as np
 
-from .. import dtypes as dt
+from .. import dtypes as dt, settings
 from .._version import __version__
 from ..determinism import TIERS
 from ..errors import RejectedResult, ScellisError, ShardRefused, did_you_mean
@@ -31,7 +30,6 @@ from .job import program_id
 FORMAT = "scellis-data-shard/1"
 SHARD_MAGIC, RESULT_MAGIC = b"SCSHARD1", b"SCRESLT1"
 MAX_HEADER = 8 << 20                                        # a header (the op graph) of at most 8 MiB
-MAX_BYTES = int(os.environ.get("SCELLIS_PEER_MAX_BYTES", 2 << 30))  # what one shard may make a peer allocate
 INTERPRETER_OPS = frozenset(OPS) - {"placeholder", "const"}  # leaves are the shard's own inputs, by name
 _SHARD_KEYS = {"format", "engine", "stamp", "tier", "program", "inputs", "outputs"}
 _INPUT_KEYS = {"name", "dtype", "shape", "hash", "offset", "nbytes"}
@@ -289,7 +287,7 @@ def rebuild(header: dict, inputs: dict[str, np.ndarray]) -> list[Node]:
         raise ShardRefused("the shard's program does not match its content hash", where=_WHERE,
                            hint="the program was altered after it was hashed")
     nodes: list[Node] = []
-    total = 0
+    total, cap = 0, settings.number("SCELLIS_PEER_MAX_BYTES")      # what one shard may make a peer allocate
     for i, v in enumerate(prog["values"]):
         if not (isinstance(v, list) and len(v) == 5 and isinstance(v[0], str) and isinstance(v[1], list)
                 and isinstance(v[2], dict)):
@@ -330,8 +328,8 @@ def rebuild(header: dict, inputs: dict[str, np.ndarray]) -> list[Node]:
         shapes = node.shape if node.multi else (node.shape,)
         dtypes = node.dtype if node.multi else (node.dtype,)
         total += sum(dt.nbytes(s, d) for s, d in zip(shapes, dtypes))
-        if total > MAX_BYTES:
-            raise ShardRefused(f"the shard would make this peer allocate over {MAX_BYTES} bytes", where=here,
+        if total > cap:
+            raise ShardRefused(f"the shard would make this peer allocate over {cap} bytes", where=here,
                                hint="cut the job into smaller shards (SCELLIS_PEER_MAX_BYTES sets the limit)")
         nodes.append(node)
     outs = prog["outputs"]

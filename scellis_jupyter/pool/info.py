@@ -15,7 +15,7 @@ def _worker_device() -> dict:
     """On a worker: the device it would run Programs on, and its process id."""
     from ..backends.device import device
     try:
-        d = device(os.environ.get("SCELLIS_DEVICE") or None)
+        d = device()             # $SCELLIS_DEVICE, else the best
         return {"backend": d.backend, "name": d.name, "memory_bytes": int(d.memory_bytes), "pid": os.getpid()}
     except Exception as e:                        # a worker without a usable device still shows up
         return {"backend": None, "name": f"no device: {type(e).__name__}: {e}", "memory_bytes": None,

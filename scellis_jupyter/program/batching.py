@@ -11,13 +11,14 @@ is not made. Each element gets the same instructions either way, so results do n
 from __future__ import annotations
 
 import math
-import os
+
+from .. import settings
 
 MIN_MEMBERS = 2
 
 
 def enabled() -> bool:
-    return os.environ.get("SCELLIS_MULTI_TENSOR", "1") not in ("0", "off", "false")
+    return settings.flag("SCELLIS_MULTI_TENSOR")
 
 
 def _squeezed(shape) -> tuple:

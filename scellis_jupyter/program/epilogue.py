@@ -23,8 +23,8 @@ SCELLIS_EPILOGUE=0 switches the pass off (as SCELLIS_FUSION does fusion).
 from __future__ import annotations
 
 import math
-import os
 
+from .. import settings
 from .fusion import MAX_INPUTS, fusible
 from .ir import Value
 
@@ -34,7 +34,7 @@ FLOAT = ("f32", "f16")
 
 
 def enabled() -> bool:
-    return os.environ.get("SCELLIS_EPILOGUE", "1") not in ("0", "off", "false")
+    return settings.flag("SCELLIS_EPILOGUE")
 
 
 def contiguous(shape) -> tuple[int, ...]:

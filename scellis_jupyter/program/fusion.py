@@ -10,8 +10,7 @@ chain gives the same values as the ops run one by one (backends evaluate the sam
 """
 from __future__ import annotations
 
-import os
-
+from .. import settings
 from ..graph.opset import ELEMENTWISE
 from .ir import Value
 
@@ -20,7 +19,7 @@ MAX_INSTRUCTIONS = 48   # keep generated shaders small and their compile time sh
 
 
 def enabled() -> bool:
-    return os.environ.get("SCELLIS_FUSION", "1") not in ("0", "off", "false")
+    return settings.flag("SCELLIS_FUSION")
 
 
 def fusible(v, values) -> bool:

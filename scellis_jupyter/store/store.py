@@ -25,6 +25,7 @@ from .checkpoint import check_spec
 from .runs import start_run
 from .runs import list_runs
 from .runs import get_run
+from .. import settings
 from ..errors import did_you_mean
 
 ENV_VAR = "SCELLIS_STORE"
@@ -51,7 +52,7 @@ def default_path(path: str | os.PathLike | None = None) -> Path:
     """Where the store lives: `path`, else $SCELLIS_STORE, else `.scellis/` in the current directory."""
     if path is not None:
         return Path(path).expanduser()
-    env = os.environ.get(ENV_VAR)
+    env = settings.text(ENV_VAR)
     return Path(env).expanduser() if env else Path.cwd() / DEFAULT_DIR
 
 

@@ -37,7 +37,7 @@ def test_declared_memory(run_python):
 
 def test_declared_memory_must_be_a_number(run_python):
     r = run_python(SHOW, SCELLIS_DEVICE="reference", SCELLIS_DEVICE_MEMORY="lots")
-    assert r.returncode != 0 and "DeviceError" in r.stderr and "SCELLIS_DEVICE_MEMORY" in r.stderr
+    assert r.returncode != 0 and "error[setting] at environment" in r.stderr and "SCELLIS_DEVICE_MEMORY" in r.stderr
 
 
 def test_reference_announced_as_not_a_gpu(run_python):

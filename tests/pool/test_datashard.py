@@ -115,6 +115,20 @@ def test_a_crafted_shard_is_refused_with_a_clear_error(mutate, match):
     assert d.code == "shard-refused" and d.where.startswith("data shard") and d.hint
 
 
+def test_the_peer_allocation_cap_is_read_when_a_shard_arrives(monkeypatch):
+    """SCELLIS_PEER_MAX_BYTES was read once at import (a bad value: a bare ValueError on `import`)."""
+    blob = _blob()
+    monkeypatch.setenv("SCELLIS_PEER_MAX_BYTES", "256")       # stats(A) allocates 12x12 + 12x5 ... f64: over
+    with pytest.raises(sc.ShardRefused, match="allocate over 256 bytes"):
+        run_data_shard(blob)
+    monkeypatch.setenv("SCELLIS_PEER_MAX_BYTES", "lots")
+    with pytest.raises(sc.SettingError, match="SCELLIS_PEER_MAX_BYTES='lots'"):
+        run_data_shard(blob)
+    monkeypatch.setenv("SCELLIS_PEER_MAX_BYTES", "1e6")
+    out = open_result(run_data_shard(blob), shard_header(blob))
+    np.testing.assert_allclose(out["y"], np.tanh(0.5 * (A @ A.T)), rtol=1e-12, atol=1e-14)
+
+
 def test_altered_bytes_and_non_shards_are_refused():
     blob = _blob()
     with pytest.raises(sc.ShardRefused, match="content hash"):

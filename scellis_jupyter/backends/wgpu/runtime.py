@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ... import dtypes as dt
+from ... import dtypes as dt, settings
 from ...errors import DeviceError, DTypeError, KernelError
 from ..profiling import dispatch_tag
 from ..storage import Storage, bind
@@ -30,16 +30,9 @@ WG_MAX = 65535
 
 
 def env_binding_limit(granted: int) -> int:
-    v = os.environ.get("SCELLIS_MAX_BINDING_BYTES")
-    if not v:
-        return granted
-    try:
-        n = int(float(v))
-    except ValueError:
-        raise DeviceError(f"SCELLIS_MAX_BINDING_BYTES={v!r} is not a number of bytes", where="environment") from None
-    if n < 4096:
-        raise DeviceError(f"SCELLIS_MAX_BINDING_BYTES={n} is below 4096 bytes", where="environment")
-    return min(granted, n // 256 * 256)
+    """SCELLIS_MAX_BINDING_BYTES lowers the granted storage-binding limit (to a multiple of 256)."""
+    n = settings.number("SCELLIS_MAX_BINDING_BYTES")
+    return granted if n is None else min(granted, n // 256 * 256)
 
 
 STAGING_MAX = 64 << 20   # a readback maps at most this many bytes at once
@@ -51,16 +44,8 @@ def env_flush_after(default: float = FLUSH_AFTER_S) -> float:
     """SCELLIS_WGPU_FLUSH_US: how long (microseconds) a pass records before a program's end submits it.
     Longer means fewer submits (each costs the driver tens of microseconds) for the same GPU work; shorter
     starts the GPU sooner. For measuring the trade-off on an adapter; the default suits both."""
-    v = os.environ.get("SCELLIS_WGPU_FLUSH_US")
-    if not v:
-        return default
-    try:
-        us = float(v)
-    except ValueError:
-        raise DeviceError(f"SCELLIS_WGPU_FLUSH_US={v!r} is not a number of microseconds", where="environment") from None
-    if not 0 <= us <= 1e6:
-        raise DeviceError(f"SCELLIS_WGPU_FLUSH_US={v} is outside 0..1000000", where="environment")
-    return us * 1e-6
+    us = settings.number("SCELLIS_WGPU_FLUSH_US")
+    return default if us is None else us * 1e-6
 
 # WebGPU's default limits (the spec's "default" column) that kernels depend on. Every kernel must
 # work under them (a browser grants no more without asking); SCELLIS_WGPU_LIMITS=default opens the
@@ -77,22 +62,14 @@ WEBGPU_DEFAULT_LIMITS = {
 def subgroups_wanted() -> bool:
     """SCELLIS_WGPU_SUBGROUPS=off opens the device without the `subgroup` feature, so the kernels take
     their workgroup-memory paths (as on an adapter that lacks it); anything else asks for it when granted."""
-    v = os.environ.get("SCELLIS_WGPU_SUBGROUPS", "on").strip().lower()
-    if v in ("off", "0", "false", "no"):
-        return False
-    if v not in ("on", "1", "true", "yes", ""):
-        raise DeviceError(f"SCELLIS_WGPU_SUBGROUPS={v!r} is neither 'on' nor 'off'", where="environment")
-    return True
+    return settings.flag("SCELLIS_WGPU_SUBGROUPS")
 
 
 def requested_limits(adapter_limits) -> dict:
     """The limits to open the device with: the adapter's best, or WebGPU's defaults when
     SCELLIS_WGPU_LIMITS=default."""
-    mode = os.environ.get("SCELLIS_WGPU_LIMITS", "adapter")
-    if mode == "default":
+    if settings.choice("SCELLIS_WGPU_LIMITS") == "default":
         return {k: min(v, adapter_limits[k]) if k in adapter_limits else v for k, v in WEBGPU_DEFAULT_LIMITS.items()}
-    if mode != "adapter":
-        raise DeviceError(f"SCELLIS_WGPU_LIMITS={mode!r} is neither 'adapter' nor 'default'", where="environment")
     return {k: adapter_limits[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size",
                                            "max-compute-workgroup-storage-size",
                                            "max-compute-invocations-per-workgroup",
@@ -422,7 +399,7 @@ class WgpuBackend:
         self._roots = list(roots or [])
         sig = _signature(self._roots)
         rec = self._records.get(prog.hash)
-        if rec is not None and rec[0] == sig and not os.environ.get("SCELLIS_CHECK_INDICES") \
+        if rec is not None and rec[0] == sig and not check_indices() \
                 and self._timing is None:            # timed: every dispatch goes through its launcher
             self._param_buf = self._prog_params[prog.hash][0]
             fast = self._replay(rec[1])
@@ -545,7 +522,7 @@ class WgpuBackend:
         entry for next time. Costs a few microseconds of Python per program instead of tens."""
         q = self._quick.get(prog.hash)
         if q is None or self._timing is not None or self._records.get(prog.hash) is not q.rec \
-                or _check_indices_set():
+                or check_indices():
             return None
         arena = self._arena
         if arena is None or q.arena_bytes > self._arena_size:
@@ -857,8 +834,9 @@ def _raw_replay(p, fast: list) -> None:
 QUICK_MAX = 16  # root windows remembered per program for the quick replay
 
 # SCELLIS_CHECK_INDICES makes every run go through the launchers (host-side index checks). Asked on each
-# quick replay, so it reads os.environ's own key table (kept in step by os.environ[...] = and putenv through
-# it) instead of paying os.environ's encode-and-lookup per call; other layouts take the plain lookup.
+# quick replay, so an unset variable is found in os.environ's own key table (kept in step by os.environ[...]
+# = and putenv through it) instead of paying os.environ's encode-and-lookup per call; a set one is read as
+# the flag it is (SCELLIS_CHECK_INDICES=0 is off). Other os.environ layouts take the plain reader.
 try:
     _ENV_DATA = os.environ._data
     _CHECK_KEY = os.environ.encodekey("SCELLIS_CHECK_INDICES")
@@ -866,10 +844,10 @@ except AttributeError:  # pragma: no cover - another os.environ implementation
     _ENV_DATA, _CHECK_KEY = None, None
 
 
-def _check_indices_set() -> bool:
-    if _ENV_DATA is not None:
-        return _CHECK_KEY in _ENV_DATA
-    return "SCELLIS_CHECK_INDICES" in os.environ
+def check_indices() -> bool:
+    if _ENV_DATA is not None and _CHECK_KEY not in _ENV_DATA:
+        return False
+    return settings.flag("SCELLIS_CHECK_INDICES")
 
 
 class _Quick:

@@ -208,10 +208,10 @@ def test_packed_partials_fold_every_fold_products(fold, monkeypatch):
 
 def test_fold_setting_is_checked(monkeypatch):
     from scellis_jupyter.backends.wgpu.kernels.matmul import fold_tiles
-    from scellis_jupyter.errors import KernelError
+    from scellis_jupyter.errors import SettingError
     for bad in ("x", "0", "-8"):
         monkeypatch.setenv("SCELLIS_MATMUL_FOLD", bad)
-        with pytest.raises(KernelError, match="SCELLIS_MATMUL_FOLD"):
+        with pytest.raises(SettingError, match="SCELLIS_MATMUL_FOLD"):
             fold_tiles(8)
     monkeypatch.setenv("SCELLIS_MATMUL_FOLD", "4")
     assert fold_tiles(8) == 1 and fold_tiles(16) == 1     # at least one whole tile

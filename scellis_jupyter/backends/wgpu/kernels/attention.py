@@ -22,12 +22,11 @@ SCELLIS_ATTENTION_TILE_{FWD,DQ,DKDV}=TYxCK a tile shape (benchmarking).
 from __future__ import annotations
 
 import math
-import os
 import struct
 
 import numpy as np
 
-from .... import dtypes as dt
+from .... import dtypes as dt, settings
 from ....errors import KernelError
 from ...storage import Storage
 from ....program.schedule import multi_offset
@@ -187,15 +186,28 @@ def flash_smem(kind: str, ty: int, ck: int) -> int:
     return 16 * (2 * rq * 17 + 2 * bk * 17 + 2 * bk * (ty + 1)) + 8 * bk
 
 
+def _forced_tile(kind: str) -> tuple[int, int] | None:
+    """SCELLIS_ATTENTION_TILE_{FWD,DQ,DKDV}=TYxCK: one tile for that kernel, to measure it (tried like a
+    table entry: a tile that does not fit the adapter falls back to the one-row-per-thread kernel)."""
+    name = f"SCELLIS_ATTENTION_TILE_{kind.upper()}"
+    v = settings.text(name)
+    if v is None:
+        return None
+    ty, x, ck = v.lower().partition("x")
+    if not (x and ty.isdigit() and ck.isdigit() and int(ty) > 0 and int(ck) > 0):
+        raise settings.refuse(name, v, "a tile TYxCK", hint=f"e.g. {'x'.join(map(str, FLASH_TILES[kind][0]))}")
+    return int(ty), int(ck)
+
+
 def _flash_cfg(be, kind: str, d: int, dv: int):
     """(TY, CK) of the register-tiled kernel, or None (head too large, or too little workgroup memory:
     the one-row-per-thread kernels of attention_fwd/attention_bwd.wgsl run instead)."""
-    if max(d, dv) > FLASH_HEAD or os.environ.get("SCELLIS_ATTENTION_KERNEL") == "rowwise":
+    if max(d, dv) > FLASH_HEAD or settings.choice("SCELLIS_ATTENTION_KERNEL") == "rowwise":
         return None
     lim = int(be.limits.get("max-compute-workgroup-storage-size", 16384))
     inv = int(be.limits.get("max-compute-invocations-per-workgroup", 256))
-    forced = os.environ.get(f"SCELLIS_ATTENTION_TILE_{kind.upper()}")
-    cands = [tuple(int(x) for x in forced.split("x"))] if forced else FLASH_TILES[kind]
+    forced = _forced_tile(kind)
+    cands = [forced] if forced else FLASH_TILES[kind]
     for ty, ck in cands:
         # the kernels stage 1, 2 or 4 vec4 slots per thread (16 CK / TY of them)
         if flash_smem(kind, ty, ck) <= lim and 16 * ty <= inv and (16 * ck) % ty == 0 and 16 * ck // ty <= 4:

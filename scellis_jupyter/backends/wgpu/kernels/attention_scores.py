@@ -28,10 +28,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import os
 import struct
 from types import SimpleNamespace
 
+from .... import settings
 from ...storage import Storage
 from ..templates import bindings, render, snippet
 from .epilogue import Epilogue
@@ -65,14 +65,14 @@ def heads_per_chunk(be, v, t: str, bh: int, lq: int, lk: int, d: int, dv: int, m
     A chunk holds whole heads, or, where one head's scores exceed the chunk budget and the path is forced
     (SCELLIS_ATTENTION_PATH=scores), blocks of whole query rows of one head (softmax is per row, so a block
     is complete; dk and dv add up over a head's blocks)."""
-    mode = os.environ.get("SCELLIS_ATTENTION_PATH", "auto")
+    mode = settings.choice("SCELLIS_ATTENTION_PATH")
     if mode == "flash" or t not in ("f32", "f16") or min(bh, lq, lk, d, dv) == 0:
         return None
     if mode != "scores" and lk > SCORES_MAX_LK:
         return None
     width = max(lk, d, dv) * 4             # the widest per-row binding of the row kernels
     mem = getattr(be, "memory_bytes", None)
-    cap = min(int(os.environ.get("SCELLIS_ATTENTION_SCORES_MB", 0)) << 20
+    cap = min(settings.number("SCELLIS_ATTENTION_SCORES_MB", 0) << 20
               or min(SCORES_BYTES, mem // MEMORY_SHARE if mem else SCORES_BYTES),
               be.binding_limit - be.offset_align)
 
@@ -153,7 +153,7 @@ def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = Fal
     attrs = {"trans_a": ta, "trans_b": tb, "band": band, "acc": acc}
     k = a.shape[-2] if ta else a.shape[-1]
     if (k >= SPLIT_MIN_K and c.shape[-1] < 128 and not epi
-            and os.environ.get("SCELLIS_ATTENTION_SPLIT", "on") != "off"):
+            and settings.flag("SCELLIS_ATTENTION_SPLIT")):
         if c.shape[0] == 1:
             attrs["split"] = ONE_HEAD_SPLIT
         elif band[0] in (BAND_KEND, BAND_KBEG):     # causal: head by head, each split
@@ -320,7 +320,7 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
     kr, sr = _kernel("delta", tr, rr, causal, False)
     nomask = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
     based = Drop.bindings(drop)
-    fuse = mask is None and os.environ.get("SCELLIS_ATTENTION_FUSE", "on") != "off"
+    fuse = mask is None and settings.flag("SCELLIS_ATTENTION_FUSE")
     for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
         n, rows, coff, acc = b1 - b0, r1 - r0, lk - lq + r0, r0 > 0
         tiles, kend, kbeg = _bands(causal, coff)

@@ -5,10 +5,9 @@ path: no index decomposition, EPT coalesced elements an invocation, unrolled whe
 from __future__ import annotations
 
 import math
-import os
 import struct
 
-from .... import dtypes as dt
+from .... import dtypes as dt, settings
 from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, bindings, enable_f16, render, sections, snippet
 from .registry import launcher
@@ -186,7 +185,7 @@ def _elementwise(be, v, ins, out):
 
 def vec_enabled() -> bool:
     """The vec4 path is on unless SCELLIS_WGPU_VEC4=off (to compare, or to rule it out)."""
-    return os.environ.get("SCELLIS_WGPU_VEC4", "on") not in ("0", "off", "false")
+    return settings.flag("SCELLIS_WGPU_VEC4")
 
 
 @launcher("where")
@@ -254,7 +253,7 @@ ROWS_MAX_RANK = 8
 
 def rows_enabled() -> bool:
     """The row-copy path is on unless SCELLIS_WGPU_ROWS=off (to compare, or to rule it out)."""
-    return os.environ.get("SCELLIS_WGPU_ROWS", "on") not in ("0", "off", "false")
+    return settings.flag("SCELLIS_WGPU_ROWS")
 
 
 def rows_ok(sizes, cstrides, offs, dtypes) -> bool:

@@ -22,8 +22,8 @@ limit; x (gather) and index/src (scatter_add) are bound whole and must fit it (K
 from __future__ import annotations
 
 import math
-import os
 
+from .... import settings
 from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, bindings, enable_f16, render, snippet
 from .registry import launcher
@@ -36,7 +36,7 @@ MAXR = 8
 
 
 def _check_host(be, op, idx, size):
-    if os.environ.get("SCELLIS_CHECK_INDICES", "") in ("", "0"):
+    if not settings.flag("SCELLIS_CHECK_INDICES"):
         return
     if idx.buffer is be._arena or math.prod(idx.shape) == 0:
         return      # computed inside this program: not readable before the program runs

@@ -41,10 +41,9 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import struct
 
-from .... import dtypes as dt
+from .... import dtypes as dt, settings
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from ...storage import Storage
@@ -199,13 +198,7 @@ FOLD_PRODUCTS = 0      # products a packed-f16 partial sums by default (0: one s
 def fold_tiles(bk: int) -> int:
     """Staged tiles (BK k-steps each) a packed-f16 partial sums before it is folded into f32: enough for
     SCELLIS_MATMUL_FOLD products (default FOLD_PRODUCTS, or BK), at least one tile."""
-    v = os.environ.get("SCELLIS_MATMUL_FOLD") or ""
-    try:
-        products = int(v) if v else (FOLD_PRODUCTS or bk)
-    except ValueError:
-        raise KernelError(f"SCELLIS_MATMUL_FOLD={v!r} is not a number of products", where="environment") from None
-    if products < 1:
-        raise KernelError(f"SCELLIS_MATMUL_FOLD={v!r} is not a positive number of products", where="environment")
+    products = settings.number("SCELLIS_MATMUL_FOLD", FOLD_PRODUCTS or bk)
     return max(1, products // bk)
 
 
@@ -448,20 +441,13 @@ def vec4_enabled(operand: str = "") -> bool:
     whether f16 operands do, as 8-byte vec4<f16> loads (SCELLIS_MATMUL_VEC4_F16=off: not); "a-rows:<dtype>":
     whether a row-major A does too (SCELLIS_MATMUL_VEC4_AROWS=on|off; by default for f16, where it sped the
     mixed step up, not for f32, where it did not: module docstring)."""
-    if not _switch("SCELLIS_MATMUL_VEC4", True):
+    if not settings.flag("SCELLIS_MATMUL_VEC4"):
         return False
     if operand == "f16":
-        return _switch("SCELLIS_MATMUL_VEC4_F16", True)
+        return settings.flag("SCELLIS_MATMUL_VEC4_F16")
     if operand.startswith("a-rows"):          # "a-rows:f16" / "a-rows:f32"
-        return _switch("SCELLIS_MATMUL_VEC4_AROWS", operand.endswith("f16"))
+        return settings.flag("SCELLIS_MATMUL_VEC4_AROWS", operand.endswith("f16"))
     return True
-
-
-def _switch(name: str, default: bool) -> bool:
-    """An environment switch: a default-on one is off only at 0 / off / false, a default-off one on only at
-    1 / on / true (unset or empty: the default)."""
-    v = os.environ.get(name) or ""
-    return v not in ("0", "off", "false") if default else v in ("1", "on", "true")
 
 
 def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, m: int, n: int, st3,

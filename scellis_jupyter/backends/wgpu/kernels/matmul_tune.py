@@ -25,7 +25,8 @@ import os
 import time
 from pathlib import Path
 
-from ....errors import KernelError
+from .... import settings
+
 
 # name: (TM, TN, RM, RN, BK, FLAGS). FLAGS: "pf" loads the next k-tile into registers during the current
 # one's products (global latency hidden behind the FMAs); "fma" writes each update as an explicit fma()
@@ -96,16 +97,7 @@ SPLIT_DTYPES = ("f32", "f16")
 def fill_workgroups() -> int:
     """SCELLIS_KSPLIT_FILL: the workgroups the shape rule's K-split aims for (default FILL_WORKGROUPS);
     for measuring the rule on an adapter."""
-    v = os.environ.get("SCELLIS_KSPLIT_FILL")
-    if not v:
-        return FILL_WORKGROUPS
-    try:
-        n = int(v)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise KernelError(f"SCELLIS_KSPLIT_FILL={v!r} is not a positive number of workgroups", where="environment")
-    return n
+    return settings.number("SCELLIS_KSPLIT_FILL", FILL_WORKGROUPS)
 
 
 DEFAULT_BINDING = 1 << 27
@@ -113,7 +105,7 @@ DEFAULT_BINDING = 1 << 27
 
 def db_enabled() -> bool:
     """Whether the table may take the double-buffered big tile (SCELLIS_MATMUL_DB=off: never; to compare)."""
-    return os.environ.get("SCELLIS_MATMUL_DB", "on") not in ("0", "off", "false")
+    return settings.flag("SCELLIS_MATMUL_DB")
 
 
 # Under packed f16 math (tier fast) the table takes each tile without register prefetch or double buffering:
@@ -185,16 +177,21 @@ def ksplit_ok(splits: int, m: int, n: int, k: int, batch: int, dtype: str, tier,
 
 def parse_forced(text: str) -> tuple[str, int]:
     name, _, s = text.partition(":")
-    splits = int(s) if s else 1
+    splits = int(s) if s.isdigit() else 1 if not s else 0
     if name not in VARIANTS or splits not in SPLITS:
-        raise KernelError(f"SCELLIS_MATMUL_TUNE={text!r} names no matmul config",
-                          where="environment", hint=f"use off, on, or one of {sorted(VARIANTS)}[:{'|'.join(map(str, SPLITS))}]")
+        raise settings.refuse("SCELLIS_MATMUL_TUNE", text, "off, on, or a matmul config",
+                              hint=f"use off, on, or one of {sorted(VARIANTS)}[:{'|'.join(map(str, SPLITS))}]")
     return name, splits
 
 
+def tune_mode() -> str | tuple[str, int]:
+    """SCELLIS_MATMUL_TUNE: "off" (the tile table), "on" (autotune), or one forced (variant, splits)."""
+    mode = settings.text("SCELLIS_MATMUL_TUNE")
+    return mode if mode in ("off", "on") else parse_forced(mode)
+
+
 def cache_path(adapter_id: str) -> Path:
-    root = Path(os.environ.get("SCELLIS_CACHE_DIR") or Path.home() / ".cache" / "scellis")
-    return root / "matmul-tune" / (hashlib.sha256(adapter_id.encode()).hexdigest()[:16] + ".json")
+    return settings.cache_dir() / "matmul-tune" / (hashlib.sha256(adapter_id.encode()).hexdigest()[:16] + ".json")
 
 
 class Tuner:
@@ -226,14 +223,14 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
            ta: bool = False, tb: bool = False) -> tuple[str, int]:
     """The (variant, splits) for this chunk. `timer(variant, splits)` returns seconds per run (autotune).
     ta / tb: an operand is read transposed (a separate shape class: its loads differ)."""
-    mode = os.environ.get("SCELLIS_MATMUL_TUNE", "off")
+    mode = tune_mode()
     tier = getattr(be, "tier", None)
     smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
     base = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier))
     if mode == "off":
         return base
     if mode != "on":
-        v, s = parse_forced(mode)
+        v, s = mode
         if tier == "debug":
             s = base[1]          # the split is the shape rule's: debug reruns sum in one order
         elif not (whole and ksplit_ok(s, m, n, k, batch, dtype, tier, be.binding_limit)):

@@ -24,9 +24,9 @@ Empty reductions: sum = 0 (a fill); max over an empty axis is refused at graph b
 from __future__ import annotations
 
 import math
-import os
 import struct
 
+from .... import settings
 from ....errors import DTypeError, KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from .registry import launcher
@@ -261,9 +261,4 @@ def subrow_max() -> int:
     """SCELLIS_SUBROW_MAX: the longest reduced box that takes a subgroup an output (default SUBROW_MAX);
     for measuring the layouts on an adapter. The layout fixes the summation order, so results of boxes
     between the two lengths change bits (deterministically) with it."""
-    v = os.environ.get("SCELLIS_SUBROW_MAX")
-    if not v:
-        return SUBROW_MAX
-    if not v.isdigit():
-        raise KernelError(f"SCELLIS_SUBROW_MAX={v!r} is not a whole number of elements", where="environment")
-    return int(v)
+    return settings.number("SCELLIS_SUBROW_MAX", SUBROW_MAX)

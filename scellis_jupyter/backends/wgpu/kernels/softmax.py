@@ -14,8 +14,8 @@ slice's column) larger than the limit is refused with a KernelError.
 from __future__ import annotations
 
 import math
-import os
 
+from .... import settings
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
@@ -48,7 +48,7 @@ def row_reg() -> bool:
     1673 / 977 GB/s against 797 / 1379 / 927, layer_norm 1244 / 1549 / 1733 against 1028 / 1364 / 970,
     rms_norm 1309 / 1522 / 1397 against 1007 / 1092 / 860 (8192x1024 / 4096x4096 / 65536x256): holding up
     to KREG_MAX vec4 a thread costs more occupancy than the second read of a row that is still in cache."""
-    return os.environ.get("SCELLIS_ROW_REG", "off") in ("1", "on", "true")
+    return settings.flag("SCELLIS_ROW_REG")
 
 
 KREG_MAX = 16       # chunks an invocation keeps in registers for the one-read path (16 vec4: 64 floats)
