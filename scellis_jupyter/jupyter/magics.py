@@ -223,13 +223,18 @@ class ScellisMagics(Magics):
         display(show.json_output(rec.to_json()) if cmd.json else show.record_output(rec, st))
 
     def _do_device(self, cmd):
+        from .. import settings
         from ..backends.device import device
         info = device().to_json()
+        info["settings"] = settings.in_effect()            # SCELLIS_* set here (e.g. by %env), by name
         if cmd.json:
             display(show.json_output(info))
             return None
         keys = ("backend", "name", "adapter_type", "memory_bytes", "memory_source", "choice")
-        display(show.text_output("\n".join(f"{k:14} {info.get(k)}" for k in keys)))
+        lines = [f"{k:14} {info.get(k)}" for k in keys]
+        lines += ["settings" + "".join(f"\n  {k} = {v}" for k, v in info["settings"].items())
+                  + "".join(f"\n  {k}: not a setting scellis reads" for k in settings.unknown())]
+        display(show.text_output("\n".join(lines)))
 
     def _do_catalog(self, cmd):
         from ..catalog.registry import KINDS, get, list_entries

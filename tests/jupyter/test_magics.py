@@ -57,6 +57,15 @@ def test_load_and_unload_the_extension(ip, cell):
     assert cell("%scellis device").error is None
 
 
+def test_device_shows_the_settings_in_effect(cell, monkeypatch):
+    monkeypatch.setenv("SCELLIS_FUSION", "off")
+    monkeypatch.setenv("SCELLIS_FUSON", "1")
+    c = cell("%scellis device")
+    assert c.error is None, c.error
+    assert "SCELLIS_FUSION = off" in c.text
+    assert "SCELLIS_FUSON (did you mean SCELLIS_FUSION?): not a setting scellis reads" in c.text
+
+
 def test_a_spec_cell_binds_a_model_and_shows_graph_and_plan(ip, cell):
     cell(DATA)
     c = cell(MLP)
