@@ -117,7 +117,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("SCELLIS_ATTENTION_TILE_DQ", "text", None, "kernels", "The dQ flash tile, `TYxCK`."),
     _s("SCELLIS_ATTENTION_TILE_DKDV", "text", None, "kernels", "The dK/dV flash tile, `TYxCK`."),
     _s("SCELLIS_ATTENTION_SCORES_MB", "int", None, "kernels",
-       "The scores path's chunk budget in MiB (default: a share of the device's memory).", lo=1, unit="MiB"),
+       "The scores path's chunk budget in MiB (0 or unset: a share of the device's memory).", lo=0, unit="MiB"),
     _s("SCELLIS_ATTENTION_FUSE", "flag", True, "kernels",
        "Off: the scores backward runs its row kernels instead of matmul epilogues."),
     _s("SCELLIS_ATTENTION_SPLIT", "flag", True, "kernels", "Off: one-head attention products run unsplit."),
