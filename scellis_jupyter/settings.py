@@ -157,7 +157,8 @@ def flag(name: str, default: bool | None = None) -> bool:
     """An on/off setting: 1 / on / true / yes, or 0 / off / false / no (any case); unset or empty: the
     declared default (or `default`, for a setting whose default the caller decides)."""
     s = _setting(name)
-    v = _raw(name).lower()
+    raw = _raw(name)
+    v = raw.lower()
     if not v:
         d = s.default if default is None else default
         return bool(d)
@@ -165,10 +166,10 @@ def flag(name: str, default: bool | None = None) -> bool:
         return True
     if v in OFF:
         return False
-    raise refuse(name, v, "on or off", hint=f"use one of {', '.join(ON + OFF)}, or unset it")
+    raise refuse(name, raw, "on or off", hint=f"use one of {', '.join(ON + OFF)}, or unset it")
 
 
-def number(name: str, default: float | None = None):
+def number(name: str, default: float | None = None) -> int | float | None:
     """An int or float setting within its declared bounds; unset or empty: the declared default (or
     `default`). An int setting takes `2e9`-style values that are whole numbers."""
     s = _setting(name)
@@ -176,11 +177,17 @@ def number(name: str, default: float | None = None):
     if not v:
         return s.default if default is None else default
     what = f"a {'whole ' if s.kind == 'int' else ''}number{' of ' + s.unit if s.unit else ''}"
+    t = v.replace("_", "")
     try:
-        x = float(v.replace("_", ""))
+        x = int(t)                 # exact, however large (a float holds whole numbers exactly only to 2^53)
     except ValueError:
-        raise refuse(name, v, what) from None
-    if not math.isfinite(x) or (s.kind == "int" and not x.is_integer()):
+        try:
+            x = float(t)
+        except ValueError:
+            raise refuse(name, v, what) from None
+    if isinstance(x, int):
+        x = x if s.kind == "int" else float(x)
+    if isinstance(x, float) and (not math.isfinite(x) or (s.kind == "int" and not x.is_integer())):
         raise refuse(name, v, what)
     if (s.lo is not None and x < s.lo) or (s.hi is not None and x > s.hi):
         lo = "" if s.lo is None else f"{s.lo:g}"
@@ -193,12 +200,13 @@ def number(name: str, default: float | None = None):
 def choice(name: str) -> str:
     """One of the setting's declared choices (any case); unset or empty: its default."""
     s = _setting(name)
-    v = _raw(name).lower()
+    raw = _raw(name)
+    v = raw.lower()
     if not v:
         return s.default
     if v not in s.choices:
         close = did_you_mean(v, s.choices)
-        raise refuse(name, v, f"one of {', '.join(s.choices)}", hint=close or f"{s.doc} Unset it for the default.")
+        raise refuse(name, raw, f"one of {', '.join(s.choices)}", hint=close or f"{s.doc} Unset it for the default.")
     return v
 
 

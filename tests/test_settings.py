@@ -43,7 +43,7 @@ def test_flag_default_and_bad_value(monkeypatch):
     monkeypatch.delenv("SCELLIS_MATMUL_VEC4_AROWS", raising=False)
     assert settings.flag("SCELLIS_MATMUL_VEC4_AROWS", True) is True   # a reader-decided default
     assert settings.flag("SCELLIS_MATMUL_VEC4_AROWS", False) is False
-    e = _refused(monkeypatch, "SCELLIS_FUSION", "maybe", lambda: settings.flag("SCELLIS_FUSION"))
+    e = _refused(monkeypatch, "SCELLIS_FUSION", "Maybe", lambda: settings.flag("SCELLIS_FUSION"))   # shown as given
     assert "on or off" in str(e)
 
 
@@ -52,6 +52,10 @@ def test_number_bounds_and_kinds(monkeypatch):
     assert settings.number("SCELLIS_DEVICE_MEMORY") == 8_000_000_000
     monkeypatch.setenv("SCELLIS_DEVICE_MEMORY", "1_000")
     assert settings.number("SCELLIS_DEVICE_MEMORY") == 1000
+    monkeypatch.setenv("SCELLIS_DEVICE_MEMORY", "9007199254740993")        # 2^53 + 1: kept exact
+    assert settings.number("SCELLIS_DEVICE_MEMORY") == 2 ** 53 + 1
+    monkeypatch.setenv("SCELLIS_WGPU_FLUSH_US", "12")
+    assert settings.number("SCELLIS_WGPU_FLUSH_US") == 12.0 and isinstance(settings.number("SCELLIS_WGPU_FLUSH_US"), float)
     monkeypatch.setenv("SCELLIS_WGPU_FLUSH_US", "12.5")
     assert settings.number("SCELLIS_WGPU_FLUSH_US") == 12.5
     monkeypatch.delenv("SCELLIS_KSPLIT_FILL", raising=False)
