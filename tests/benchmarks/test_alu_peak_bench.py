@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fixtures.devices import needs_wgpu
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
@@ -28,15 +30,7 @@ def test_the_tolerance_holds_for_rounded_chains(t, iters):
         assert err > 1e-5           # it is rounded: the check is not vacuous for f16
 
 
-def _has_wgpu() -> bool:
-    import scellis_jupyter as sc
-    try:
-        return sc.device("wgpu").backend == "wgpu"
-    except sc.ScellisError:
-        return False
-
-
-@pytest.mark.skipif(not _has_wgpu() and not os.environ.get("CI"), reason="no wgpu adapter")
+@needs_wgpu
 def test_quick_run_checks_every_kernel(tmp_path):
     results = ROOT / "benchmarks" / "RESULTS.md"
     before = results.read_bytes()

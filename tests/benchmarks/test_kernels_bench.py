@@ -7,20 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from fixtures.devices import needs_wgpu
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _has_wgpu() -> bool:
-    import scellis_jupyter as sc
-    try:
-        return sc.device("wgpu").backend == "wgpu"
-    except sc.ScellisError:
-        return False
-
-
-@pytest.mark.skipif(not _has_wgpu() and not os.environ.get("CI"), reason="no wgpu adapter")
+@needs_wgpu
 def test_quick_benchmark_runs(tmp_path):
     results = ROOT / "benchmarks" / "RESULTS.md"
     before = results.read_bytes() if results.exists() else None
