@@ -86,12 +86,10 @@ def cmd_device(args) -> int:
     width = max((len(k) for k in limits), default=0)
     for k in sorted(limits):
         print(f"  {k:{width}} {limits[k]}")
-    shown, stray = settings.in_effect(), settings.unknown()
-    print("settings" + ("" if shown or stray else " " * 7 + "- (all defaults; `scellis settings` lists them)"))
-    for k, v in shown.items():
-        print(f"  {k} = {v}")
-    for k in stray:
-        print(f"  {k}: not a setting scellis reads")
+    lines = settings.report()
+    print("settings" + ("" if lines else " " * 7 + "- (all defaults; `scellis settings` lists them)"))
+    for line in lines:
+        print(line)
     return EXIT_OK
 
 

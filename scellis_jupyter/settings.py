@@ -243,6 +243,12 @@ def in_effect(environ=None) -> dict[str, str]:
     return {k: env[k] for k in sorted(SETTINGS) if env.get(k, "").strip()}
 
 
+def report() -> list[str]:
+    """What `scellis device` and `%scellis device` show under "settings": each set one, then each unknown name."""
+    return ([f"  {k} = {v}" for k, v in in_effect().items()]
+            + [f"  {k}: not a setting scellis reads" for k in unknown()])
+
+
 def describe_default(s: Setting) -> str:
     """The default as the docs show it: on / off, the value, or "default" where the reader decides."""
     if s.default is None:

@@ -232,8 +232,7 @@ class ScellisMagics(Magics):
             return None
         keys = ("backend", "name", "adapter_type", "memory_bytes", "memory_source", "choice")
         lines = [f"{k:14} {info.get(k)}" for k in keys]
-        lines += ["settings" + "".join(f"\n  {k} = {v}" for k, v in info["settings"].items())
-                  + "".join(f"\n  {k}: not a setting scellis reads" for k in settings.unknown())]
+        lines += ["settings"] + settings.report()
         display(show.text_output("\n".join(lines)))
 
     def _do_catalog(self, cmd):
