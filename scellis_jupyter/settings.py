@@ -185,8 +185,6 @@ def number(name: str, default: float | None = None) -> int | float | None:
             x = float(t)
         except ValueError:
             raise refuse(name, v, what) from None
-    if isinstance(x, int):
-        x = x if s.kind == "int" else float(x)
     if isinstance(x, float) and (not math.isfinite(x) or (s.kind == "int" and not x.is_integer())):
         raise refuse(name, v, what)
     if (s.lo is not None and x < s.lo) or (s.hi is not None and x > s.hi):
@@ -194,7 +192,7 @@ def number(name: str, default: float | None = None) -> int | float | None:
         hi = "" if s.hi is None else f"{s.hi:g}"
         rng = f"at least {lo}" if not hi else f"at most {hi}" if not lo else f"within {lo}..{hi}"
         raise refuse(name, v, f"{what} {rng}")
-    return int(x) if s.kind == "int" else x
+    return int(x) if s.kind == "int" else float(x)
 
 
 def choice(name: str) -> str:

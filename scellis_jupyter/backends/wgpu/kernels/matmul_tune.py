@@ -27,7 +27,6 @@ from pathlib import Path
 
 from .... import settings
 
-
 # name: (TM, TN, RM, RN, BK, FLAGS). FLAGS: "pf" loads the next k-tile into registers during the current
 # one's products (global latency hidden behind the FMAs); "fma" writes each update as an explicit fma()
 # (one rounding; naga's SPIR-V otherwise carries a multiply and an add the driver may or may not fuse);
