@@ -21,6 +21,7 @@ from ...errors import DeviceError, DTypeError, KernelError
 from ..profiling import dispatch_tag
 from ..storage import Storage, bind
 from ...program.liveness import align
+from . import shaders
 from .kernels import LAUNCHERS
 
 USAGE_STORAGE = 0x80 | 0x04 | 0x08   # STORAGE | COPY_SRC | COPY_DST
@@ -95,6 +96,7 @@ class WgpuBackend:
         want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats
                 and (f != "subgroup" or subgroups_wanted())]
         required = requested_limits(adapter.limits)
+        self.shader_checks = shaders.checks()   # read once: every kernel of this device is compiled alike
         try:
             self.device = adapter.request_device_sync(required_features=want, required_limits=required)
         except Exception as e:  # pragma: no cover - driver specific
@@ -676,7 +678,7 @@ class WgpuBackend:
         p = self._pipelines.get(key)
         if p is None:
             try:
-                mod = self.device.create_shader_module(code=source)
+                mod = shaders.create_module(self.device, source, self.shader_checks)
                 p = self.device.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": "main"})
             except Exception as e:
                 raise KernelError(f"kernel {key.split(':')[0]!r} failed to compile: {e}",

@@ -1,0 +1,39 @@
+"""Compile a WGSL kernel into a shader module, with or without naga's runtime checks.
+
+naga guards every dynamically indexed array (workgroup tiles, private arrays) with a clamp and puts a
+counter in every loop, so a bad index or an endless loop cannot escape the shader. The kernels here
+index their tiles by construction and bound their loops by their parameters, and storage buffers keep
+the driver's robust access either way; wgpu-native's trusted shader modules
+(`wgpuDeviceCreateShaderModuleTrusted`, not in the WebGPU API that wgpu-py wraps) leave the checks out.
+SCELLIS_WGPU_SHADER_CHECKS picks: `naga` (both, the default), `bounds` (clamps only), `loops` (loop
+counters only), `none`.
+"""
+from __future__ import annotations
+
+from ... import settings
+
+_CHECKS = {"naga": 0x1 | 0x2, "bounds": 0x1, "loops": 0x2, "none": 0x0}   # WGPUShaderRuntimeChecks bits
+
+
+def checks() -> str:
+    """The checks in effect (SCELLIS_WGPU_SHADER_CHECKS)."""
+    return settings.choice("SCELLIS_WGPU_SHADER_CHECKS")
+
+
+def create_module(device, code: str, mode: str = "naga", label: str = ""):
+    """A shader module of `code` on `device` (a wgpu-py GPUDevice) under the checks `mode` (a key of
+    SCELLIS_WGPU_SHADER_CHECKS): wgpu-py's own create_shader_module for `naga`, wgpu-native's trusted entry
+    point otherwise."""
+    if mode == "naga":
+        return device.create_shader_module(label=label, code=code)
+    from wgpu.backends.wgpu_native import _api    # wgpu-py's cffi bindings of wgpu-native
+
+    src = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
+    src[0].chain.next = _api.ffi.NULL
+    src[0].chain.sType = _api.lib.WGPUSType_ShaderSourceWGSL
+    desc = _api.new_struct_p("WGPUShaderModuleDescriptor *", nextInChain=_api.ffi.cast("WGPUChainedStruct *", src),
+                             label=_api.to_c_string_view(label))
+    handle = _api.libf.wgpuDeviceCreateShaderModuleTrusted(device._internal, desc, _CHECKS[mode])
+    if handle == _api.ffi.NULL:
+        raise RuntimeError("shader module creation failed")
+    return _api.GPUShaderModule(label, handle, device)

@@ -1,0 +1,96 @@
+"""SCELLIS_WGPU_SHADER_CHECKS: kernels compiled without naga's index clamps and loop counters (wgpu-native's
+trusted shader modules) compute what the checked ones compute, bit for bit: a tiny causal language model
+trained through sc.train (matmuls of ragged shapes, attention, layer norm, cross-entropy, AdamW) gives the
+same losses, and ragged matmuls the same bits, each mode in its own process. The mode is read when the
+device opens; a bad value is refused naming the variable.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fixtures.devices import needs_wgpu
+
+pytestmark = needs_wgpu
+
+CODE = r"""
+import json, sys, tempfile
+import numpy as np, scellis_jupyter as sc
+from scellis_jupyter.graph import functional as F
+wg = sc.device("wgpu")
+r = np.random.default_rng(5)
+mm = []
+for m, k, n in ((1, 1, 1), (37, 53, 29), (130, 9, 131), (257, 300, 65)):
+    a = r.standard_normal((m, k)).astype(np.float32); b = r.standard_normal((k, n)).astype(np.float32)
+    got = sc.Tensor(F.matmul(sc.tensor(a, device=wg).node, sc.tensor(b, device=wg).node), wg).numpy()
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(got - want).max() <= 1e-5 * np.sqrt(k) * np.abs(want).max(), (m, k, n)
+    mm.append(got.tobytes().hex())
+spec = sys.argv[1]
+with tempfile.TemporaryDirectory() as d:
+    run = sc.train(spec, store=d, device="wgpu", progress=False)
+    losses = [float(x).hex() for x in run.loss_history]
+print("RESULT", json.dumps({"checks": wg.impl.shader_checks, "mm": mm, "losses": losses}))
+"""
+
+TINY = """
+name = "tiny-lm"
+[data]
+dataset = "pydoc_topics"
+seq_len = 16
+split = { train = 1.0 }
+[model]
+nodes = [
+  { op = "embedding", vocab = 96, dim = 32 },
+  { op = "positional_embedding", max_len = 16 },
+  { op = "transformer_block", heads = 2, causal = true },
+  { op = "layer_norm" },
+  { op = "linear", out = 96 },
+]
+[recipe]
+optimizer = { name = "adamw", lr = 1e-3 }
+batch_size = 4
+steps = 3
+determinism = "debug"
+seed = 4
+"""
+
+
+def _result(run_python, mode):
+    r = run_python(CODE, TINY, SCELLIS_DEVICE="wgpu", SCELLIS_WGPU_SHADER_CHECKS=mode)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("RESULT ")]
+    assert lines, r.stdout[-2000:] + r.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_unchecked_kernels_give_the_checked_bits(run_python):
+    naga, none = _result(run_python, None), _result(run_python, "none")
+    assert naga["checks"] == "naga" and none["checks"] == "none"
+    assert len(naga["losses"]) == 3
+    assert none["mm"] == naga["mm"]
+    assert none["losses"] == naga["losses"]
+
+
+@pytest.mark.parametrize("mode", ["bounds", "loops"])
+def test_each_check_alone_compiles_and_runs(run_python, mode):
+    got = _result(run_python, mode)
+    assert got["checks"] == mode and len(got["losses"]) == 3
+
+
+def test_bad_mode_is_refused_when_the_device_opens(run_python):
+    r = run_python("import scellis_jupyter as sc\ntry:\n    sc.device('wgpu').impl\nexcept sc.ScellisError as e:\n"
+                   "    print('ERR', type(e).__name__, e)\n", SCELLIS_WGPU_SHADER_CHECKS="fast")
+    assert "ERR SettingError" in r.stdout and "SCELLIS_WGPU_SHADER_CHECKS='fast'" in r.stdout, r.stdout + r.stderr
+    assert "naga" in r.stdout and "none" in r.stdout
+
+
+@pytest.mark.parametrize("mode", ["naga", "none"])
+def test_a_kernel_that_does_not_compile_is_a_kernel_error_in_every_mode(monkeypatch, mode):
+    import scellis_jupyter as sc
+    from fixtures.devices import WG
+    monkeypatch.setattr(WG.impl, "shader_checks", mode)
+    with pytest.raises(sc.KernelError, match="'broken' failed to compile") as e:
+        WG.impl.pipeline(f"broken:{mode}", "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }")
+    assert e.value.diagnostic.where == f"device {WG.impl.label}"
+    assert f"broken:{mode}" not in WG.impl._pipelines
