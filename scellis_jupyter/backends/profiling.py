@@ -19,4 +19,21 @@ def dispatch_tag(value, ins: list) -> dict:
             "ins": [[_shape(getattr(s, "shape", ())), str(getattr(s, "dtype", ""))] for s in ins], "out": outs}
 
 
-__all__ = ["dispatch_tag"]
+def exclusive_seconds(ticks: list[tuple[int, int]]) -> list[float]:
+    """GPU seconds each timed pass adds to the timeline, from its (begin, end) timestamps in nanoseconds, in
+    submission order. A pass's beginning timestamp may be written as soon as the GPU reaches the pass, while
+    the passes before it still run (Vulkan's top-of-pipe write), so end - begin counts their tail too and the
+    passes' sum exceeds the time the GPU was busy (on an H100: 116 ms of kernels for a 49 ms step). A pass is
+    charged from the later of its beginning and the latest end before it: the charges never overlap, and they
+    sum to the busy time within the first beginning and the last end. A pass whose end reads before its start
+    (reordered by the driver) is charged 0."""
+    out: list[float] = []
+    last_end: int | None = None
+    for b, e in ticks:
+        start = b if last_end is None else max(b, last_end)
+        out.append(max(0, e - start) * 1e-9)
+        last_end = e if last_end is None else max(last_end, e)
+    return out
+
+
+__all__ = ["dispatch_tag", "exclusive_seconds"]

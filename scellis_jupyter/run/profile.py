@@ -2,7 +2,9 @@
 
 Why measured: the plan says what a step dispatches and how much memory it holds, not where its time goes.
 On wgpu every dispatch runs in its own compute pass whose start and end are timestamped on the GPU (the
-adapter must grant 'timestamp-query'; without it the profile says so and times nothing per kernel). On the
+adapter must grant 'timestamp-query'; without it the profile says so and times nothing per kernel); a pass
+is charged from the later of its start and the end of the passes before it, since a start may be stamped
+while those still run (backends/profiling.exclusive_seconds). On the
 reference path each dispatch is timed on the host clock, op by op (the compiled replay would fold the
 ops into one call). The step time beside it is the wall time of the whole step as the loop takes it
 (inputs, the step Program, the loss read), so the kernels' share of it shows the host overhead too.
@@ -46,7 +48,7 @@ def profile_spec(spec, *, device=None, steps: int = 3, warmup: int = 2, top: int
     gpu = run.device.backend != "reference"
     method = "host clock per dispatch (reference path, op by op)"
     if gpu:
-        method = "GPU timestamp queries, one compute pass per dispatch"
+        method = "GPU timestamp queries, one compute pass per dispatch, each charged from the end of the one before"
         if not be.start_timing():
             method = "none: the adapter does not grant 'timestamp-query'"
             gpu = None

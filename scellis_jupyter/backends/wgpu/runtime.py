@@ -18,7 +18,7 @@ import numpy as np
 
 from ... import dtypes as dt, settings
 from ...errors import DeviceError, DTypeError, KernelError
-from ..profiling import dispatch_tag
+from ..profiling import dispatch_tag, exclusive_seconds
 from ..storage import Storage, bind
 from ...program.liveness import align
 from . import shaders
@@ -770,13 +770,14 @@ class WgpuBackend:
         return self._pass
 
     def stop_timing(self) -> list[dict]:
-        """Every dispatch since `start_timing`, in order: {kernel, op, scope, ins, out, s (GPU seconds)}, the
-        op, scope and shapes being those of the program value that launched it; timing ends."""
+        """Every dispatch since `start_timing`, in order: {kernel, op, scope, ins, out, s (GPU seconds it adds
+        to the timeline, profiling.exclusive_seconds)}, the op, scope and shapes being those of the program
+        value that launched it; timing ends."""
         t, self._timing = self._timing, None
         if t is None:
             return []
         self.flush()
-        times: list[float] = []
+        ticks: list[tuple[int, int]] = []
         n = len(t["names"])
         for i, qs in enumerate(t["sets"]):
             count = 2 * min(QUERY_PAIRS, n - i * QUERY_PAIRS)
@@ -787,13 +788,13 @@ class WgpuBackend:
             enc.copy_buffer_to_buffer(res, 0, out, 0, 8 * count)
             self.queue.submit([enc.finish()])
             out.map_sync("READ")
-            ticks = np.frombuffer(bytes(out.read_mapped()), np.uint64).astype(np.int64)
+            stamps = np.frombuffer(bytes(out.read_mapped()), np.uint64).astype(np.int64)
             out.unmap()
             out.destroy()
             res.destroy()
             qs.destroy()
-            # nanoseconds (WebGPU's unit); a pass the driver reordered reads 0, not a negative time
-            times.extend(max(0, int(e - b)) * 1e-9 for b, e in zip(ticks[0::2], ticks[1::2]))
+            ticks.extend(zip(stamps[0::2].tolist(), stamps[1::2].tolist()))     # nanoseconds (WebGPU's unit)
+        times = exclusive_seconds(ticks)
         return [{"kernel": k, **(tag or {"op": "?", "scope": "", "ins": [], "out": []}), "s": s}
                 for (k, tag), s in zip(t["names"], times)]
 
