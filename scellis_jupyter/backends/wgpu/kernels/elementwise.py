@@ -63,12 +63,41 @@ def vec_ok(sizes, cstrides, offs, dtypes) -> bool:
     return True
 
 
-def _run_vec(be, template: str, lanes, sizes, cstrides, offs, wins, dtypes, also_dtypes) -> None:
+# Kernel texts already written, by what determines them: a launch that runs outside a recorded replay (a first
+# step, a profiled or index-checked step, a batch's dry run for its uniform bytes) otherwise rebuilds each text
+# from snippets, which took most of a profiled GPT step's host time (2.7 of 3.1 s on llvmpipe).
+SOURCES: dict = {}
+SOURCES_MAX = 4096
+
+
+def _cached_source(key: tuple, build) -> str:
+    src = SOURCES.get(key)
+    if src is None:
+        if len(SOURCES) >= SOURCES_MAX:
+            SOURCES.clear()
+        src = SOURCES[key] = build()
+    return src
+
+
+def _run_vec(be, template: str, lanes, sizes, cstrides, offs, wins, dtypes, also_dtypes, body: str) -> None:
     """One chunk through kernels/elementwise_vec.wgsl: `lanes(ld, c)` is lane c's body, `ld(k)` the
-    lane's read of input k (a vec4 lane, or the broadcast element)."""
+    lane's read of input k (a vec4 lane, or the broadcast element). `body`, the scalar body of the same
+    op, names the lanes in the text cache."""
     vec = [st[0] == 1 for st in cstrides]
     nvec = sum(vec[1:])
     ept = VEC_EPT if nvec <= 3 else 2
+    src = _cached_source(("vec", template, body, tuple(vec), tuple(dtypes), tuple(also_dtypes)),
+                         lambda: _vec_source(template, lanes, vec, ept, dtypes, also_dtypes))
+    n4 = sizes[0] // 4
+    base = [off // 4 if v else off for off, v in zip(offs, vec)]
+    base += [0] * (8 - len(base))
+    params = struct.pack("<4I8I", n4, 0, 0, 0, *base)
+    key = f"elementwise_vec:{template}:{ept}:{''.join('v' if v else 's' for v in vec)}:{src}"
+    be.launch(key, src, wins, params, (n4 + 256 * ept - 1) // (256 * ept))
+
+
+def _vec_source(template: str, lanes, vec: list, ept: int, dtypes, also_dtypes) -> str:
+    """The text of kernels/elementwise_vec.wgsl for these lanes, vector inputs and dtypes."""
     decl = "\n".join(snippet("common", "binding", I=1 + i, NAME=n, T=snippet("elementwise_vec", "vtype", T=WGSL_TYPE[d]) if v else WGSL_TYPE[d])
                      for i, (n, d, v) in enumerate(zip(["out"] + [f"x{k}" for k in range(len(dtypes) - 1)],
                                                       dtypes, vec)))
@@ -90,14 +119,8 @@ def _run_vec(be, template: str, lanes, sizes, cstrides, offs, wins, dtypes, also
         return "\n".join(loads), "\n".join(body)
     loads, body = steps(range(ept), "q.step")
     lloads, lbody = steps([0], "q.loop")
-    src = render("elementwise_vec", ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS=decl, EPT=ept, LAST=ept - 1,
-                 LOADS=loads, STEPS=body, LOOP_LOADS=lloads, LOOP_STEP=lbody)
-    n4 = sizes[0] // 4
-    base = [off // 4 if v else off for off, v in zip(offs, vec)]
-    base += [0] * (8 - len(base))
-    params = struct.pack("<4I8I", n4, 0, 0, 0, *base)
-    key = f"elementwise_vec:{template}:{ept}:{''.join('v' if v else 's' for v in vec)}:{src}"
-    be.launch(key, src, wins, params, (n4 + 256 * ept - 1) // (256 * ept))
+    return render("elementwise_vec", ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS=decl, EPT=ept,
+                  LAST=ept - 1, LOADS=loads, STEPS=body, LOOP_LOADS=lloads, LOOP_STEP=lbody)
 
 
 VEC_EPT = 4     # chunks of four an invocation takes in the vec4 kernel (two with more than 3 vector inputs)
@@ -130,12 +153,15 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
     bases = [out_base] + [b for _, _, b in ins]
     stores = [out] + [s for s, _, _ in ins]
     isz = [dt.ITEMSIZE[d] for d in dtypes]
-    decl = bindings(*zip(["out"] + [f"x{k}" for k in range(len(ins))], dtypes))
     contig = len(cshape) == 1          # rank 1: no index decomposition, EPT elements an invocation
     ept = EPT if contig else 1
-    unrolled = "\n".join(snippet(template, "contig_step", K=k, BODY=body) for k in range(ept)) if contig else ""
-    src = render(template, flags={"CONTIG": contig}, ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS=decl,
-                 BODY=body, EPT=ept, LAST=ept - 1, UNROLLED=unrolled)
+
+    def build() -> str:
+        decl = bindings(*zip(["out"] + [f"x{k}" for k in range(len(ins))], dtypes))
+        unrolled = "\n".join(snippet(template, "contig_step", K=k, BODY=body) for k in range(ept)) if contig else ""
+        return render(template, flags={"CONTIG": contig}, ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS=decl,
+                      BODY=body, EPT=ept, LAST=ept - 1, UNROLLED=unrolled)
+    src = _cached_source(("strided", template, contig, body, tuple(dtypes), tuple(also_dtypes)), build)
     key = f"{template}:{contig}:{body}:{','.join(dtypes)}"
     ops = [(b, st, i) for b, st, i in zip(bases, cstrides, isz)]
     for starts, sizes in box_chunks(cshape, ops, be.binding_limit, be.offset_align):
@@ -147,7 +173,7 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
             wins.append(w)
             offs.append(off)
         if lanes is not None and vec_ok(sizes, cstrides, offs, dtypes):
-            _run_vec(be, template, lanes, sizes, cstrides, offs, wins, dtypes, also_dtypes)
+            _run_vec(be, template, lanes, sizes, cstrides, offs, wins, dtypes, also_dtypes, body)
             continue
         if rows and rows_ok(sizes, cstrides, offs, dtypes):
             _run_rows(be, sizes, cstrides, offs, wins, dtypes[0])
