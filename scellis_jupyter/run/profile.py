@@ -4,10 +4,11 @@ Why measured: the plan says what a step dispatches and how much memory it holds,
 On wgpu every dispatch runs in its own compute pass whose start and end are timestamped on the GPU (the
 adapter must grant 'timestamp-query'; without it the profile says so and times nothing per kernel); a pass
 is charged from the later of its start and the end of the passes before it, since a start may be stamped
-while those still run (backends/profiling.exclusive_seconds). On the
-reference path each dispatch is timed on the host clock, op by op (the compiled replay would fold the
-ops into one call). The step time beside it is the wall time of the whole step as the loop takes it
-(inputs, the step Program, the loss read), so the kernels' share of it shows the host overhead too.
+while those still run (backends/profiling.exclusive_seconds). On the reference path each dispatch is
+timed on the host clock, op by op (the compiled replay would fold the ops into one call). The timed
+step's wall time (inputs, the step Program, the loss read) sits beside the kernels, and so does the same
+step untimed, as the loop runs it (`loop_step_ms`: recorded replay, no launcher work): a timed step runs
+every dispatch through its launcher, so its host share is the profiler's, not the loop's.
 
     profile_spec(spec, steps=3)          -> dict (kernels: name, calls, total_ms, share, mean_us)
     profile_run(run_id, store=...)       -> the same for a recorded run's spec
@@ -37,7 +38,7 @@ def profile_spec(spec, *, device=None, steps: int = 3, warmup: int = 2, top: int
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ProfileError(f"{name}={v!r} must be an integer >= {lo}", where="profile",
                                hint="warm-up steps compile the kernels; they are not timed")
-    run = Run(Spec.of(spec, data), device=device, steps=warmup + steps, eval_every=0, tier=tier)
+    run = Run(Spec.of(spec, data), device=device, steps=warmup + 2 * steps, eval_every=0, tier=tier)
     be = run.impl
     batches = _batches(run)
     for _ in range(warmup):
@@ -75,7 +76,15 @@ def profile_spec(spec, *, device=None, steps: int = 3, warmup: int = 2, top: int
                 step_s.append(time.perf_counter() - t0)
             first_step = len(timed)
             timed.extend(got)
-    return _summary(run, timed, step_s, steps, top, method, run_id, first_step)
+    loop_s: list[float] = []              # the same steps untimed, as the loop runs them (recorded replay)
+    for _ in range(steps):
+        x, y = next(batches)
+        t0 = time.perf_counter()
+        run._one_step(x, y)
+        loop_s.append(time.perf_counter() - t0)
+    prof = _summary(run, timed, step_s, steps, top, method, run_id, first_step)
+    prof["loop_step_ms"] = 1e3 * min(loop_s)
+    return prof
 
 
 def profile_run(run_id: str, *, store=None, device=None, steps: int = 3, warmup: int = 2, top: int = 12) -> dict:
@@ -212,14 +221,17 @@ def profile_text(prof: dict, by: str = "kernel") -> str:
         raise ProfileError(f"by={by!r} is not one of {', '.join(BY)}", where="profile", hint="--by kernel|shape|scope")
     head = (f"profile of {prof['spec']}" + (f" (run {prof['run']})" if prof.get("run") else "") +
             f": {prof['steps']} steps of batch {prof['batch_size']} on {prof['device']}, "
-            f"{prof['step_ms']:.3f} ms a step, {prof['dispatches']:.0f} dispatches a step")
+            f"{prof['step_ms']:.3f} ms a timed step, {prof['dispatches']:.0f} dispatches a step")
     lines = [head, f"timing: {prof['method']}"]
     if not prof["kernels"]:
         lines.append("no kernel was timed")
         return "\n".join(lines)
     share = prof["kernel_ms"] / prof["step_ms"] if prof["step_ms"] else 0.0
-    lines.append(f"kernels: {prof['kernel_ms']:.3f} ms a step ({100 * share:.1f}% of the step; the rest is host "
-                 "work around the kernels)")
+    lines.append(f"kernels: {prof['kernel_ms']:.3f} ms a step ({100 * share:.1f}% of the timed step; the rest is host "
+                 "work around the kernels, each launched on its own)")
+    if prof.get("loop_step_ms"):
+        lines.append(f"untimed, as the training loop runs it (recorded replay), the step takes "
+                     f"{prof['loop_step_ms']:.3f} ms")
     tail = f"   (calls and ms: all {prof['steps']} timed steps)"
     nums = lambda r: f"{r['calls']:>8}{r['total_ms']:>11.3f}{100 * r['share']:>10.1f}%{r['mean_us']:>10.1f}"
     cols = f"{'calls':>8}{'total ms':>11}{'% of step':>11}{'mean us':>10}"
