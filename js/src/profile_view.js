@@ -15,7 +15,8 @@ function render({ model, el }) {
     const i = model.get("info") || {};
     const run = i.run ? ` (run ${i.run})` : "";
     return `profile of ${i.spec}${run} on ${i.device}: one step, ${timeline.length} dispatches, ` +
-      `${fmtUs(1e3 * (i.timeline_ms || 0))} of kernels in a ${Number(i.last_step_ms || 0).toFixed(3)} ms step`;
+      `${fmtUs(1e3 * (i.timeline_ms || 0))} of kernels in a ${Number(i.last_step_ms || 0).toFixed(3)} ms timed step` +
+      (i.loop_step_ms ? ` (${Number(i.loop_step_ms).toFixed(3)} ms untimed, as the loop runs it)` : "");
   }
 
   function draw() {

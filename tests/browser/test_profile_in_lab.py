@@ -61,6 +61,7 @@ def test_profile_view_hovers_zooms_and_fits(lab, chromium_browser, artifacts, ru
         labels = [layers.nth(i).get_attribute("data-label") for i in range(layers.count())]
         assert {"fc1", "fc2", "head", "loss", "head/bwd", "fc1/bwd", "optimizer"} <= set(labels), labels
         assert "profile of profile-lab" in box.inner_text() and "top kernels of the step" in box.inner_text()
+        assert re.search(r"ms timed step \([0-9.]+ ms untimed, as the loop runs it\)", box.inner_text())
         # hover the widest backward layer block of two dispatches or more: its time and share (the block of
         # the most dispatches can be a sliver under its neighbour when its kernels are quick)
         widths = [float(layers.nth(i).evaluate("e => parseFloat(e.style.width)")) for i in range(layers.count())]

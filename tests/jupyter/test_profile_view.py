@@ -78,6 +78,7 @@ def test_static_form_draws_blocks_with_titles_and_no_script(prof):
     assert html.count("<tr>") == 1 + 6                       # the header and the top 6 (kernel, shape) rows
     text = w._static_text()
     assert "layers: " in text and "fc1/bwd" in text
+    assert f"ms timed step ({prof['loop_step_ms']:.3f} ms untimed, as the loop runs it)" in text
 
 
 def test_no_timed_kernel_and_bad_input_say_so(prof):

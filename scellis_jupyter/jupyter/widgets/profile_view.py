@@ -24,7 +24,7 @@ PALETTE = ["#8fb8de", "#f4b183", "#a9d18e", "#f7a1a1", "#c5a3e0", "#ffd966", "#9
            "#b4c7e7"]
 ROW_PX = 22
 HEAD_KEYS = ("spec", "run", "device", "method", "steps", "batch_size", "step_ms", "kernel_ms", "dispatches",
-             "last_step_ms", "timeline_ms")
+             "last_step_ms", "timeline_ms", "loop_step_ms")
 
 
 def color_of(label: str) -> str:
@@ -120,7 +120,8 @@ class ProfileView(ScellisWidget):
         return (f"profile of {i.get('spec')}" + (f" (run {i['run']})" if i.get("run") else "") +
                 f" on {i.get('device')}: one step, {len(self.timeline)} dispatches, "
                 f"{fmt_us(1e3 * float(i.get('timeline_ms') or 0))} of kernels in a "
-                f"{float(i.get('last_step_ms') or 0):.3f} ms step")
+                f"{float(i.get('last_step_ms') or 0):.3f} ms timed step" +
+                (f" ({float(i['loop_step_ms']):.3f} ms untimed, as the loop runs it)" if i.get("loop_step_ms") else ""))
 
     def _static_text(self) -> str:
         """The whole profile's kernel table (all timed steps), then the drawn step's top (kernel, shape) rows
