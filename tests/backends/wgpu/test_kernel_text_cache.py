@@ -30,7 +30,7 @@ def _want(a, b):
 
 def test_cached_texts_are_built_once_and_equal_a_fresh_build(monkeypatch):
     E.SOURCES.clear()
-    FU._scalar_body.cache_clear()
+    FU._cached_body.cache_clear()
     for n in (4096, 1001):                      # a vec4 chunk and a scalar (odd) one
         a, b = R.standard_normal(n).astype(np.float32), R.standard_normal(n).astype(np.float32)
         got = sc.Tensor(_graph(a, b), WG).numpy()
@@ -53,11 +53,16 @@ def test_cached_texts_are_built_once_and_equal_a_fresh_build(monkeypatch):
     monkeypatch.setattr(E, "snippet", real)
     monkeypatch.setattr(FU, "snippet", real)
     E.SOURCES.clear()
-    FU._scalar_body.cache_clear()
+    FU._cached_body.cache_clear()
     for n in (4096, 1001):
         a, b = R.standard_normal(n).astype(np.float32), R.standard_normal(n).astype(np.float32)
         sc.Tensor(_graph(a, b), WG).numpy()
     assert E.SOURCES == first
+
+
+def test_a_group_with_unhashable_attrs_is_written_afresh():
+    code = (("fill", (("value", [0.5]),), (), (4,), "f32"),)     # a list attr: not a cache key
+    assert FU._scalar_body(code, (), "f32") == FU.body_of(code, [], "f32")
 
 
 def test_the_cache_is_bounded(monkeypatch):

@@ -74,9 +74,17 @@ def body_of(code, in_dtypes: list[str], out_dtype: str, ld=None, lane=None) -> s
 
 
 @functools.lru_cache(maxsize=4096)
-def _scalar_body(code: tuple, in_dtypes: tuple, out_dtype: str) -> str:
-    """body_of's scalar body, once per group: a launch outside a recorded replay asks for it again each time."""
+def _cached_body(code: tuple, in_dtypes: tuple, out_dtype: str) -> str:
     return body_of(code, list(in_dtypes), out_dtype)
+
+
+def _scalar_body(code: tuple, in_dtypes: tuple, out_dtype: str) -> str:
+    """body_of's scalar body, once per group: a launch outside a recorded replay asks for it again each time
+    (a group whose attrs hold something unhashable is written afresh)."""
+    try:
+        return _cached_body(code, in_dtypes, out_dtype)
+    except TypeError:
+        return body_of(code, list(in_dtypes), out_dtype)
 
 
 @launcher("fused")
