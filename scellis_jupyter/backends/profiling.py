@@ -22,11 +22,10 @@ def dispatch_tag(value, ins: list) -> dict:
 def exclusive_seconds(ticks: list[tuple[int, int]]) -> list[float]:
     """GPU seconds each timed pass adds to the timeline, from its (begin, end) timestamps in nanoseconds, in
     submission order. A pass's beginning timestamp may be written as soon as the GPU reaches the pass, while
-    the passes before it still run (Vulkan's top-of-pipe write), so end - begin counts their tail too and the
-    passes' sum exceeds the time the GPU was busy (on an H100: 116 ms of kernels for a 49 ms step). A pass is
-    charged from the later of its beginning and the latest end before it: the charges never overlap, and they
-    sum to the busy time within the first beginning and the last end. A pass whose end reads before its start
-    (reordered by the driver) is charged 0."""
+    the passes before it still run (Vulkan allows a top-of-pipe write), and then end - begin would count their
+    tail too, and the passes' sum could exceed the time the GPU was busy. A pass is charged from the later of
+    its beginning and the latest end before it: the charges never overlap and fit between the first beginning
+    and the last end. A pass whose end reads before its start (reordered by the driver) is charged 0."""
     out: list[float] = []
     last_end: int | None = None
     for b, e in ticks:

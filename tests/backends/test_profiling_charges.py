@@ -1,6 +1,5 @@
 """profiling.exclusive_seconds: each timed pass is charged the time it adds to the GPU's timeline, so passes whose
-beginning timestamps were written while earlier passes still ran are not counted twice (on an H100 the raw
-end - begin of every pass summed to 116 ms for a 49 ms step)."""
+beginning timestamps were written while earlier passes still ran are not counted twice."""
 import numpy as np
 
 from scellis_jupyter.backends.profiling import exclusive_seconds
