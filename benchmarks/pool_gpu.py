@@ -1,9 +1,10 @@
 """Pool over GPUs: the GPT-style benchmark model trained data-parallel through a Pool whose workers are each
 bound to a wgpu adapter (reductions on workers), beside the single-device run of the same spec and seed.
 
-Prints, per worker count: samples/s, seconds per step the workers spent in the gradient tree reduction
-(compute and transfer of its tasks, from Dask's task stream), and the largest loss gap to the single-device
-run over the measured steps against the declared tolerance. Then the sharded-state demo: a model sized so
+Prints, per worker count: samples/s, and the worker seconds per step (summed over workers, from Dask's task
+stream) spent in the slices' gradient tasks (device readback included), the gradient tree reduction (compute
+and transfer of its tasks), the update tasks and all transfers between workers; then the largest loss gap to
+the single-device run over the measured steps against the declared tolerance. Then the sharded-state demo: a model sized so
 its plan is red on one device of the declared memory (default: half of the adapter's) and green with its
 optimizer state sharded over two, planned at that memory and run for real over two workers at `--run-memory`
 (the weights travel through the host each step, so a run at half of a large card is planned, not run).
@@ -76,14 +77,33 @@ def pooled(spec: str, workers: int, devices: list, slices: int, warmup: int, ste
             for _ in it:
                 pass
             dt = time.perf_counter() - t
-        reduce_s = 0.0
-        for task in ts.data:
-            if str(task.get("key", "")).startswith(("_reduce_step", "('_reduce_step")):
-                reduce_s += sum(s["stop"] - s["start"] for s in task.get("startstops", ())
-                                if s.get("action") in ("compute", "transfer"))
+        parts = task_seconds(ts.data)
         dp.close()
-    return {"losses": list(dp.loss_history), "samples_s": dp.batch_size * steps / dt, "reduce_s": reduce_s / steps,
-            "step_s": dt / steps, "info": info}
+    return {"losses": list(dp.loss_history), "samples_s": dp.batch_size * steps / dt, "reduce_s": parts["reduce"] / steps,
+            "grad_s": parts["grad"] / steps, "update_s": parts["update"] / steps,
+            "transfer_s": parts["transfer"] / steps, "step_s": dt / steps, "info": info}
+
+
+TASKS = {"grad": ("slice_gradient", "dev_slice_gradient"), "update": ("apply_update", "dev_apply_update"),
+         "reduce": ("_reduce_step",)}
+
+
+def task_seconds(stream: list) -> dict:
+    """Worker seconds over a task stream (distributed.get_task_stream's records), by part of the step:
+    the slices' gradient tasks (their device readback included), the update tasks, the reduction tree (its
+    compute and the transfers into it, as the table has always counted it), and every transfer between
+    workers."""
+    out = dict.fromkeys(("grad", "update", "reduce", "transfer"), 0.0)
+    for task in stream:
+        key = str(task.get("key", "")).lstrip("('\"")          # "<function name>-<uuid>" (pure=False)
+        spans = task.get("startstops", ())
+        comp = sum(s["stop"] - s["start"] for s in spans if s.get("action") == "compute")
+        moved = sum(s["stop"] - s["start"] for s in spans if s.get("action") == "transfer")
+        out["transfer"] += moved
+        for part, names in TASKS.items():
+            if key.startswith(tuple(n + "-" for n in names)):
+                out[part] += comp + (moved if part == "reduce" else 0.0)
+    return out
 
 
 def demo_spec(width: int, layers: int = 7, features: int = 64, batch: int = 8) -> str:
@@ -186,7 +206,7 @@ def main(argv=None) -> int:
           f"model: {'GPT small' if a.small else 'GPT-style 6x384, seq 256, batch 64'}, tier prod, seed 0; "
           f"{a.warmup} warm-up + {a.steps} measured steps; {a.slices} slices per batch")
     base = single_device(spec, devices[0], a.warmup, a.steps)
-    rows = [("1 device, no pool", f"{base['samples_s']:.1f}", "-", "-", "-")]
+    rows = [("1 device, no pool", f"{base['samples_s']:.1f}", "-", "-", "-", "-", "-", "-")]
     for n in counts:
         got = pooled(spec, n, devices, a.slices, a.warmup, a.steps, not a.threads)
         used = sorted({v["adapter_index"] for v in got["info"].values()})
@@ -197,10 +217,12 @@ def main(argv=None) -> int:
         meas = slice(a.warmup, a.warmup + a.steps)
         gaps = [abs(x - y) / abs(y) for x, y in zip(got["losses"][meas], base["losses"][meas])]
         gap = max(gaps)
-        rows.append((where, f"{got['samples_s']:.1f}", f"{got['step_s']:.3f}", f"{got['reduce_s']:.4f}",
+        rows.append((where, f"{got['samples_s']:.1f}", f"{got['step_s']:.3f}", f"{got['grad_s']:.4f}",
+                     f"{got['reduce_s']:.4f}", f"{got['update_s']:.4f}", f"{got['transfer_s']:.4f}",
                      f"{gap:.2e} ({'ok' if gap <= LOSS_RTOL else 'OVER'})"))
-    head = ("run", "samples/s", "s/step", "reduce s/step", f"max loss gap (rtol {LOSS_RTOL:g})")
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(5)]
+    head = ("run", "samples/s", "s/step", "slice grads s/step", "reduce s/step", "updates s/step", "transfers s/step",
+            f"max loss gap (rtol {LOSS_RTOL:g})")
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
