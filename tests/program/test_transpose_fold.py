@@ -20,6 +20,7 @@ from scellis_jupyter.graph import functional as F
 from scellis_jupyter.program import transpose_fold
 from scellis_jupyter.program.schedule import compile_program
 
+from fixtures import spec_text
 from fixtures.devices import WG, needs_wgpu
 
 REF = sc.device("reference")
@@ -128,27 +129,7 @@ def test_gpt_step_loses_every_foldable_transpose(monkeypatch):
     assert counts["1"][0] < counts["0"][0] and counts["1"][1] < counts["0"][1]
 
 
-TINY = """
-name = "tiny-lm"
-[data]
-dataset = "pydoc_topics"
-seq_len = 16
-split = { train = 1.0 }   # no val / test part: the end-of-run evaluation (not what is checked) took most of the time
-[model]
-nodes = [
-  { op = "embedding", vocab = 96, dim = 32 },
-  { op = "positional_embedding", max_len = 16 },
-  { op = "transformer_block", heads = 2, causal = true },
-  { op = "layer_norm" },
-  { op = "linear", out = 96 },
-]
-[recipe]
-optimizer = { name = "adamw", lr = 1e-3 }
-batch_size = 4
-steps = 4
-determinism = "debug"
-seed = 2
-"""
+TINY = spec_text("tiny_lm")
 
 
 @needs_wgpu

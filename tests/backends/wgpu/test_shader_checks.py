@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from fixtures import spec_text
 from fixtures.devices import needs_wgpu
 
 pytestmark = needs_wgpu
@@ -34,27 +35,7 @@ with tempfile.TemporaryDirectory() as d:
 print("RESULT", json.dumps({"checks": wg.impl.shader_checks, "mm": mm, "losses": losses}))
 """
 
-TINY = """
-name = "tiny-lm"
-[data]
-dataset = "pydoc_topics"
-seq_len = 16
-split = { train = 1.0 }
-[model]
-nodes = [
-  { op = "embedding", vocab = 96, dim = 32 },
-  { op = "positional_embedding", max_len = 16 },
-  { op = "transformer_block", heads = 2, causal = true },
-  { op = "layer_norm" },
-  { op = "linear", out = 96 },
-]
-[recipe]
-optimizer = { name = "adamw", lr = 1e-3 }
-batch_size = 4
-steps = 3
-determinism = "debug"
-seed = 4
-"""
+TINY = spec_text("tiny_lm", steps=3, seed=4)
 
 
 def _result(run_python, mode):
