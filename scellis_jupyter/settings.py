@@ -70,7 +70,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "Off: open the GPU without the `subgroup` feature, so kernels take their workgroup-memory paths."),
     _s("SCELLIS_WGPU_SHADER_CHECKS", "choice", "naga", "device",
        "`none` compiles kernels without naga's index clamps and loop counters (wgpu-native's trusted shader "
-       "modules); `naga` keeps them.", choices=("naga", "bounds", "loops", "none")),
+       "modules; storage buffers keep Vulkan's robust access); `bounds` / `loops` keep only the clamps / the "
+       "counters; `naga` keeps both.", choices=("naga", "bounds", "loops", "none")),
     _s("SCELLIS_WGPU_FLUSH_US", "float", None, "device",
        "How long a pass records before a program's end submits it (default 200).",
        lo=0, hi=1e6, unit="microseconds"),
