@@ -164,7 +164,7 @@ def dev_slice_gradient(run: str, spec: Spec, tier: str, token: int, x: np.ndarra
         got = dict(zip(st.outputs, execute(st.program, leaves, eng.impl)))
         names = ["loss"] + [f"grad:{n}" for n in st.param_names]
         arr = eng.impl.read_many([got[k] for k in names])
-    return {"n": len(x), "loss": float(arr[0]), "grads": {n: np.array(a) for n, a in zip(st.param_names, arr[1:])}}
+    return {"n": len(x), "loss": float(arr[0]), "grads": dict(zip(st.param_names, arr[1:]))}   # read_many's own arrays
 
 
 def dev_apply_update(run: str, spec: Spec, tier: str, shapes: tuple, token: int, reduced: dict, lr: float,

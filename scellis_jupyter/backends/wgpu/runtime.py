@@ -351,35 +351,43 @@ class WgpuBackend:
         else:
             enc = self.device.create_command_encoder()
         # copy (source buffer, source offset, bytes) pieces into the staging buffer, at most `stage` bytes a
-        # round trip: a 4 GiB weight is read through a 64 MiB window, not a 4 GiB mapped copy
-        pieces = []
-        for st, size in zip(storages, sizes):
+        # round trip: a 4 GiB weight is read through a 64 MiB window, not a 4 GiB mapped copy. Each piece is
+        # copied once on the host, straight from the mapped window into its storage's result (no bytes
+        # objects in between: a large read held three or four copies of itself at once before).
+        raws = [np.empty(size, np.uint8) for size in sizes]
+        pieces = []                         # (source buffer, source offset, bytes, storage index, offset in it)
+        for k, (st, size) in enumerate(zip(storages, sizes)):
             for lo in range(0, size, stage):
-                pieces.append((st.buffer, st.offset + lo, min(stage, size - lo)))
-        chunks, i = [], 0
+                pieces.append((st.buffer, st.offset + lo, min(stage, size - lo), k, lo))
+        i = 0
         try:
             while i < len(pieces):
-                off = 0
+                off, placed = 0, []
                 while i < len(pieces) and off + pieces[i][2] <= stage:
-                    buf, src, n = pieces[i]
+                    buf, src, n, k, lo = pieces[i]
                     enc.copy_buffer_to_buffer(buf, src, tmp, off, n)
+                    placed.append((off, n, k, lo))
                     off, i = off + n, i + 1
                 self.queue.submit([enc.finish()])
                 tmp.map_sync("READ")
-                chunks.append(bytes(tmp.read_mapped(0, off)) if off < stage else bytes(tmp.read_mapped()))
-                tmp.unmap()
+                mapped = window = None
+                try:
+                    mapped = tmp.read_mapped(0, off, copy=False)
+                    window = np.frombuffer(mapped, np.uint8)
+                    for at, n, k, lo in placed:
+                        raws[k][lo:lo + n] = window[at:at + n]
+                finally:
+                    mapped = window = None      # no view of the mapped memory outlives the map
+                    tmp.unmap()
                 if i < len(pieces):         # another round trip (no spare encoder after the last one)
                     enc = self.device.create_command_encoder()
         finally:
             tmp.destroy()
             self._untrack(stage)
-        raw = b"".join(chunks)
-        out, off = [], 0
-        for st, size in zip(storages, sizes):
+        out = []
+        for st, size, raw in zip(storages, sizes, raws):
             n = int(np.prod(st.shape, dtype=np.int64)) if st.shape else 1
-            out.append(_decode(raw[off:off + size], st.shape, st.dtype, n) if size and n
-                       else np.zeros(st.shape, dt.to_numpy(st.dtype)))
-            off += size
+            out.append(_decode(raw, st.shape, st.dtype, n) if size and n else np.zeros(st.shape, dt.to_numpy(st.dtype)))
         return out
 
     def _check_lost(self) -> None:
@@ -913,9 +921,13 @@ def _encode(arr: np.ndarray, dtype: str) -> np.ndarray:
     return arr.astype(dt.to_numpy(dtype), copy=False)
 
 
-def _decode(raw: bytes, shape, dtype: str, n: int) -> np.ndarray:
+def _decode(raw, shape, dtype: str, n: int) -> np.ndarray:
+    """n elements of `dtype` from raw bytes: a fresh array for bytes, a view for a uint8 array the caller owns."""
     if dtype == "bool":
         return (np.frombuffer(raw, np.uint32, count=n) != 0).reshape(shape)
+    if isinstance(raw, np.ndarray):
+        np_dtype = np.dtype(dt.to_numpy(dtype))
+        return raw[:n * np_dtype.itemsize].view(np_dtype).reshape(shape)
     return np.frombuffer(raw, dt.to_numpy(dtype), count=n).reshape(shape).copy()
 
 
