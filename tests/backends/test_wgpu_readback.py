@@ -61,3 +61,26 @@ def test_a_large_read_holds_about_one_host_copy():
         tracemalloc.stop()
     assert np.array_equal(got, a)
     assert peak < 1.25 * a.nbytes, peak
+
+
+def test_uploads_make_no_host_copy_and_come_back_exactly():
+    """from_numpy, from_numpy_many and write hand whole-word arrays to the queue as they are (it copies them);
+    an odd-sized f16 array is padded to a word. Values come back exactly."""
+    import tracemalloc
+    be = WG.fresh_impl()
+    a = np.arange(2_000_000, dtype=np.float32)                      # 8 MB
+    rev = a[::-1].copy()
+    be.read_many([be.from_numpy(a[:64], "f32")])                    # warm
+    tracemalloc.start()
+    try:
+        s = be.from_numpy(a, "f32")
+        many = be.from_numpy_many([(a[:262144], "f32"), (a[262144:524288], "f32")])   # 1 MB each, packed
+        be.write(s, rev)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 0.1 * a.nbytes, peak                               # no host copy of any of them
+    odd = np.arange(7, dtype=np.float16)
+    got = be.read_many([s, *many, be.from_numpy(odd, "f16")])
+    assert np.array_equal(got[0], rev) and np.array_equal(got[1], a[:262144])
+    assert np.array_equal(got[2], a[262144:524288]) and np.array_equal(got[3], odd)

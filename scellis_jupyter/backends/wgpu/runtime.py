@@ -263,11 +263,19 @@ class WgpuBackend:
         data = _encode(np.ascontiguousarray(arr), dtype)
         nbytes = dt.nbytes(arr.shape, dtype)
         s = Storage(self, self._buffer(nbytes), 0, tuple(arr.shape), dtype, nbytes)
-        if data.nbytes:
-            pad = (-data.nbytes) % 4
-            raw = data.tobytes() + b"\0" * pad
-            self.queue.write_buffer(s.buffer, 0, raw)
+        self._upload(s.buffer, 0, data)
         return s
+
+    def _upload(self, buffer, offset: int, data: np.ndarray) -> None:
+        """Queue `data` (contiguous) into `buffer` at `offset`: straight from the array when its size is whole
+        words (the queue copies it; no host copy), else through bytes padded to a word."""
+        if not data.nbytes:
+            return
+        if data.nbytes % 4 == 0:
+            self.queue.write_buffer(buffer, offset, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+        else:
+            raw = data.tobytes()
+            self.queue.write_buffer(buffer, offset, raw + b"\0" * ((-len(raw)) % 4))
 
     def from_numpy_many(self, items: Sequence[tuple[np.ndarray, str]]) -> list[Storage]:
         """Several uploads, packed where that costs no byte: tensors whose size is a multiple of 256 bytes
@@ -297,7 +305,7 @@ class WgpuBackend:
             for i, nb in pack:
                 arr, dtype = items[i]
                 out[i] = Storage(self, buf, off, tuple(np.shape(arr)), dtype, nb)
-                self.queue.write_buffer(buf, off, _encode(np.ascontiguousarray(arr), dtype).tobytes())
+                self._upload(buf, off, _encode(np.ascontiguousarray(arr), dtype))
                 off += nb
         return out
 
@@ -322,12 +330,7 @@ class WgpuBackend:
         data = _encode(np.ascontiguousarray(arr.reshape(s.shape)), s.dtype)
         if self._pass is not None:
             self.flush()
-        if data.nbytes:
-            if data.nbytes % 4 == 0:         # straight from the array (the queue copies it): no host copy
-                self.queue.write_buffer(s.buffer, s.offset, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
-            else:
-                raw = data.tobytes()
-                self.queue.write_buffer(s.buffer, s.offset, raw + b"\0" * ((-len(raw)) % 4))
+        self._upload(s.buffer, s.offset, data)
 
     def to_numpy(self, s: Storage) -> np.ndarray:
         return self.read_many([s])[0]
