@@ -9,9 +9,9 @@ from scellis_jupyter.catalog import reducer
 @reducer("grad_mean", summary="data-parallel gradients: per-slice means weighted by slice size, float64 sums")
 class GradMean:
     def leaf(self, index, result):
-        n = int(result["n"])
+        n = int(result["n"])        # one pass: widened and scaled in the same ufunc (the bits of n * float64(v))
         return {"n": n, "loss": n * float(result["loss"]),
-                "grads": {k: n * np.asarray(v, np.float64) for k, v in result["grads"].items()}}
+                "grads": {k: np.multiply(v, n, dtype=np.float64) for k, v in result["grads"].items()}}
 
     def combine(self, a, b):
         if set(a["grads"]) != set(b["grads"]):
@@ -21,5 +21,7 @@ class GradMean:
 
     def finish(self, acc):
         n = acc["n"]
+        # divided in float64 and rounded once into the float32 result (the bits of (v / n).astype(float32))
         return {"n": n, "loss": acc["loss"] / n,
-                "grads": {k: (v / n).astype(np.float32) for k, v in acc["grads"].items()}}
+                "grads": {k: np.divide(v, n, out=np.empty(np.shape(v), np.float32), casting="same_kind")
+                          for k, v in acc["grads"].items()}}
