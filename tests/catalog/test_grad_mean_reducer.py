@@ -3,17 +3,7 @@ float64 forms (n * float64(g), then (sum / N) rounded to float32) over the same 
 the batch-mean gradient of float64 arithmetic within float32 rounding (rtol 1e-6)."""
 import numpy as np
 
-from scellis_jupyter.catalog import get
-
-
-def _tree(r, leaves):
-    level = [r.leaf(i, x) for i, x in enumerate(leaves)]
-    while len(level) > 1:
-        nxt = [r.combine(a, b) for a, b in zip(level[0::2], level[1::2])]
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    return r.finish(level[0])
+from scellis_jupyter.pool.pool import _local_reduce    # the pairwise order the workers reduce in
 
 
 def _plain_tree(leaves):
@@ -30,13 +20,12 @@ def _plain_tree(leaves):
 
 def test_one_pass_forms_give_the_plain_forms_bits_and_the_batch_mean():
     rng = np.random.default_rng(7)
-    r = get("reducer", "grad_mean").make()
     sizes = [5, 3, 8, 1, 6]
     leaves = [{"n": n, "loss": float(rng.random()),
                "grads": {"w": (rng.standard_normal((17, 9)) * 10.0 ** rng.integers(-3, 4)).astype(np.float32),
                          "b": rng.standard_normal(9).astype(np.float32), "s": np.float32(rng.standard_normal())}}
               for n in sizes]
-    got = _tree(r, leaves)
+    got = _local_reduce("grad_mean", dict(enumerate(leaves)))
     want = _plain_tree(leaves)
     for k in ("w", "b", "s"):
         assert got["grads"][k].dtype == np.float32 and np.shape(got["grads"][k]) == np.shape(want[k])
