@@ -12,7 +12,7 @@ import struct
 import sys
 import time
 import weakref
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -685,11 +685,14 @@ class WgpuBackend:
             self._tag = dispatch_tag(value, ins)
         fn(self, value, ins, out)
 
-    def pipeline(self, key: str, source: str):
+    def pipeline(self, key: str, source: str | Callable[[], str]):
+        """The compiled pipeline of `key`, built from `source` (its WGSL, or a function writing it) on the first
+        ask: the key must name everything the text depends on."""
         p = self._pipelines.get(key)
         if p is None:
+            text = source() if callable(source) else source
             try:
-                mod = shaders.create_module(self.device, source, self.shader_checks)
+                mod = shaders.create_module(self.device, text, self.shader_checks)
                 p = self.device.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": "main"})
             except Exception as e:
                 raise KernelError(f"kernel {key.split(':')[0]!r} failed to compile: {e}",
@@ -698,7 +701,8 @@ class WgpuBackend:
             self._kernel_names[id(p)] = key.split(":")[0]
         return p
 
-    def launch(self, key: str, source: str, storages: Sequence[Storage], params: bytes, groups) -> None:
+    def launch(self, key: str, source: str | Callable[[], str], storages: Sequence[Storage], params: bytes,
+               groups) -> None:
         """Queue one dispatch: `storages` bind to @binding(1..n), `params` to the uniform @binding(0).
 
         `groups` is a workgroup count (folded into x/y under the 65535 limit; kernels rebuild the

@@ -20,8 +20,8 @@ for k in ("max-compute-workgroup-storage-size", "max-compute-invocations-per-wor
 SOURCES = {}
 _pipeline = type(wg.impl).pipeline
 def pipeline(self, key, source):
-    SOURCES[key] = source
-    return _pipeline(self, key, source)
+    SOURCES[key] = source() if callable(source) else source
+    return _pipeline(self, key, SOURCES[key])
 type(wg.impl).pipeline = pipeline
 r = np.random.default_rng(0)
 

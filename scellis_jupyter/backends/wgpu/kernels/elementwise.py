@@ -63,37 +63,22 @@ def vec_ok(sizes, cstrides, offs, dtypes) -> bool:
     return True
 
 
-# Kernel texts already written, by what determines them: a launch that runs outside a recorded replay (a first
-# step, a profiled or index-checked step, a batch's dry run for its uniform bytes) otherwise rebuilds each text
-# from snippets, which took most of a profiled GPT step's host time (2.7 of 3.1 s on llvmpipe).
-SOURCES: dict = {}
-SOURCES_MAX = 4096
-
-
-def _cached_source(key: tuple, build) -> str:
-    src = SOURCES.get(key)
-    if src is None:
-        if len(SOURCES) >= SOURCES_MAX:
-            SOURCES.clear()
-        src = SOURCES[key] = build()
-    return src
-
-
 def _run_vec(be, template: str, lanes, sizes, cstrides, offs, wins, dtypes, also_dtypes, body: str) -> None:
     """One chunk through kernels/elementwise_vec.wgsl: `lanes(ld, c)` is lane c's body, `ld(k)` the
     lane's read of input k (a vec4 lane, or the broadcast element). `body`, the scalar body of the same
-    op, names the lanes in the text cache."""
+    op, stands for the lanes in the pipeline key, so the text is written only when the device has no
+    pipeline for it (a launch outside a recorded replay rebuilt it each time)."""
     vec = [st[0] == 1 for st in cstrides]
     nvec = sum(vec[1:])
     ept = VEC_EPT if nvec <= 3 else 2
-    src = _cached_source(("vec", template, body, tuple(vec), tuple(dtypes), tuple(also_dtypes)),
-                         lambda: _vec_source(template, lanes, vec, ept, dtypes, also_dtypes))
     n4 = sizes[0] // 4
     base = [off // 4 if v else off for off, v in zip(offs, vec)]
     base += [0] * (8 - len(base))
     params = struct.pack("<4I8I", n4, 0, 0, 0, *base)
-    key = f"elementwise_vec:{template}:{ept}:{''.join('v' if v else 's' for v in vec)}:{src}"
-    be.launch(key, src, wins, params, (n4 + 256 * ept - 1) // (256 * ept))
+    key = (f"elementwise_vec:{template}:{ept}:{''.join('v' if v else 's' for v in vec)}:{body}:{','.join(dtypes)}"
+           f":{','.join(also_dtypes)}")
+    be.launch(key, lambda: _vec_source(template, lanes, vec, ept, dtypes, also_dtypes), wins, params,
+              (n4 + 256 * ept - 1) // (256 * ept))
 
 
 def _vec_source(template: str, lanes, vec: list, ept: int, dtypes, also_dtypes) -> str:
@@ -156,12 +141,11 @@ def run_strided(be, name: str, body: str, out, out_strides, out_base, ins, shape
     contig = len(cshape) == 1          # rank 1: no index decomposition, EPT elements an invocation
     ept = EPT if contig else 1
 
-    def build() -> str:
+    def src() -> str:                  # written only when the device has no pipeline for `key`
         decl = bindings(*zip(["out"] + [f"x{k}" for k in range(len(ins))], dtypes))
         unrolled = "\n".join(snippet(template, "contig_step", K=k, BODY=body) for k in range(ept)) if contig else ""
         return render(template, flags={"CONTIG": contig}, ENABLE=enable_f16(*dtypes, *also_dtypes), BINDINGS=decl,
                       BODY=body, EPT=ept, LAST=ept - 1, UNROLLED=unrolled)
-    src = _cached_source(("strided", template, contig, body, tuple(dtypes), tuple(also_dtypes)), build)
     key = f"{template}:{contig}:{body}:{','.join(dtypes)}"
     ops = [(b, st, i) for b, st, i in zip(bases, cstrides, isz)]
     for starts, sizes in box_chunks(cshape, ops, be.binding_limit, be.offset_align):
