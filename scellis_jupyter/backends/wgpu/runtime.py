@@ -928,14 +928,12 @@ def _encode(arr: np.ndarray, dtype: str) -> np.ndarray:
     return arr.astype(dt.to_numpy(dtype), copy=False)
 
 
-def _decode(raw, shape, dtype: str, n: int) -> np.ndarray:
-    """n elements of `dtype` from raw bytes: a fresh array for bytes, a view for a uint8 array the caller owns."""
+def _decode(raw: np.ndarray, shape, dtype: str, n: int) -> np.ndarray:
+    """n elements of `dtype` from a uint8 array the caller owns (a view of it; bool: a new array)."""
     if dtype == "bool":
         return (np.frombuffer(raw, np.uint32, count=n) != 0).reshape(shape)
-    if isinstance(raw, np.ndarray):
-        np_dtype = np.dtype(dt.to_numpy(dtype))
-        return raw[:n * np_dtype.itemsize].view(np_dtype).reshape(shape)
-    return np.frombuffer(raw, dt.to_numpy(dtype), count=n).reshape(shape).copy()
+    np_dtype = np.dtype(dt.to_numpy(dtype))
+    return raw[:n * np_dtype.itemsize].view(np_dtype).reshape(shape)
 
 
 def pack(fmt: str, *vals) -> bytes:
