@@ -6,10 +6,11 @@
 Reuses benchmarks/kernels.py's sections (each checks its result against a reference before timing and
 reports the error) and benchmarks/training.py's step timers. Warm-up: the largest matmul runs first,
 untimed, so clocks are up and pipelines built before the first measured size. Matmul is measured
-twice in the same run: with the fixed tile table (SCELLIS_MATMUL_TUNE=off, the default) and autotuned
-per shape class (=on, cached on disk per adapter), so both columns come from one machine state; f16 also
-under the `fast` tier (packed vec4<f16> arithmetic). The training steps run at their specs' tier (prod),
-with the tile table and autotuned; `whole loop` is `for step in run` with streamed data, beside the step.
+twice in the same run: with the fixed tile table (SCELLIS_MATMUL_TUNE=off) and autotuned per shape class
+(=on, cached on disk per adapter), so both columns come from one machine state; f16 also under the `fast`
+tier (packed vec4<f16> arithmetic). The training steps run at their specs' tier (prod; fast for gpt_mixed),
+with the tile table and autotuned; the default (`auto`) is the table under prod and autotuned under fast on
+a GPU. `whole loop` is `for step in run` with streamed data, beside the step.
 """
 from __future__ import annotations
 
@@ -145,7 +146,7 @@ def main(argv=None) -> int:
         os.environ["SCELLIS_MATMUL_TUNE"] = "off"
         _reset(ctx)
         save()
-    if "training" in secs:            # the default tile table (what a run gets), then autotuned per shape class
+    if "training" in secs:            # the tile table (what a prod run gets), then autotuned (what a fast run gets)
         os.environ["SCELLIS_MATMUL_TUNE"] = "off"
         # untimed warm-up: a process's first measured step ran at 0.55x its later rate (H100, 2026-12-05:
         # the MLP at 2.52 ms, then 1.39 and 1.26 in a later call)

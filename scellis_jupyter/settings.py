@@ -93,9 +93,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("SCELLIS_MULTI_TENSOR", "flag", True, "program",
        "Off: alike per-parameter updates run one dispatch each instead of one dispatch for all."),
     # kernels
-    _s("SCELLIS_MATMUL_TUNE", "text", "off", "kernels",
-       "`off` (the tile table), `on` (autotune per shape class, cached per adapter), or `VARIANT[:SPLITS]` "
-       "(one forced tile)."),
+    _s("SCELLIS_MATMUL_TUNE", "text", "auto", "kernels",
+       "`auto` (autotune under tier fast on a GPU, else the tile table), `off` (the tile table), `on` (autotune "
+       "per shape class, cached per adapter), or `VARIANT[:SPLITS]` (one forced tile)."),
     _s("SCELLIS_KSPLIT_FILL", "int", None, "kernels",
        "The workgroups the tile table's K-split aims for (default 512).", lo=1, unit="workgroups"),
     _s("SCELLIS_MATMUL_DB", "flag", True, "kernels", "Off: the tile table never takes the double-buffered tile."),

@@ -91,6 +91,7 @@ class WgpuBackend:
         # what tuning caches are keyed by: the same chip and driver tune the same way
         self.adapter_id = "|".join(str(info.get(k, "")) for k in ("vendor_id", "device_id", "device", "description",
                                                                    "backend_type")) or label
+        self.adapter_type = str(info.get("adapter_type", ""))   # "DiscreteGPU", "IntegratedGPU", "CPU", ...
         self.tier: str | None = None     # the tier of the program being run (launchers may branch on it)
         feats = set(adapter.features)
         want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats

@@ -84,6 +84,9 @@ def test_f16_accumulates_in_f32(sa, sb):
 
 
 from scellis_jupyter.backends.wgpu.kernels.matmul_tune import VARIANTS  # noqa: E402
+from scellis_jupyter.determinism import trajectory_tolerance  # noqa: E402
+
+T_FAST_RTOL = trajectory_tolerance("fast", 4)     # tier fast's declared drift over the 4 steps below
 
 
 def _fresh(monkeypatch, tune):
@@ -155,6 +158,59 @@ def test_autotune_caches_per_adapter(monkeypatch, tmp_path):
     # a second lookup reads the cache: no timing runs (the timer would raise)
     WG.impl._matmul_tuner = T.Tuner(WG.impl)
     assert T.choose(WG.impl, "f32", 96, 80, 700, 1, True, lambda *c: 1 / 0) == table[key]
+
+
+@pytest.mark.parametrize("adapter_type,tier,tunes", [("DiscreteGPU", "fast", True), ("IntegratedGPU", "fast", True),
+                                                      ("DiscreteGPU", "prod", False), ("DiscreteGPU", "debug", False),
+                                                      ("CPU", "fast", False)])
+def test_auto_tunes_only_tier_fast_on_a_gpu(adapter_type, tier, tunes, monkeypatch, tmp_path):
+    """SCELLIS_MATMUL_TUNE unset (`auto`): a program of tier fast on a GPU adapter is autotuned (a measured
+    choice is within that tier's contract); prod and debug, and any tier on a CPU adapter (llvmpipe), run the
+    tile table without timing anything."""
+    from scellis_jupyter.backends.wgpu.kernels import matmul_tune as T
+    monkeypatch.setenv("SCELLIS_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SCELLIS_MATMUL_TUNE", raising=False)
+    monkeypatch.setattr(WG.impl, "_matmul_tuner", None, raising=False)
+    monkeypatch.setattr(WG.impl, "adapter_type", adapter_type)
+    monkeypatch.setattr(WG.impl, "tier", tier)
+    timed, said = [], []
+    monkeypatch.setattr(T, "notice", said.append)
+
+    def timer(variant, splits):
+        timed.append((variant, splits))
+        return 1e-3 if (variant, splits) == ("tall", 1) else 2e-3     # the timer decides the pick
+    got = T.choose(WG.impl, "f32", 300, 200, 64, 1, True, timer)
+    base = T.default_config(300, 200, 1, 64, "f32", True, WG.impl.binding_limit,
+                            int(WG.impl.limits["max-compute-workgroup-storage-size"]))
+    if tunes:
+        assert T.tune_mode(WG.impl) == "on" and got == ("tall", 1) != base
+        assert ("tall", 1) in timed and len(timed) > 3
+        assert T.cache_path(WG.impl.adapter_id).exists()
+        assert len(said) == 1 and "tier fast" in said[0] and str(tmp_path) in said[0]   # the pause is said
+        T.choose(WG.impl, "f32", 900, 200, 64, 1, True, timer)     # another shape: timed, not said again
+        assert len(said) == 1 and len(T.Tuner(WG.impl).table) == 2
+    else:
+        assert T.tune_mode(WG.impl) == "off" and got == base and timed == [] and said == []
+
+
+def test_auto_fast_run_trains_on_tuned_tiles(monkeypatch, tmp_path):
+    """End to end through sc.train: a tier-fast run on a (pretended) GPU adapter autotunes its matmuls, stores
+    the picks in the adapter's cache, and trains to the tile table's losses within tier fast's tolerance."""
+    from fixtures import spec_text
+    from scellis_jupyter.backends.wgpu.kernels import matmul_tune as T
+    spec = spec_text("tiny_lm", determinism="fast")
+    monkeypatch.setenv("SCELLIS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(T, "gpu_adapter", lambda be: True)     # the run opens its own backend on llvmpipe
+    losses = {}
+    for mode in ("off", "auto"):
+        monkeypatch.setattr(WG.impl, "_matmul_tuner", None, raising=False)
+        _fresh(monkeypatch, mode)
+        run = sc.train(spec, store=tmp_path / mode, device=WG, progress=False)
+        losses[mode] = np.array(run.loss_history, np.float64)
+    table = T.Tuner(WG.impl).table
+    assert len(table) >= 3 and all(k.startswith(("f32:", "f16:")) for k in table)   # measured and stored
+    assert len(losses["auto"]) == 4 and np.all(np.isfinite(losses["auto"]))
+    np.testing.assert_allclose(losses["auto"], losses["off"], rtol=T_FAST_RTOL)
 
 
 def test_unknown_forced_config_is_a_clear_error(monkeypatch):

@@ -6,9 +6,9 @@ array spills to memory and was ~30x slower), BK=8, A and B staged in workgroup m
 body is assembled here from the named pieces of kernels/matmul.wgsl. Small or odd shapes take a
 smaller tile so fewer threads idle. Every load and store is bounds checked, so any M, N, K works.
 
-Tile and K-split per shape class: matmul_tune.py (a fixed table by default, autotuned and cached on
-disk per adapter with SCELLIS_MATMUL_TUNE=on). A K-split runs the splits as workgroups along z into a
-f32 partial buffer (scratch) and sums them in a fixed order with matmul_ksplit.wgsl; its boundaries
+Tile and K-split per shape class: matmul_tune.py (a fixed table, or autotuned and cached on disk per
+adapter: under tier fast on a GPU by default, everywhere with SCELLIS_MATMUL_TUNE=on). A K-split runs the
+splits as workgroups along z into a f32 partial buffer (scratch) and sums them in a fixed order with matmul_ksplit.wgsl; its boundaries
 (KC_UNIT) do not depend on the tile variant, so the shape rule's split sums in one order under debug.
 
 16-byte loads: where B (row-major) or A^T has whole vec4s along its rows (row stride, extent, offset and

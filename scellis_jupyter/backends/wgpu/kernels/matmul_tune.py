@@ -10,7 +10,13 @@ a function of the shape alone with boundaries that do not depend on the tile var
 device stay bit-identical; measurement (the tuner) and forced configs never change the split under debug.
 
 SCELLIS_MATMUL_TUNE selects the policy:
-  off (default)  the deterministic table (`default_config`): what tests and CI run
+  auto (default) `on` for programs of tier fast on a GPU adapter, `off` otherwise. Tier fast promises results
+                 within tolerance only, so a measured choice (whose packed-f16 fold interval, and split, may
+                 differ from the table's) is within its contract. On an H100 the mixed-f16 GPT loop ran at
+                 50.9-51.9 ms a step autotuned against 57.6 on the table (one process; 55.6 against 56.7 in
+                 another), after a first tune of about 40 s (RESULTS.md, 2026-12-06, 08:2x). Not on a CPU
+                 adapter (llvmpipe): timing the candidates there takes longer than it saves
+  off            the deterministic table (`default_config`): what tests and CI run
   on             read the on-disk cache; on a miss time a few candidates once and store the winner
   CONFIG         force one config everywhere, e.g. `mid` or `big:4` (variant[:splits]); for tests
                  (under debug the split stays the shape rule's)
@@ -26,6 +32,7 @@ import time
 from pathlib import Path
 
 from .... import settings
+from ....errors import notice
 
 # name: (TM, TN, RM, RN, BK, FLAGS). FLAGS: "pf" loads the next k-tile into registers during the current
 # one's products (global latency hidden behind the FMAs); "fma" writes each update as an explicit fma()
@@ -178,14 +185,23 @@ def parse_forced(text: str) -> tuple[str, int]:
     name, _, s = text.partition(":")
     splits = int(s) if s.isdigit() else 1 if not s else 0
     if name not in VARIANTS or splits not in SPLITS:
-        raise settings.refuse("SCELLIS_MATMUL_TUNE", text, "off, on, or a matmul config",
-                              hint=f"use off, on, or one of {sorted(VARIANTS)}[:{'|'.join(map(str, SPLITS))}]")
+        raise settings.refuse("SCELLIS_MATMUL_TUNE", text, "auto, off, on, or a matmul config",
+                              hint=f"use auto, off, on, or one of {sorted(VARIANTS)}[:{'|'.join(map(str, SPLITS))}]")
     return name, splits
 
 
-def tune_mode() -> str | tuple[str, int]:
-    """SCELLIS_MATMUL_TUNE: "off" (the tile table), "on" (autotune), or one forced (variant, splits)."""
+def gpu_adapter(be) -> bool:
+    """Whether `be` runs on a GPU (wgpu's adapter type: discrete, integrated or virtual), not on a CPU
+    rasterizer such as llvmpipe, or on an adapter of unknown type."""
+    return str(getattr(be, "adapter_type", "")).upper() not in ("CPU", "UNKNOWN", "")
+
+
+def tune_mode(be=None) -> str | tuple[str, int]:
+    """SCELLIS_MATMUL_TUNE: "off" (the tile table), "on" (autotune), or one forced (variant, splits); `auto`
+    resolved for backend `be` (its program's tier and its adapter's type)."""
     mode = settings.text("SCELLIS_MATMUL_TUNE")
+    if mode == "auto":
+        return "on" if getattr(be, "tier", None) == "fast" and gpu_adapter(be) else "off"
     return mode if mode in ("off", "on") else parse_forced(mode)
 
 
@@ -199,6 +215,7 @@ class Tuner:
     def __init__(self, be):
         self.be = be
         self.path = cache_path(be.adapter_id)
+        self.told = False       # whether this process has said it is timing tiles
         self.table: dict = {}
         try:
             data = json.loads(self.path.read_text())
@@ -222,7 +239,7 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
            ta: bool = False, tb: bool = False) -> tuple[str, int]:
     """The (variant, splits) for this chunk. `timer(variant, splits)` returns seconds per run (autotune).
     ta / tb: an operand is read transposed (a separate shape class: its loads differ)."""
-    mode = tune_mode()
+    mode = tune_mode(be)
     tier = getattr(be, "tier", None)
     smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
     base = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier))
@@ -243,6 +260,12 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
            + (f":s{base[1]}" if tier == "debug" else ""))     # debug: the shape rule's split, tile measured
     got = tuner.table.get(key)
     if got is None:
+        if not tuner.told:      # the first miss of a process: its pause (pipelines built, candidates timed) is said
+            tuner.told = True
+            why = "as SCELLIS_MATMUL_TUNE=on asks" if settings.text("SCELLIS_MATMUL_TUNE") == "on" else \
+                "tier fast; SCELLIS_MATMUL_TUNE=off keeps the fixed table"
+            notice(f"scellis: timing matmul tiles for new shapes on this adapter ({why}); once per shape, "
+                   f"cached in {tuner.path.parent}")
         got = tuner.table[key] = autotune(be, dtype, m, n, k, batch, whole, tier, timer)
         tuner.save()
     return got
