@@ -31,16 +31,18 @@ struct Params {
   {{EPI_PARAMS}}
 }
 @group(0) @binding(0) var<uniform> p: Params;
-// VA / VB: A / B bound as vec4s for 16-byte loads (fetch_a_v4 or fetch_a_t_v4, fetch_b_v4)
+// VA / VB: A / B bound as vec4s for 16-byte loads (fetch_a_v4 or fetch_a_t_v4, fetch_b_v4). AACC / BACC: `read`
+// where no binding this dispatch writes lies in that operand's buffer (matmul.py `_readonly`), else `read_write`
+// (WebGPU refuses one buffer both read-only and writable in a dispatch)
 #if VA
-@group(0) @binding(1) var<storage, read_write> A: array<vec4<{{T}}>>;
+@group(0) @binding(1) var<storage, {{AACC}}> A: array<vec4<{{T}}>>;
 #else
-@group(0) @binding(1) var<storage, read_write> A: array<{{T}}>;
+@group(0) @binding(1) var<storage, {{AACC}}> A: array<{{T}}>;
 #endif
 #if VB
-@group(0) @binding(2) var<storage, read_write> B: array<vec4<{{T}}>>;
+@group(0) @binding(2) var<storage, {{BACC}}> B: array<vec4<{{T}}>>;
 #else
-@group(0) @binding(2) var<storage, read_write> B: array<{{T}}>;
+@group(0) @binding(2) var<storage, {{BACC}}> B: array<{{T}}>;
 #endif
 @group(0) @binding(3) var<storage, read_write> C: array<{{CBT}}>;   // CBT: T, or f32 for K-split partials of f16 operands
 

@@ -103,6 +103,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "Products a packed-f16 partial sums before it is folded into f32 (tier fast; default one staged tile).",
        lo=1, unit="products"),
     _s("SCELLIS_MATMUL_VEC4", "flag", True, "kernels", "Off: matmul operands load as scalars only."),
+    _s("SCELLIS_MATMUL_READONLY", "flag", True, "kernels",
+       "Off: matmul operands always bind read_write (on: read-only where no written binding shares their buffer)."),
     _s("SCELLIS_MATMUL_VEC4_F16", "flag", True, "kernels", "Off: f16 matmul operands load as scalars."),
     _s("SCELLIS_MATMUL_VEC4_AROWS", "flag", None, "kernels",
        "A row-major A loads 4 k at once too (default: for f16 only)."),

@@ -17,7 +17,7 @@ import pytest
 
 import scellis_jupyter as sc
 
-from fixtures.devices import WG, launch_keys, needs_wgpu
+from fixtures.devices import WG, launch_keys, needs_wgpu, ran
 
 pytestmark = needs_wgpu
 R = np.random.default_rng(11)
@@ -76,7 +76,7 @@ def test_packed_f16_every_variant_odd_shapes_and_batches(variant, monkeypatch):
         a = R.standard_normal(sa).astype(np.float16)
         b = R.standard_normal(sb).astype(np.float16)
         check_packed(mm16(a, b, "fast"), a, b, bk)
-    assert f"matmul:{variant}:f16+h16" in WG.impl._pipelines      # the packed kernel of this tile ran
+    assert ran(f"matmul:{variant}:f16+h16")      # the packed kernel of this tile ran
 
 
 @pytest.mark.parametrize("variant", [v for v in sorted(VARIANTS) if VARIANTS[v][5]])   # every flagged variant
@@ -90,7 +90,7 @@ def test_flagged_variants_f32(variant, monkeypatch):
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         mag = np.sqrt(np.matmul(a64 * a64, b64 * b64))
         assert np.all(np.abs(got - np.matmul(a64, b64)) <= 1e-4 * mag + 1e-30)   # test_matmul.py's f32 bound
-    assert f"matmul:{variant}:f32" in WG.impl._pipelines
+    assert ran(f"matmul:{variant}:f32")
 
 
 def test_packed_error_is_near_torch_f16_and_debug_is_bit_stable(monkeypatch):
@@ -159,7 +159,7 @@ def test_tier_picks_the_f16_path(tier, key, monkeypatch):
     check_packed(mm16(a, b, tier), a, b, 16)
     with sc.tier(tier):
         (sc.tensor(a.astype(np.float32), device=WG) @ sc.tensor(b.astype(np.float32), device=WG)).numpy()
-    assert [k for k in keys if k.startswith("matmul:")] == [key, "matmul:mid_pf:f32"]
+    assert [k.removesuffix("+roab") for k in keys if k.startswith("matmul:")] == [key, "matmul:mid_pf:f32"]
 
 
 def test_the_packed_table_takes_plain_tiles():

@@ -81,7 +81,8 @@ def band_offset(band: int, coff: int, m0: int, n0: int, k0: int) -> int:
 
 
 def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = None, ta: bool = False,
-           tb: bool = False, band: int = 0, c_dtype: str | None = None, va: bool = False, vb: bool = False) -> str:
+           tb: bool = False, band: int = 0, c_dtype: str | None = None, va: bool = False, vb: bool = False,
+           ro: tuple[bool, bool] = (False, False)) -> str:
     """WGSL of one tile variant. `packed` (f16 only): vec4<f16> math into f16 partials folded into f32
     accumulators every BK k-steps; otherwise f32 math on widened operands. `epi`: an epilogue's
     (module-scope WGSL, input count, enable line) from kernels/epilogue.py, run by the store. `ta` / `tb`:
@@ -89,13 +90,15 @@ def source(variant: str, dtype: str, packed: bool = False, epi: tuple | None = N
     the same tiles. `band` (BAND_*; the offset in Params off.w): a causal band the product may skip.
     `c_dtype`: C's element type when it is not the operands' (f32 K-split partials of f16 operands). `va` /
     `vb`: A / B bind as vec4s and each thread's 4 contiguous elements load as one 16-byte load (`_vec4`): 4 m of
-    A^T, 4 k of a row-major A (put into the k-major tile as 4 components), 4 n of B."""
-    return _source(variant, dtype, packed, epi, ta, tb, band, c_dtype, va, vb, _fold_every(variant, packed))
+    A^T, 4 k of a row-major A (put into the k-major tile as 4 components), 4 n of B. `ro`: A / B bind read-only
+    (`_readonly`)."""
+    return _source(variant, dtype, packed, epi, ta, tb, band, c_dtype, va, vb, _fold_every(variant, packed),
+                   tuple(ro))
 
 
 @functools.lru_cache(maxsize=None)
 def _source(variant: str, dtype: str, packed: bool, epi: tuple | None, ta: bool, tb: bool, band: int,
-            c_dtype: str | None, va: bool, vb: bool, every: int) -> str:
+            c_dtype: str | None, va: bool, vb: bool, every: int, ro: tuple = (False, False)) -> str:
     """source() with the packed path's fold interval (staged tiles per f16 partial) made explicit."""
     if vb and tb:
         raise KernelError("vec4 loads of B need B untransposed", where="op 'matmul'", hint="engine bug")
@@ -183,7 +186,8 @@ def _source(variant: str, dtype: str, packed: bool, epi: tuple | None, ta: bool,
              for g in range(gm) for i in range(4)]
     epi_text, epi_params, enable = _epi_parts(epi, dtype)
 
-    return render("matmul", flags={"VA": va, "VB": vb}, ENABLE=enable, T=t, CBT=ct, ST=st, TM=tm, TN=tn, RM=rm,
+    return render("matmul", flags={"VA": va, "VB": vb}, AACC="read" if ro[0] else "read_write",
+                  BACC="read" if ro[1] else "read_write", ENABLE=enable, T=t, CBT=ct, ST=st, TM=tm, TN=tn, RM=rm,
                   RN=rn, BK=bk,
                   THREADS=threads, TXN=txn, AS_LEN=nbuf * bk * astr, BS_LEN=nbuf * bk * bstr,
                   DECL="\n".join(decl), MAINLOOP=mainloop + "\n" + rest, STORE="\n".join(store),
@@ -429,11 +433,27 @@ def _groups(variant, m, n, z):
 
 
 def _key(variant: str, d: str, packed: bool, ta: bool = False, tb: bool = False, band: int = 0,
-         c_dtype: str | None = None, va: bool = False, vb: bool = False) -> str:
+         c_dtype: str | None = None, va: bool = False, vb: bool = False, ro: tuple = (False, False)) -> str:
     return (f"matmul:{variant}:{d}" + ("+h16" if packed else "") + ("+ta" if ta else "") + ("+tb" if tb else "")
             + (f"+band{band}" if band else "") + (f"+c{c_dtype}" if c_dtype and c_dtype != d else "")
             + ("+va" if va else "") + ("+vb" if vb else "")
-            + (f"+fold{f}" if (f := _fold_every(variant, packed)) > 1 else ""))
+            + (f"+fold{f}" if (f := _fold_every(variant, packed)) > 1 else "")
+            + ("+ro" + "a" * ro[0] + "b" * ro[1] if any(ro) else ""))
+
+
+def _readonly(wins, written) -> tuple[bool, bool]:
+    """Whether operands A, B (the first two of `wins`) bind read-only: both, when no binding the dispatch
+    writes or declares writable (`written`: C, an epilogue's inputs) lies in the buffer of either; else neither.
+    Why: declared `read`, their loads need not stay ordered with the tile loop's barriers. On an H100 the f32
+    big tile ran 4096^3 at 38.1 TFLOP/s with both read-only against 35.0, but at 37.2 with A alone and 30.0-35.8
+    with B alone; and the GPT step, whose products mostly share the arena with one operand, ran at 48.9-49.0 ms
+    with either read-only where it could be, against 48.5-48.7 without (RESULTS.md, 2026-12-06, 08:4x-09:0x).
+    SCELLIS_MATMUL_READONLY=off: always read_write (to compare)."""
+    if not settings.flag("SCELLIS_MATMUL_READONLY"):
+        return False, False
+    busy = {id(w.buffer) for w in written}
+    ok = id(wins[0].buffer) not in busy and id(wins[1].buffer) not in busy
+    return ok, ok
 
 
 def vec4_enabled(operand: str = "") -> bool:
@@ -482,12 +502,15 @@ def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=Fals
     va, vb = vec
     if ep:          # (Epilogue, its chunk params): inputs bound after A, B, C
         src = ep[0].source(4)
-        be.launch(_key(variant, f"epi{src[3]}:{d}", packed, ta, tb, band, None, va, vb),
-                  source(variant, d, packed, src, ta, tb, band, None, va, vb), list(wins) + ep[0].wins,
+        ro = _readonly(wins, [wins[2]] + list(ep[0].wins))
+        be.launch(_key(variant, f"epi{src[3]}:{d}", packed, ta, tb, band, None, va, vb, ro),
+                  lambda: source(variant, d, packed, src, ta, tb, band, None, va, vb, ro), list(wins) + ep[0].wins,
                   params + ep[1], _groups(variant, m, n, z))
         return
-    be.launch(_key(variant, d, packed, ta, tb, band, c_dtype, va, vb),
-              source(variant, d, packed, None, ta, tb, band, c_dtype, va, vb), wins, params, _groups(variant, m, n, z))
+    ro = _readonly(wins, [wins[2]])
+    be.launch(_key(variant, d, packed, ta, tb, band, c_dtype, va, vb, ro),
+              lambda: source(variant, d, packed, None, ta, tb, band, c_dtype, va, vb, ro), wins, params,
+              _groups(variant, m, n, z))
 
 
 def _ksplit_partials(be, m, n, splits) -> Storage:
