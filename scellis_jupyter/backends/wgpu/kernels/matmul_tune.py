@@ -215,7 +215,7 @@ class Tuner:
     def __init__(self, be):
         self.be = be
         self.path = cache_path(be.adapter_id)
-        self.told = False       # whether this process has said it is timing tiles
+        self.told = False       # whether this backend (a run's own) has said it is timing tiles
         self.table: dict = {}
         try:
             data = json.loads(self.path.read_text())
@@ -260,7 +260,7 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
            + (f":s{base[1]}" if tier == "debug" else ""))     # debug: the shape rule's split, tile measured
     got = tuner.table.get(key)
     if got is None:
-        if not tuner.told:      # the first miss of a process: its pause (pipelines built, candidates timed) is said
+        if not tuner.told:      # a backend's first miss: its pause (pipelines built, candidates timed) is said
             tuner.told = True
             why = "as SCELLIS_MATMUL_TUNE=on asks" if settings.text("SCELLIS_MATMUL_TUNE") == "on" else \
                 "tier fast; SCELLIS_MATMUL_TUNE=off keeps the fixed table"
