@@ -146,8 +146,14 @@ def test_autotune_caches_per_adapter(monkeypatch, tmp_path):
     monkeypatch.setattr(WG.impl, "_matmul_tuner", None, raising=False)
     _fresh(monkeypatch, "on")
     a, b = R.standard_normal((96, 700)).astype(np.float32), R.standard_normal((700, 80)).astype(np.float32)
+    built = []
+    real = WG.impl.pipeline
+    monkeypatch.setattr(WG.impl, "pipeline", lambda key, src: (built.append(key), real(key, src))[1])
     with sc.tier("prod"):
         check(mm(a, b, WG), a, b)
+    # the candidates were timed as the launch runs them: this eager product's operands bind read-only
+    timed = {k for k in built if k.startswith("matmul:")}
+    assert len(timed) > 3 and all(k.endswith("+roab") for k in timed), timed
     path = T.cache_path(WG.impl.adapter_id)
     assert path.parent.parent == tmp_path and path.exists()
     table = T.Tuner(WG.impl).table

@@ -386,9 +386,10 @@ def _matmul(be, v, ins, out, epi=None):
                 n1 = min(n, n0 + nb)
                 whole = (m1 - m0, n1 - n0, kb) == (m, n, k) and nbat == 1
                 cm, cn, ck = m1 - m0, n1 - n0, min(k, kb)
+                ro_whole = _readonly([plan.a, plan.b, plan.c], [plan.c] + (list(epi.wins) if epi else []))
 
                 def timer(variant, splits, _b=(bstart, bsize, m0, m1, n0, n1)):
-                    return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat, packed)
+                    return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat, packed, ro_whole)
                 variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer, ta, tb)
                 if split and whole and ksplit_ok(split[1], cm, cn, ck, 1, d, None, be.binding_limit):
                     variant, splits = split      # a rule of the caller's shapes: deterministic under debug too
@@ -557,10 +558,13 @@ def ksplit_source(dtype: str, epi: tuple | None = None) -> str:
                   EPI_PARAMS=params, EPILOGUE=text)
 
 
-def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=False) -> float:
+def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=False,
+                 ro_whole=(False, False)) -> float:
     """Seconds per run of this chunk under (variant, splits), run on scratch copies outside any program
     (autotuning: the real operands may not hold data yet). The kernel timed loads A^T and B as vec4s where
-    the launch would (`_vec4` on the scratch operands' strides and extents)."""
+    the launch would (`_vec4` on the scratch operands' strides and extents), and binds them read-only where
+    the launch would: a split always (its partials are scratch), an unsplit product as `ro_whole` says (the
+    real operands' buffers against C's and an epilogue's)."""
     bstart, bsize, m0, m1, n0, n1 = box
     m, n, k = m1 - m0, n1 - n0, plan.k
     isz, ta, tb = plan.isz, plan.ta, plan.tb
@@ -586,8 +590,10 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=Fals
         part = be._buffer(m * n * splits * 4)
         z3 = [[0, 0, 0]] * 3
         va, vb = vec(z3)
-        add(_key(variant, d, packed, ta, tb, 0, "f32", va, vb),
-            source(variant, d, packed, None, ta, tb, 0, "f32", va, vb), [bufs[0], bufs[1], part],
+        ro = _readonly([Storage(be, b, 0, (1,), d, b.size) for b in (bufs[0], bufs[1], part)],
+                       [Storage(be, part, 0, (1,), "f32", part.size)])
+        add(_key(variant, d, packed, ta, tb, 0, "f32", va, vb, ro),
+            source(variant, d, packed, None, ta, tb, 0, "f32", va, vb, ro), [bufs[0], bufs[1], part],
             _params(m, n, k, 0, lda, ldb, n, kc, (0, 0, 0), [1, 1, 1], 1, z3, m * n), _groups(variant, m, n, nsplit))
         add(f"matmul_ksplit:{d}", ksplit_source(d), [part, bufs[2]], struct.pack("<4I", m * n, nsplit, 0, 0),
             (min(math.ceil(m * n / 256), WG_MAX), math.ceil(math.ceil(m * n / 256) / WG_MAX), 1))
@@ -596,8 +602,8 @@ def _time_config(be, plan, d, variant, splits, box, dims, st3, nbat, packed=Fals
         if nbat > 1:
             s3 = [[0, 0, m * k], [0, 0, k * n], [0, 0, m * n]]
         va, vb = vec(s3)
-        add(_key(variant, d, packed, ta, tb, 0, None, va, vb),
-            source(variant, d, packed, None, ta, tb, 0, None, va, vb), bufs,
+        add(_key(variant, d, packed, ta, tb, 0, None, va, vb, ro_whole),
+            source(variant, d, packed, None, ta, tb, 0, None, va, vb, ro_whole), bufs,
             _params(m, n, k, 0, lda, ldb, n, 0, (0, 0, 0), [1, 1, nbat], nbat, s3, 0), _groups(variant, m, n, nbat))
     be.flush()
     return time_direct(be, bufs[2], dispatches)
