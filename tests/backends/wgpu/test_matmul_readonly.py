@@ -18,21 +18,15 @@ class _Buf:
     pass
 
 
-class _Win:
-    def __init__(self, buf):
-        self.buffer = buf
-
-
 def test_the_rule_is_both_or_neither(monkeypatch):
     a, b, c, e = _Buf(), _Buf(), _Buf(), _Buf()
-    W = _Win
-    assert M._readonly([W(a), W(b), W(c)], [W(c)]) == (True, True)
-    assert M._readonly([W(a), W(a), W(c)], [W(c)]) == (True, True)          # A and B may share one buffer
-    assert M._readonly([W(c), W(b), W(c)], [W(c)]) == (False, False)        # A lies in C's buffer
-    assert M._readonly([W(a), W(c), W(c)], [W(c)]) == (False, False)
-    assert M._readonly([W(a), W(b), W(c)], [W(c), W(e), W(b)]) == (False, False)   # an epilogue input beside B
+    assert M._readonly(a, b, [c]) == (True, True)
+    assert M._readonly(a, a, [c]) == (True, True)          # A and B may share one buffer
+    assert M._readonly(c, b, [c]) == (False, False)        # A lies in C's buffer
+    assert M._readonly(a, c, [c]) == (False, False)
+    assert M._readonly(a, b, [c, e, b]) == (False, False)   # an epilogue input beside B
     monkeypatch.setenv("SCELLIS_MATMUL_READONLY", "off")
-    assert M._readonly([W(a), W(b), W(c)], [W(c)]) == (False, False)
+    assert M._readonly(a, b, [c]) == (False, False)
 
 
 def _fresh(monkeypatch, readonly, tune="off"):
