@@ -105,6 +105,11 @@ def wgpu_program(ctx: Ctx, tensors):
 
 
 WINDOW_S = 0.05     # a measurement spans at least this long (more runs than `iters` for short ones)
+# a process's first measurement first runs its kernel this long: an idle GPU's clocks take a while to come up (on an
+# H100, 2026-12-06, the first size measured, 4096^3 f32, read 13.1 TFLOP/s after the plain warm-up and 41.5 after
+# another size)
+FIRST_WARM_S = 1.0
+_WARMED = [False]
 
 
 def time_loop(run, sync, iters: int, warmup: int, budget_s: float) -> float:
@@ -112,10 +117,17 @@ def time_loop(run, sync, iters: int, warmup: int, budget_s: float) -> float:
     one run would overrun `budget_s`) and grows fourfold until the N runs span WINDOW_S: the one sync at
     the end (a readback on wgpu, about 0.5 ms there, against tens of microseconds for
     torch.cuda.synchronize) must be a small share of the window, or it is charged to short kernels (20
-    runs of a 25 us softmax read as 49 us a run on the H200). Each shorter round warms the next."""
+    runs of a 25 us softmax read as 49 us a run on the H200). Each shorter round warms the next; a process's
+    first measurement warms for FIRST_WARM_S."""
     for _ in range(max(warmup, 1)):
         run()
     sync()
+    if not _WARMED[0]:
+        _WARMED[0] = True
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < FIRST_WARM_S:
+            run()
+            sync()
     t0 = time.perf_counter()
     run()
     sync()

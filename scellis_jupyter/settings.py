@@ -68,10 +68,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "`default` opens the GPU with WebGPU's default limits, as a browser would.", choices=("adapter", "default")),
     _s("SCELLIS_WGPU_SUBGROUPS", "flag", True, "device",
        "Off: open the GPU without the `subgroup` feature, so kernels take their workgroup-memory paths."),
-    _s("SCELLIS_WGPU_SHADER_CHECKS", "choice", "naga", "device",
+    _s("SCELLIS_WGPU_SHADER_CHECKS", "choice", "auto", "device",
        "`none` compiles kernels without naga's index clamps and loop counters (wgpu-native's trusted shader "
        "modules; storage buffers keep Vulkan's robust access); `bounds` / `loops` keep only the clamps / the "
-       "counters; `naga` keeps both.", choices=("naga", "bounds", "loops", "none")),
+       "counters; `naga` keeps both; `auto`: `none` for the tiled matmul on a Vulkan adapter, `naga` for the rest.",
+       choices=("auto", "naga", "bounds", "loops", "none")),
     _s("SCELLIS_WGPU_FLUSH_US", "float", None, "device",
        "How long a pass records before a program's end submits it (default 200).",
        lo=0, hi=1e6, unit="microseconds"),
@@ -99,6 +100,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("SCELLIS_KSPLIT_FILL", "int", None, "kernels",
        "The workgroups the tile table's K-split aims for (default 512).", lo=1, unit="workgroups"),
     _s("SCELLIS_MATMUL_DB", "flag", True, "kernels", "Off: the tile table never takes the double-buffered tile."),
+    _s("SCELLIS_MATMUL_HUGE", "flag", True, "kernels",
+       "Off: the tile table never takes the 128x256 tile (on: for read-only operands of an unchecked matmul)."),
     _s("SCELLIS_MATMUL_FOLD", "int", None, "kernels",
        "Products a packed-f16 partial sums before it is folded into f32 (tier fast; default one staged tile).",
        lo=1, unit="products"),

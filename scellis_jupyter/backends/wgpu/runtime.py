@@ -97,7 +97,8 @@ class WgpuBackend:
         want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats
                 and (f != "subgroup" or subgroups_wanted())]
         required = requested_limits(adapter.limits)
-        self.shader_checks = shaders.checks()   # read once: every kernel of this device is compiled alike
+        self.shader_checks = shaders.checks()   # read once: the policy every kernel of this device compiles under
+        self.backend_type = str(info.get("backend_type", ""))   # "Vulkan", "Metal", ...
         try:
             self.device = adapter.request_device_sync(required_features=want, required_limits=required)
         except Exception as e:  # pragma: no cover - driver specific
@@ -686,6 +687,10 @@ class WgpuBackend:
             self._tag = dispatch_tag(value, ins)
         fn(self, value, ins, out)
 
+    def checks_for(self, kernel: str) -> str:
+        """The naga checks kernel `kernel` (a pipeline key's first field) compiles with (shaders.mode_for)."""
+        return shaders.mode_for(self.shader_checks, kernel, self.backend_type)
+
     def pipeline(self, key: str, source: str | Callable[[], str]):
         """The compiled pipeline of `key`, built from `source` (its WGSL, or a function writing it) on the first
         ask: the key must name everything the text depends on."""
@@ -693,7 +698,7 @@ class WgpuBackend:
         if p is None:
             text = source() if callable(source) else source
             try:
-                mod = shaders.create_module(self.device, text, self.shader_checks)
+                mod = shaders.create_module(self.device, text, self.checks_for(key.split(":")[0]))
                 p = self.device.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": "main"})
             except Exception as e:
                 raise KernelError(f"kernel {key.split(':')[0]!r} failed to compile: {e}",

@@ -5,9 +5,15 @@ counter in every loop, so a bad index or an endless loop cannot escape the shade
 index their tiles by construction and bound their loops by their parameters, and on Vulkan storage
 buffers keep the driver's robust access either way; wgpu-native's trusted shader modules
 (`wgpuDeviceCreateShaderModuleTrusted`, not in the WebGPU API that wgpu-py wraps) leave the checks out.
-SCELLIS_WGPU_SHADER_CHECKS picks: `naga` (both, the default: Metal has no robust buffer access to fall
-back on), `bounds` (clamps only), `loops` (loop counters only), `none` (1-3% off the f32 GPT step and
-5% off the mixed one on an H100, benchmarks/RESULTS.md 2026-12-06).
+SCELLIS_WGPU_SHADER_CHECKS picks: `auto` (the default: `none` for the kernels in TRUSTED on a Vulkan adapter,
+`naga` for everything else), `naga` (both everywhere: Metal and D3D12 have no robust buffer access to fall
+back on), `bounds` (clamps only), `loops` (loop counters only), `none` (everywhere: 1-3% off the f32 GPT step
+and 5% off the mixed one on an H100, benchmarks/RESULTS.md 2026-12-06).
+
+TRUSTED: the tiled matmul, whose workgroup tiles are indexed by the invocation id and constants only (every index
+is below the tile's length by construction, matmul.py) and whose one loop runs from the chunk's k start to its
+end by BK. Unchecked, the 128x256 tile ran 8192^3 at 41.7-42.1 TFLOP/s against 39.7 checked (H100, RESULTS.md
+2026-12-06 10:1x); storage reads and writes stay under Vulkan's robust buffer access either way.
 """
 from __future__ import annotations
 
@@ -16,9 +22,20 @@ from ... import settings
 _CHECKS = {"naga": 0x1 | 0x2, "bounds": 0x1, "loops": 0x2, "none": 0x0}   # WGPUShaderRuntimeChecks bits
 
 
+TRUSTED = frozenset({"matmul"})       # kernel names (a pipeline key's first field) `auto` compiles unchecked on Vulkan
+
+
 def checks() -> str:
-    """The checks in effect (SCELLIS_WGPU_SHADER_CHECKS)."""
+    """The checks policy in effect (SCELLIS_WGPU_SHADER_CHECKS)."""
     return settings.choice("SCELLIS_WGPU_SHADER_CHECKS")
+
+
+def mode_for(policy: str, kernel: str, backend_type: str) -> str:
+    """The checks (a key of _CHECKS) kernel `kernel` compiles with under `policy` on an adapter of wgpu backend
+    `backend_type` ("Vulkan", "Metal", ...)."""
+    if policy != "auto":
+        return policy
+    return "none" if kernel in TRUSTED and backend_type.lower() == "vulkan" else "naga"
 
 
 def create_module(device, code: str, mode: str = "naga", label: str = ""):

@@ -157,13 +157,13 @@ def test_autotune_caches_per_adapter(monkeypatch, tmp_path):
     path = T.cache_path(WG.impl.adapter_id)
     assert path.parent.parent == tmp_path and path.exists()
     table = T.Tuner(WG.impl).table
-    key = T.shape_class("f32", 96, 80, 700, 1)
-    assert key in table
+    key = T.shape_class("f32", 96, 80, 700, 1) + ":ro"      # read-only operands: a class of their own
+    assert key in table and T.shape_class("f32", 96, 80, 700, 1) not in table
     assert table[key] in T.candidates("f32", 96, 80, 700, 1, True, "prod", WG.impl.binding_limit,
                                       int(WG.impl.limits["max-compute-workgroup-storage-size"]))
     # a second lookup reads the cache: no timing runs (the timer would raise)
     WG.impl._matmul_tuner = T.Tuner(WG.impl)
-    assert T.choose(WG.impl, "f32", 96, 80, 700, 1, True, lambda *c: 1 / 0) == table[key]
+    assert T.choose(WG.impl, "f32", 96, 80, 700, 1, True, lambda *c: 1 / 0, ro=True) == table[key]
 
 
 @pytest.mark.parametrize("adapter_type,tier,tunes", [("DiscreteGPU", "fast", True), ("IntegratedGPU", "fast", True),

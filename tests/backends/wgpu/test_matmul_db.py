@@ -1,6 +1,7 @@
 """The double-buffered tile variants (matmul.wgsl loop_db): the same products in the same order as their
 single-buffered siblings, so big_db must give big_p's bits exactly (and be within the f32 bound of
-float64 on every edge); the table takes big_db only where the device's workgroup memory holds it."""
+float64 on every edge); the table takes big_db only where the device's workgroup memory holds it, and huge_db
+(128x256) only for read-only operands of a matmul compiled unchecked, with enough of its tiles."""
 import numpy as np
 import pytest
 
@@ -53,3 +54,63 @@ def test_big_db_gives_big_p_bits_on_ragged_shapes(ta, tb, monkeypatch):
     tol = 1e-4 * np.sqrt((a64 * a64) @ (b64 * b64)) + 1e-30
     assert np.all(np.abs(got - a64 @ b64) <= tol)
     assert any(key.startswith("matmul:big_db") for key in WG.impl._pipelines)
+
+
+def test_the_table_takes_huge_db_only_for_read_only_unchecked_products_of_enough_tiles():
+    need = T.smem_bytes("huge_db")
+    assert T.smem_bytes("big_db") < need <= 32768
+    assert T.default_config(2048, 2048, 1, 2048, smem=need, huge=True) == ("huge_db", 1)     # 128 tiles of 128x256
+    assert T.default_config(2048, 2048, 1, 2048, smem=need) == ("big_db", 1)                 # not read-only + unchecked
+    assert T.default_config(2048, 1792, 1, 2048, smem=need, huge=True) == ("big_db", 1)      # 112 tiles: too few
+    assert T.default_config(128, 256, 128, 64, smem=need, huge=True) == ("huge_db", 1)       # batched tiles count
+    assert T.default_config(2048, 2048, 1, 2048, smem=need - 16, huge=True) == ("big_db", 1)  # does not fit
+    assert T.default_config(2048, 2048, 1, 2048, "f16", smem=need, huge=True, packed=True)[0] == "big"
+
+
+@needs_wgpu
+def test_huge_ok_follows_the_binding_and_the_checks(monkeypatch):
+    monkeypatch.setattr(WG.impl, "shader_checks", "auto")
+    monkeypatch.setattr(WG.impl, "backend_type", "Vulkan")
+    assert T.huge_ok(WG.impl, True) and not T.huge_ok(WG.impl, False)
+    monkeypatch.setattr(WG.impl, "shader_checks", "naga")
+    assert not T.huge_ok(WG.impl, True)
+    assert not T.huge_ok(object(), True)          # a backend that cannot say how it compiles
+
+
+@needs_wgpu
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])
+def test_huge_db_gives_big_db_bits_on_ragged_shapes(ta, tb, monkeypatch):
+    if int(WG.impl.limits.get("max-compute-workgroup-storage-size", 0)) < T.smem_bytes("huge_db"):
+        pytest.skip("the device's workgroup memory does not hold huge_db")
+    m, n, k = 131, 261, 45                  # ragged: a partial 128x256 tile in each direction, a partial k-tile
+    a = R.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = R.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    got = _mm(a, b, ta, tb, "huge_db", monkeypatch)
+    ref = _mm(a, b, ta, tb, "big_db", monkeypatch)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+    a64 = a.astype(np.float64).T if ta else a.astype(np.float64)
+    b64 = b.astype(np.float64).T if tb else b.astype(np.float64)
+    tol = 1e-4 * np.sqrt((a64 * a64) @ (b64 * b64)) + 1e-30
+    assert np.all(np.abs(got - a64 @ b64) <= tol)
+    assert any(key.startswith("matmul:huge_db") for key in WG.impl._pipelines)
+
+
+@needs_wgpu
+def test_the_table_runs_huge_db_for_a_large_eager_product(monkeypatch):
+    """Unforced, on llvmpipe (a Vulkan adapter: the matmul compiles unchecked under `auto`), an eager product of
+    128 tiles of 128x256 with its operands apart from C runs huge_db read-only, within f32's bound of float64."""
+    if int(WG.impl.limits.get("max-compute-workgroup-storage-size", 0)) < T.smem_bytes("huge_db"):
+        pytest.skip("the device's workgroup memory does not hold huge_db")
+    monkeypatch.setattr(WG.impl, "shader_checks", "auto")
+    monkeypatch.setattr(WG.impl, "backend_type", "Vulkan")
+    monkeypatch.setenv("SCELLIS_MATMUL_TUNE", "off")
+    built = []
+    real = WG.impl.pipeline
+    monkeypatch.setattr(WG.impl, "pipeline", lambda key, src: (built.append(key), real(key, src))[1])
+    m, n, k = 1024, 4096, 24
+    a = R.standard_normal((m, k)).astype(np.float32)
+    b = R.standard_normal((k, n)).astype(np.float32)
+    got = sc.Tensor(F.matmul(sc.tensor(a, device=WG).node, sc.tensor(b, device=WG).node), WG).numpy()
+    assert [key for key in built if key.startswith("matmul:")] == ["matmul:huge_db:f32+vb+roab"]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert np.all(np.abs(got - a64 @ b64) <= 1e-4 * np.sqrt((a64 * a64) @ (b64 * b64)) + 1e-30)

@@ -32,7 +32,8 @@ spec = sys.argv[1]
 with tempfile.TemporaryDirectory() as d:
     run = sc.train(spec, store=d, device="wgpu", progress=False)
     losses = [float(x).hex() for x in run.loss_history]
-print("RESULT", json.dumps({"checks": wg.impl.shader_checks, "mm": mm, "losses": losses}))
+print("RESULT", json.dumps({"checks": wg.impl.shader_checks, "mm": mm, "losses": losses,
+                            "modes": [wg.impl.checks_for(k) for k in ("matmul", "softmax", "matmul_ksplit")]}))
 """
 
 TINY = spec_text("tiny_lm", steps=3, seed=4)
@@ -46,11 +47,43 @@ def _result(run_python, mode):
 
 
 def test_unchecked_kernels_give_the_checked_bits(run_python):
-    naga, none = _result(run_python, None), _result(run_python, "none")
-    assert naga["checks"] == "naga" and none["checks"] == "none"
+    naga, none, auto = _result(run_python, "naga"), _result(run_python, "none"), _result(run_python, None)
+    assert naga["checks"] == "naga" and none["checks"] == "none" and auto["checks"] == "auto"
+    assert naga["modes"] == ["naga"] * 3 and none["modes"] == ["none"] * 3
+    assert auto["modes"] == ["none", "naga", "naga"]      # llvmpipe is a Vulkan adapter: the matmul alone unchecked
     assert len(naga["losses"]) == 3
-    assert none["mm"] == naga["mm"]
-    assert none["losses"] == naga["losses"]
+    assert none["mm"] == naga["mm"] == auto["mm"]
+    assert none["losses"] == naga["losses"] == auto["losses"]
+
+
+def test_auto_leaves_the_checks_out_of_the_matmul_on_vulkan_only():
+    from scellis_jupyter.backends.wgpu.shaders import TRUSTED, mode_for
+    assert TRUSTED == {"matmul"}
+    assert mode_for("auto", "matmul", "Vulkan") == "none"
+    for kernel, backend in (("matmul", "Metal"), ("matmul", "D3D12"), ("matmul", ""), ("softmax", "Vulkan"),
+                            ("matmul_ksplit", "Vulkan")):
+        assert mode_for("auto", kernel, backend) == "naga", (kernel, backend)
+    for policy in ("naga", "bounds", "loops", "none"):
+        assert mode_for(policy, "matmul", "Vulkan") == mode_for(policy, "softmax", "Metal") == policy
+
+
+def test_pipelines_compile_under_their_kernels_checks(monkeypatch):
+    """The device compiles each pipeline with the checks its kernel name resolves to (wgpu-native's trusted entry
+    point for `none`)."""
+    from scellis_jupyter.backends.wgpu import shaders
+    from fixtures.devices import WG
+    seen = []
+    real = shaders.create_module
+    monkeypatch.setattr(shaders, "create_module", lambda dev, code, mode="naga", label="": (seen.append(mode),
+                                                                                          real(dev, code, mode, label))[1])
+    monkeypatch.setattr(WG.impl, "shader_checks", "auto")
+    monkeypatch.setattr(WG.impl, "backend_type", "Vulkan")
+    src = "@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n@compute @workgroup_size(1) fn main() { x[0] = 1.0; }"
+    WG.impl.pipeline("matmul:probe-auto", src)
+    WG.impl.pipeline("softmax:probe-auto", src)
+    monkeypatch.setattr(WG.impl, "backend_type", "Metal")
+    WG.impl.pipeline("matmul:probe-auto-metal", src)
+    assert seen == ["none", "naga", "naga"]
 
 
 @pytest.mark.parametrize("mode", ["bounds", "loops"])

@@ -391,7 +391,7 @@ def _matmul(be, v, ins, out, epi=None):
 
                 def timer(variant, splits, _b=(bstart, bsize, m0, m1, n0, n1)):
                     return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat, packed, ro_whole)
-                variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer, ta, tb)
+                variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer, ta, tb, all(ro_whole))
                 if split and whole and ksplit_ok(split[1], cm, cn, ck, 1, d, None, be.binding_limit):
                     variant, splits = split      # a rule of the caller's shapes: deterministic under debug too
                 ep = epi and (epi, epi.params(bstart, se, e3, m0, n0, n1 - n0))

@@ -59,7 +59,15 @@ VARIANTS = {
     # big_p's products in big_p's order: the same bits. (tall and huge double-buffered ran no faster than
     # tall_pf / huge_pf on the H200, 2026-12-04, and were dropped.)
     "big_db": (128, 128, 8, 8, 8, ("pf", "pad", "db")),
+    # 8x16 per thread over a 128x256 tile, double-buffered: half again the FMAs per workgroup-memory read of big_db.
+    # On an H100 (2026-12-06), with A and B read-only and the kernel unchecked, 8192^3 ran at 41.6-42.1 TFLOP/s
+    # and 4096^3 at 40.2-40.8 against big_db's 38.9-39.1 / 37.7; checked by naga it ran no faster than big_db
+    # (39.7 / 38.5). The table takes it only so (`default_config` huge)
+    "huge_db": (128, 256, 8, 16, 8, ("pf", "pad", "db")),
 }
+# the table's huge_db needs this many 128x256 tiles (one a multiprocessor: the tile holds one workgroup per SM on an
+# H100, whose 132 SMs 2048^3's 128 tiles nearly fill)
+HUGE_TILES = 128
 
 
 PAD_LIMIT = 16384   # workgroup bytes a single-buffered tile pads within (WebGPU's default limit); twice that for "db"
@@ -122,17 +130,23 @@ PACKED_PLAIN = {"big_db": "big", "big_p": "big", "mid_pf": "mid"}
 
 
 def default_config(m: int, n: int, batch: int, k: int = 0, dtype: str = "f32", whole: bool = True,
-                   binding_limit: int = DEFAULT_BINDING, smem: int = 16384, packed: bool = False) -> tuple[str, int]:
+                   binding_limit: int = DEFAULT_BINDING, smem: int = 16384, packed: bool = False,
+                   huge: bool = False) -> tuple[str, int]:
     """The big tile when there are enough 128x128 tiles to fill a large GPU; smaller ones otherwise; and a
     K-split for a whole f32 or f16 matrix of few output tiles and long K (a fixed rule of the shape alone:
     M = N = 384, K = 16384 gives 36 64x64 tiles, split 16 ways). k = 0: tile only. The big tile is
     big_db (double-buffered, the same bits as big_p) where the adapter's workgroup memory `smem` holds it:
     on the H200 (2026-12-04) it ran the GPT step's matmuls at 27.8-31.4 TFLOP/s against big_p's 27.2-29.9.
-    `packed`: the packed-f16 path runs (`packed_f16`), which takes the plain tiles (PACKED_PLAIN)."""
+    `packed`: the packed-f16 path runs (`packed_f16`), which takes the plain tiles (PACKED_PLAIN). `huge`: the
+    operands bind read-only and the kernel compiles unchecked (`huge_ok`), where huge_db outruns big_db: it is
+    taken for at least HUGE_TILES of its tiles (not under packed f16)."""
     big_tiles = math.ceil(m / 128) * math.ceil(n / 128) * batch
     splittable = k >= LONG_K and whole and dtype in SPLIT_DTYPES and batch == 1
     if m >= 128 and n >= 128 and (big_tiles >= 32 or (splittable and big_tiles >= BIG_SPLIT_TILES)):
         v = "big_db" if smem >= smem_bytes("big_db") and db_enabled() else "big_p"
+        if (huge and not packed and v == "big_db" and smem >= smem_bytes("huge_db")
+                and math.ceil(m / 128) * math.ceil(n / 256) * batch >= HUGE_TILES):
+            v = "huge_db"
     elif m >= 48 and n >= 48:
         v = "mid_pf"
     else:
@@ -235,14 +249,24 @@ class Tuner:
             pass        # a cache we cannot write only costs a re-tune next session
 
 
+def huge_ok(be, ro: bool) -> bool:
+    """Whether the table may take huge_db: its operands bind read-only (`ro`) and `be` compiles the matmul
+    unchecked (shaders.mode_for); SCELLIS_MATMUL_HUGE=off: never (to compare)."""
+    checks_for = getattr(be, "checks_for", None)
+    return (bool(ro) and checks_for is not None and checks_for("matmul") == "none"
+            and settings.flag("SCELLIS_MATMUL_HUGE"))
+
+
 def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, timer,
-           ta: bool = False, tb: bool = False) -> tuple[str, int]:
+           ta: bool = False, tb: bool = False, ro: bool = False) -> tuple[str, int]:
     """The (variant, splits) for this chunk. `timer(variant, splits)` returns seconds per run (autotune).
-    ta / tb: an operand is read transposed (a separate shape class: its loads differ)."""
+    ta / tb: an operand is read transposed (a separate shape class: its loads differ). ro: A and B bind
+    read-only (matmul._readonly; a separate class too: the kernels run differently)."""
     mode = tune_mode(be)
     tier = getattr(be, "tier", None)
     smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
-    base = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier))
+    base = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier),
+                          huge_ok(be, ro))
     if mode == "off":
         return base
     if mode != "on":
@@ -257,6 +281,7 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
         tuner = be._matmul_tuner = Tuner(be)
     key = (shape_class(dtype, m, n, k, batch) + (":det" if tier == "debug" else "") + ("" if whole else ":chunk")
            + (":h16" if packed_f16(dtype, tier) else "") + (":ta" if ta else "") + (":tb" if tb else "")
+           + (":ro" if ro else "")
            + (f":s{base[1]}" if tier == "debug" else ""))     # debug: the shape rule's split, tile measured
     got = tuner.table.get(key)
     if got is None:
@@ -266,7 +291,7 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
                 "tier fast; SCELLIS_MATMUL_TUNE=off keeps the fixed table"
             notice(f"scellis: timing matmul tiles for new shapes on this adapter ({why}); once per shape, "
                    f"cached in {tuner.path.parent}")
-        got = tuner.table[key] = autotune(be, dtype, m, n, k, batch, whole, tier, timer)
+        got = tuner.table[key] = autotune(be, dtype, m, n, k, batch, whole, tier, timer, huge_ok(be, ro))
         tuner.save()
     return got
 
@@ -289,9 +314,9 @@ def candidates(dtype, m, n, k, batch, whole, tier, binding_limit, smem_limit: in
     return out
 
 
-def autotune(be, dtype, m, n, k, batch, whole, tier, timer) -> tuple[str, int]:
+def autotune(be, dtype, m, n, k, batch, whole, tier, timer, huge: bool = False) -> tuple[str, int]:
     smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
-    best = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier))
+    best = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier), huge)
     best_t = math.inf
     for cand in candidates(dtype, m, n, k, batch, whole, tier, be.binding_limit, smem):
         try:
