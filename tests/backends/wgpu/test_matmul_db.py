@@ -114,3 +114,17 @@ def test_the_table_runs_huge_db_for_a_large_eager_product(monkeypatch):
     assert [key for key in built if key.startswith("matmul:")] == ["matmul:huge_db:f32+vb+roab"]
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     assert np.all(np.abs(got - a64 @ b64) <= 1e-4 * np.sqrt((a64 * a64) @ (b64 * b64)) + 1e-30)
+
+
+def test_warp_tiling_needs_whole_warps_of_8_by_4_thread_tiles(monkeypatch):
+    from scellis_jupyter.backends.wgpu.kernels import matmul as M
+    assert "wt" in T.VARIANTS["huge_db"][5]
+    src = M.source("huge_db", "f32")
+    assert "t / 32u % 2u" in src and "let tx = t % 16u" not in src     # 16 x 16 threads: warps 2 across
+    assert "let tx = t % 16u" in M.source("big_db", "f32")
+    monkeypatch.setitem(T.VARIANTS, "odd_wt", (64, 64, 4, 4, 16, ("wt",)))   # 16 x 16 threads: fine
+    assert "t / 32u % 2u" in M.source("odd_wt", "f32")
+    monkeypatch.setitem(T.VARIANTS, "bad_wt", (16, 32, 4, 8, 16, ("wt",)))   # 4 thread columns: not a warp's 8
+    with pytest.raises(sc.KernelError, match="cannot be warp-tiled"):
+        M.source("bad_wt", "f32")
+    M._source.cache_clear()

@@ -2,7 +2,9 @@
 
 Why this shape: the fast variant measured on an H200 through wgpu is a 128x128 tile per workgroup,
 256 threads, 8x8 outputs per thread in 16 NAMED vec4<f32> accumulators (a runtime-indexed private
-array spills to memory and was ~30x slower), BK=8, A and B staged in workgroup memory. The unrolled
+array spills to memory and was ~30x slower), BK=8, A and B staged in workgroup memory. Large products whose
+operands bind read-only, compiled without naga's checks (Vulkan, shaders.py), take a 128x256 tile of 8x16 a thread
+instead (matmul_tune huge_db: 0.80-0.83x cuBLAS f32 on an H100). The unrolled
 body is assembled here from the named pieces of kernels/matmul.wgsl. Small or odd shapes take a
 smaller tile so fewer threads idle. Every load and store is bounds checked, so any M, N, K works.
 
@@ -186,7 +188,11 @@ def _source(variant: str, dtype: str, packed: bool, epi: tuple | None, ta: bool,
              for g in range(gm) for i in range(4)]
     epi_text, epi_params, enable = _epi_parts(epi, dtype)
 
-    return render("matmul", flags={"VA": va, "VB": vb}, AACC="read" if ro[0] else "read_write",
+    wt = "wt" in flags
+    if wt and (txn % 8 or tym % 4):
+        raise KernelError(f"tile {variant} cannot be warp-tiled", where="op 'matmul'", hint="engine bug")
+    return render("matmul", flags={"VA": va, "VB": vb, "WT": wt}, WX=txn // 8 if wt else 1,
+                  AACC="read" if ro[0] else "read_write",
                   BACC="read" if ro[1] else "read_write", ENABLE=enable, T=t, CBT=ct, ST=st, TM=tm, TN=tn, RM=rm,
                   RN=rn, BK=bk,
                   THREADS=threads, TXN=txn, AS_LEN=nbuf * bk * astr, BS_LEN=nbuf * bk * bstr,

@@ -37,8 +37,9 @@ from ....errors import notice
 # name: (TM, TN, RM, RN, BK, FLAGS). FLAGS: "pf" loads the next k-tile into registers during the current
 # one's products (global latency hidden behind the FMAs); "fma" writes each update as an explicit fma()
 # (one rounding; naga's SPIR-V otherwise carries a multiply and an add the driver may or may not fuse);
-# "pad" pads As rows by a vec4 (bank-conflict-free k-major stores) when that fits 16 KiB. None of them
-# changes the order in which an output element sums over k.
+# "pad" pads As rows by a vec4 (bank-conflict-free k-major stores) when that fits 16 KiB; "wt" maps each warp's 32
+# threads to 8 x 4 thread tiles (matmul.wgsl WT). None of them changes the order in which an output element sums
+# over k.
 VARIANTS = {
     "big": (128, 128, 8, 8, 8, ()),      # 256 threads, 16 vec4 accumulators each
     "big16": (128, 128, 8, 8, 16, ()),   # same tile, deeper k step (16 KiB of workgroup memory)
@@ -62,8 +63,9 @@ VARIANTS = {
     # 8x16 per thread over a 128x256 tile, double-buffered: half again the FMAs per workgroup-memory read of big_db.
     # On an H100 (2026-12-06), with A and B read-only and the kernel unchecked, 8192^3 ran at 41.6-42.1 TFLOP/s
     # and 4096^3 at 40.2-40.8 against big_db's 38.9-39.1 / 37.7; checked by naga it ran no faster than big_db
-    # (39.7 / 38.5). The table takes it only so (`default_config` huge)
-    "huge_db": (128, 256, 8, 16, 8, ("pf", "pad", "db")),
+    # (39.7 / 38.5). The table takes it only so (`default_config` huge). Warp-tiled ("wt": a warp's 32 threads
+    # take 8 x 4 thread tiles, not 16 x 2): 43.1 against 42.4 at 8192^3, 39.0-39.5 against 38.7-38.8 at 2048^3
+    "huge_db": (128, 256, 8, 16, 8, ("pf", "pad", "db", "wt")),
 }
 # the table's huge_db needs this many 128x256 tiles (one a multiprocessor: the tile holds one workgroup per SM on an
 # H100, whose 132 SMs 2048^3's 128 tiles nearly fill)
