@@ -100,6 +100,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("SCELLIS_KSPLIT_FILL", "int", None, "kernels",
        "The workgroups the tile table's K-split aims for (default 512).", lo=1, unit="workgroups"),
     _s("SCELLIS_MATMUL_DB", "flag", True, "kernels", "Off: the tile table never takes the double-buffered tile."),
+    _s("SCELLIS_ARENA_SPLIT", "flag", False, "kernels",
+       "On: a wgpu Program's arena is planned as two buffers, each matmul's output apart from its operands, so "
+       "they bind read-only (at most 10% or 16 MiB more arena bytes; not yet timed on a GPU, so off by default)."),
     _s("SCELLIS_MATMUL_HUGE", "flag", True, "kernels",
        "Off: the tile table never takes the 128x256 tile (on: for read-only operands of an unchecked matmul)."),
     _s("SCELLIS_MATMUL_FOLD", "int", None, "kernels",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import DeviceError
 from ..program.schedule import Program
 
 
@@ -33,9 +34,18 @@ def bind(prog: Program, leaves: list, persistent: list, backend, arena):
     their leaf's storage, views on their base, everything else at its planned arena offset.
 
     Returns (resolve, where): `resolve(i)` fills `where` on demand. Shared by execution and by a
-    backend's dry run (planning), so both place values the same way.
+    backend's dry run (planning), so both place values the same way. `arena`: one buffer, or for a split arena
+    plan (liveness.py) the pair of buffers, the second holding the values at offsets from the split on.
     """
     vals = prog.values
+    split = prog.arena.split
+    if split and not isinstance(arena, tuple):
+        raise DeviceError("a split arena needs its two buffers", where=f"program {prog.hash[:12]}", hint="engine bug")
+
+    def place(off: int):
+        if not split:
+            return arena, off
+        return (arena[0], off) if off < split else (arena[1], off - split)
     where: dict[int, Storage] = dict(zip(prog.leaves, leaves))
     where.update(zip(prog.persistent, persistent))
     for b, li in prog.meta.get("donated", {}).items():     # outputs written over their leaf's storage
@@ -49,7 +59,8 @@ def bind(prog: Program, leaves: list, persistent: list, backend, arena):
         s = where.get(i)
         if s is None:
             v = vals[i]
-            s = where[i] = Storage(backend, arena, prog.arena.offsets[i], v.shape, v.dtype, v.nbytes)
+            buf, off = place(prog.arena.offsets[i])
+            s = where[i] = Storage(backend, buf, off, v.shape, v.dtype, v.nbytes)
         for j in reversed(chain):        # iterative: a self-referring closure would keep `where` alive
             v = vals[j]
             s = where[j] = s.sub(prog.view_base[j][1], v.shape, v.dtype, v.nbytes)

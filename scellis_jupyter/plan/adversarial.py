@@ -23,6 +23,7 @@ from ..dtypes import nbytes as nb
 from .model import (CATEGORIES, GREEN_HEADROOM, Fix, Plan, _context, _device_warnings, _largest_green, _verdict,
                     _verdicts, step_parts, step_peak)
 from ..program.adversarial import build_gan_steps
+from ..program.liveness import arena_slots
 
 
 @dataclass
@@ -68,7 +69,8 @@ def gan_peak(steps: dict, impl) -> tuple[int, dict, dict, dict, dict]:
     bd["optimizer_state"] = sum(state.values())
     for role, v in a["arena_roles"].items():
         bd[role] += v
-    bd["workspace"] += a["arena"] - sum(a["arena_roles"].values())     # placement slack of the arena
+    arena = sum(impl.arena_bytes(x) for x in arena_slots([st.program.arena for st in steps.values()]) if x)
+    bd["workspace"] += arena - sum(a["arena_roles"].values())     # placement slack of the arena (its buffers)
     bd["data"] = i["leaf"]["data"]
     bd["workspace"] += i["leaf"]["scalar"] + i["persistent"] + uniform
     scratch: dict = {}                           # launchers' scratch buffers: one per name, the larger need

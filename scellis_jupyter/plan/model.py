@@ -123,7 +123,7 @@ def step_parts(step, impl) -> dict:
     uniform, scratch = None, {}
     if hasattr(impl, "dry_run"):
         uniform, scratch = impl.dry_run(prog, [_StandIn(lf.node) for lf in step.leaves])
-    arena = impl.arena_bytes(prog.arena.arena_bytes)
+    arena = sum(impl.arena_bytes(part) for part in prog.arena.parts())     # two buffers for a split arena
     by_role = {"activations": 0, "gradients": 0, "workspace": 0}
     worst = prog.arena.live_peak_step
     if worst is not None:

@@ -70,7 +70,7 @@ class RunReplay:
     def __init__(self, impl):
         self.impl = impl
         self.book = Ledger(bool(getattr(impl, "pools_outputs", False)))
-        self.arena = 0
+        self.arena = [0, 0]          # the arena's buffer, and a split arena's second one
         self.scratch: dict = {}
         self.uniforms: set = set()
 
@@ -82,11 +82,12 @@ class RunReplay:
         """One execution of `prog` (its roots' shapes for the dry run), then one readback of the outputs
         at positions `read`, then its outputs released."""
         impl, book = self.impl, self.book
-        need = impl.arena_bytes(prog.arena.arena_bytes)
-        if need > self.arena:                        # the old arena goes before the new one comes
-            book.free("arena", self.arena)
-            book.alloc("arena", need)
-            self.arena = need
+        for slot, part in enumerate(prog.arena.parts()):    # a split arena's second buffer grows on its own
+            need = impl.arena_bytes(part)
+            if need > self.arena[slot]:              # the old arena goes before the new one comes
+                book.free("arena", self.arena[slot])
+                book.alloc("arena", need)
+                self.arena[slot] = need
         outs = [book.output("outputs", impl.alloc_bytes(prog.values[p].nbytes)) for p in prog.persistent]
         if hasattr(impl, "dry_run"):
             uniform, scratch = impl.dry_run(prog, roots)

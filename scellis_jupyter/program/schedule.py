@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import blake3
 
+from .. import settings
 from ..errors import GraphError
 from ..graph.node import Node, toposort
 from ..graph.opset import ELEMENTWISE
@@ -70,6 +71,9 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
     h.update(repr(("out", out_idx, backend, tier, fuse, want_donate, sorted(gates), multi, fold)).encode())
     if epi:
         h.update(b"epilogue")
+    split = split_enabled(backend)
+    if split:
+        h.update(b"arena-split")
     key = h.hexdigest()
     cached = _CACHE.get(key)
     if cached is not None:
@@ -126,11 +130,48 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
             continue
         sizes[s] = values[s].nbytes
         lifetimes[s] = (pos[s], max(last_use.get(s, pos[s]), pos[s]))
-    prog = Program(values, leaf_idx, out_idx, steps, plan_arena(sizes, lifetimes),
+    apart = _products_apart(values, steps, base) if split else None
+    prog = Program(values, leaf_idx, out_idx, steps, plan_arena(sizes, lifetimes, apart),
                    persistent, view_base, key, tier, backend,
                    meta={"remap": remap, "donated": donated})
     _CACHE[key] = prog
     return (prog, leaves, _node_index(index, prog)) if return_index else (prog, leaves)
+
+
+def split_enabled(backend: str) -> bool:
+    """Whether programs for `backend` plan a split arena (SCELLIS_ARENA_SPLIT, liveness.py): on wgpu only, where a
+    matmul's operands bind read-only when no binding it writes lies in their buffer."""
+    return backend == "wgpu" and settings.flag("SCELLIS_ARENA_SPLIT")
+
+
+def _products_apart(values, steps, base) -> list:
+    """[(weight, outputs, operands)] of the schedule's products for plan_arena, weight their multiply-adds: a matmul
+    (and its epilogue's other inputs, which the kernel binds writable) apart from A and B; attention's output apart
+    from q, k, v (its score path multiplies P by v into it), its backward's apart from q, k, v and the output's
+    gradient (dq, dk, dv are products of scores with k, q and dout)."""
+    out = []
+    for s in steps:
+        v = values[s]
+        if v.op in ("attention", "attention_bwd"):
+            q, k = values[v.inputs[0]].shape, values[v.inputs[1]].shape
+            weight = k[-2] if len(k) >= 2 else 1
+            for d in q:
+                weight *= d
+            ops = v.inputs[:3] + (v.inputs[5:6] if v.op == "attention_bwd" else ())
+            out.append((weight, [s], [base(i) for i in ops]))
+            continue
+        if v.op not in ("matmul", "matmul_fused"):
+            continue
+        a, b = v.inputs[0], v.inputs[1]
+        fused = v.op == "matmul_fused"
+        ta = v.attrs["trans"][0] if fused else v.attrs.get("trans_a", False)
+        k = values[a].shape[-2] if ta else values[a].shape[-1]
+        shape = v.attrs["mm"][0] if fused else v.shape
+        weight = k
+        for d in shape:
+            weight *= d
+        out.append((weight, [s] + [base(i) for i in v.inputs[2:]], [base(a), base(b)]))
+    return out
 
 
 def _node_index(index: dict[int, int], prog: Program) -> dict[int, int]:

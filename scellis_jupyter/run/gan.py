@@ -32,6 +32,7 @@ from .weights import init_params
 from ..executor.executor import execute
 from ..rng.generator import base_words
 from ..errors import did_you_mean
+from ..program.liveness import arena_slots
 
 
 @dataclass
@@ -79,8 +80,9 @@ class GANRun(Run):
         self.steps = self.plan.steps                 # network -> TrainStep (the planned Programs)
         self.batch_size = self.plan.batch_size
         self.impl = self.device.fresh_impl()         # this run's allocations alone: its measured peak
-        # one arena for both steps, sized once for the larger (the plan's arena term)
-        self.impl.arena(max(st.program.arena.arena_bytes for st in self.steps.values()))
+        # one arena for both steps, sized once for the larger (the plan's arena term; a split arena's two buffers)
+        first, second = arena_slots([st.program.arena for st in self.steps.values()])
+        self.impl.arenas(first, second) if second else self.impl.arena(first)
         self.seed = int(r.get("seed") or 0)
         self.gen = Generator(self.seed)
         self._setup_data()

@@ -117,6 +117,8 @@ class WgpuBackend:
         self._bind_groups: dict = {}
         self._arena = None
         self._arena_size = 0
+        self._arena2 = None          # a split arena's second buffer (program/liveness.py)
+        self._arena2_size = 0
         self.allocated = 0
         self.peak = 0
         self.staging_peak = 0
@@ -210,13 +212,30 @@ class WgpuBackend:
         if nbytes > self._arena_size or self._arena is None:
             self.flush()
             if self._arena is not None:      # the old arena goes before the new one comes (never both held)
-                self._bind_groups.clear()
-                self._fast.clear()
-                self._quick.clear()
+                self._forget_bindings()
                 self._arena = None
             self._arena = self._buffer(self.arena_bytes(nbytes))
             self._arena_size = self._arena.size
         return self._arena
+
+    def arenas(self, first: int, second: int) -> tuple:
+        """A split arena's two buffers (program/liveness.py), each grown like `arena`: the first is the arena
+        itself, the second a buffer of its own that only split programs bind."""
+        one = self.arena(first)
+        if second > self._arena2_size or self._arena2 is None:
+            self.flush()
+            if self._arena2 is not None:
+                self._forget_bindings()
+                self._arena2 = None
+            self._arena2 = self._buffer(self.arena_bytes(second))
+            self._arena2_size = self._arena2.size
+        return one, self._arena2
+
+    def _forget_bindings(self) -> None:
+        """Drop what binds an arena buffer about to be replaced."""
+        self._bind_groups.clear()
+        self._fast.clear()
+        self._quick.clear()
 
     def scratch(self, name: str, nbytes: int):
         """A buffer of at least `nbytes` that the backend keeps for a launcher's internal use (grown when
@@ -518,13 +537,15 @@ class WgpuBackend:
         size), so the next run over the same windows skips binding, signature and record lookups."""
         nl, npers = len(prog.leaves), len(prog.persistent)
         roots = self._roots
-        if _RAW is None or len(roots) != nl + npers + 1 or roots[-1].buffer is not self._arena:
+        arenas = (self._arena, self._arena2)[:len(prog.arena.parts())]
+        if _RAW is None or len(roots) != nl + npers + len(arenas) \
+                or any(r.buffer is not a for r, a in zip(roots[nl + npers:], arenas)):
             return
         q = self._quick.get(prog.hash)
         if q is None or q.rec is not rec:
             q = self._quick[prog.hash] = _Quick(prog, rec, self)
         key = (tuple([(r.buffer.uid, r.offset, r.nbytes) for r in roots[:nl]]),
-               tuple([r.buffer.uid for r in roots[nl:nl + npers]]), self._arena.uid)
+               tuple([r.buffer.uid for r in roots[nl:nl + npers]]), tuple(a.uid for a in arenas))
         if key not in q.replays and len(q.replays) >= QUICK_MAX:   # oldest first, as for `_fast`
             del q.replays[next(iter(q.replays))]
         q.replays[key] = fast
@@ -539,8 +560,11 @@ class WgpuBackend:
         if q is None or self._timing is not None or self._records.get(prog.hash) is not q.rec \
                 or check_indices():
             return None
-        arena = self._arena
-        if arena is None or q.arena_bytes > self._arena_size:
+        arena, arena2 = self._arena, self._arena2
+        if arena is None or q.arena_bytes[0] > self._arena_size:
+            return None
+        split = len(q.arena_bytes) > 1
+        if split and (arena2 is None or q.arena_bytes[1] > self._arena2_size):
             return None
         pers = []
         pool, getrefcount = self._pool, sys.getrefcount
@@ -557,7 +581,7 @@ class WgpuBackend:
                 return None
             pers.append(Storage(self, b, 0, shape, dtype, nbytes))
         fast = q.replays.get((tuple([(s.buffer.uid, s.offset, s.nbytes) for s in leaves]),
-                              tuple([s.buffer.uid for s in pers]), arena.uid))
+                              tuple([s.buffer.uid for s in pers]), (arena.uid, arena2.uid) if split else (arena.uid,)))
         if fast is None:
             return None
         if self._lost is not None:
@@ -577,7 +601,7 @@ class WgpuBackend:
                 out.append(pers[j])
             else:
                 r = leaves[j] if kind == 2 else pers[j] if kind == 3 else None
-                out.append(Storage(self, arena, d, shape, dtype, nbytes) if r is None
+                out.append(Storage(self, arena if kind == 4 else arena2, d, shape, dtype, nbytes) if r is None
                            else Storage(self, r.buffer, r.offset + d, shape, dtype, nbytes))
         return out
 
@@ -619,7 +643,8 @@ class WgpuBackend:
             return Storage(self, b, st.offset, st.shape, st.dtype, st.nbytes)
         persistent = [Storage(self, _FakeBuffer(None), 0, prog.values[p].shape, prog.values[p].dtype,
                               prog.values[p].nbytes) for p in prog.persistent]
-        resolve, _ = bind(prog, [stand_in(r) for r in roots], persistent, self, _FakeBuffer(None))
+        arena = (_FakeBuffer(None), _FakeBuffer(None)) if prog.arena.split else _FakeBuffer(None)
+        resolve, _ = bind(prog, [stand_in(r) for r in roots], persistent, self, arena)
         saved = (self._mode, self._params, self._dry_scratch)
         self._mode, self._params, self._dry_scratch = "dry", bytearray(), {}
         try:
@@ -882,17 +907,18 @@ class _Quick:
     def __init__(self, prog, rec, be) -> None:
         self.rec = rec
         self.tier = getattr(prog, "tier", None)
-        self.arena_bytes = prog.arena.arena_bytes
+        self.arena_bytes = prog.arena.parts()
         self.n = len(rec[1])
         self.pers = [(be.alloc_bytes(prog.values[p].nbytes), tuple(prog.values[p].shape), prog.values[p].dtype,
                       prog.values[p].nbytes) for p in prog.persistent]
         # where the outputs lie: placed with stand-in roots, each output is a root itself (kind 0 leaf,
-        # 1 pooled output) or a window at an offset in a leaf (2), a pooled output (3) or the arena (4)
+        # 1 pooled output) or a window at an offset in a leaf (2), a pooled output (3), the arena (4) or a split
+        # arena's second buffer (5)
         leaves = [Storage(be, _FakeBuffer(None), 0, prog.values[i].shape, prog.values[i].dtype,
                           prog.values[i].nbytes) for i in prog.leaves]
         pers = [Storage(be, _FakeBuffer(None), 0, prog.values[p].shape, prog.values[p].dtype, prog.values[p].nbytes)
                 for p in prog.persistent]
-        arena = _FakeBuffer(None)
+        arena = (_FakeBuffer(None), _FakeBuffer(None)) if prog.arena.split else _FakeBuffer(None)
         resolve, _ = bind(prog, leaves, pers, be, arena)
         outs = []
         for o in prog.outputs:
@@ -903,7 +929,8 @@ class _Quick:
                 continue
             lk = [k for k, r in enumerate(leaves) if r.buffer is st.buffer]
             pk = [k for k, r in enumerate(pers) if r.buffer is st.buffer]
-            kind, j = (2, lk[0]) if lk else (3, pk[0]) if pk else (4, -1)
+            second = prog.arena.split and st.buffer is arena[1]
+            kind, j = (2, lk[0]) if lk else (3, pk[0]) if pk else (5 if second else 4, -1)
             outs.append((kind, j, st.offset, tuple(st.shape), st.dtype, st.nbytes))
         self.outs = outs
         self.replays: dict = {}
