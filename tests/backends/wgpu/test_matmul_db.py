@@ -38,22 +38,27 @@ def _mm(a, b, ta, tb, forced, monkeypatch):
     return sc.Tensor(F.matmul(na, nb), WG).numpy()
 
 
-@needs_wgpu
-@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])
-def test_big_db_gives_big_p_bits_on_ragged_shapes(ta, tb, monkeypatch):
-    if int(WG.impl.limits.get("max-compute-workgroup-storage-size", 0)) < T.smem_bytes("big_db"):
-        pytest.skip("the device's workgroup memory does not hold big_db")
-    m, n, k = 131, 133, 45                  # ragged in every dim: partial tiles and a partial last k-tile
+def _same_bits(variant, ref_variant, m, n, k, ta, tb, monkeypatch):
+    """`variant` gives `ref_variant`'s bits on an m x n x k product (A / B stored transposed for ta / tb), within
+    f32's bound of float64."""
+    if int(WG.impl.limits.get("max-compute-workgroup-storage-size", 0)) < T.smem_bytes(variant):
+        pytest.skip(f"the device's workgroup memory does not hold {variant}")
     a = R.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
     b = R.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
-    got = _mm(a, b, ta, tb, "big_db", monkeypatch)
-    ref = _mm(a, b, ta, tb, "big_p", monkeypatch)
+    got = _mm(a, b, ta, tb, variant, monkeypatch)
+    ref = _mm(a, b, ta, tb, ref_variant, monkeypatch)
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
     a64 = a.astype(np.float64).T if ta else a.astype(np.float64)
     b64 = b.astype(np.float64).T if tb else b.astype(np.float64)
     tol = 1e-4 * np.sqrt((a64 * a64) @ (b64 * b64)) + 1e-30
     assert np.all(np.abs(got - a64 @ b64) <= tol)
-    assert any(key.startswith("matmul:big_db") for key in WG.impl._pipelines)
+    assert any(key.startswith(f"matmul:{variant}:") for key in WG.impl._pipelines)
+
+
+@needs_wgpu
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])
+def test_big_db_gives_big_p_bits_on_ragged_shapes(ta, tb, monkeypatch):
+    _same_bits("big_db", "big_p", 131, 133, 45, ta, tb, monkeypatch)     # partial tiles and a partial last k-tile
 
 
 def test_the_table_takes_huge_db_only_for_read_only_unchecked_products_of_enough_tiles():
@@ -80,19 +85,7 @@ def test_huge_ok_follows_the_binding_and_the_checks(monkeypatch):
 @needs_wgpu
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True)])
 def test_huge_db_gives_big_db_bits_on_ragged_shapes(ta, tb, monkeypatch):
-    if int(WG.impl.limits.get("max-compute-workgroup-storage-size", 0)) < T.smem_bytes("huge_db"):
-        pytest.skip("the device's workgroup memory does not hold huge_db")
-    m, n, k = 131, 261, 45                  # ragged: a partial 128x256 tile in each direction, a partial k-tile
-    a = R.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
-    b = R.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
-    got = _mm(a, b, ta, tb, "huge_db", monkeypatch)
-    ref = _mm(a, b, ta, tb, "big_db", monkeypatch)
-    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
-    a64 = a.astype(np.float64).T if ta else a.astype(np.float64)
-    b64 = b.astype(np.float64).T if tb else b.astype(np.float64)
-    tol = 1e-4 * np.sqrt((a64 * a64) @ (b64 * b64)) + 1e-30
-    assert np.all(np.abs(got - a64 @ b64) <= tol)
-    assert any(key.startswith("matmul:huge_db") for key in WG.impl._pipelines)
+    _same_bits("huge_db", "big_db", 131, 261, 45, ta, tb, monkeypatch)   # a partial 128x256 tile each way
 
 
 @needs_wgpu
