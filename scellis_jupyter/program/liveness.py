@@ -103,9 +103,9 @@ def _pack_two(sizes, lifetimes, colour) -> tuple[dict[int, tuple[int, int]], lis
 
 def colour_apart(apart: list, arena: set) -> dict[int, int]:
     """Colour 0 or 1 for the arena values of `apart`: heaviest product first, its outputs take the colour
-    opposite its operands' (where those agree), its operands the other one. Values of no product stay 0; a
-    product whose operands already differ, or whose outputs already sit with one, is left as it falls (it
-    binds read_write)."""
+    opposite its operands' (where those agree), its operands the other one. Values of no product get none
+    (plan_arena places them); a product whose operands already differ, or whose outputs already sit with one,
+    is left as it falls (it binds read_write)."""
     colour: dict[int, int] = {}
     for _w, outs, ops in sorted(apart, key=lambda a: -a[0]):
         outs = [x for x in outs if x in arena]
