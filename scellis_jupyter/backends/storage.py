@@ -29,23 +29,22 @@ class Storage:
         return self.backend.to_numpy(self)
 
 
-def bind(prog: Program, leaves: list, persistent: list, backend, arena):
+def bind(prog: Program, leaves: list, persistent: list, backend, arenas: tuple):
     """Where every value of `prog` lives: the given leaf and persistent storages, donated outputs in
     their leaf's storage, views on their base, everything else at its planned arena offset.
 
     Returns (resolve, where): `resolve(i)` fills `where` on demand. Shared by execution and by a
-    backend's dry run (planning), so both place values the same way. `arena`: one buffer, or for a split arena
-    plan (liveness.py) the pair of buffers, the second holding the values at offsets from the split on.
+    backend's dry run (planning), so both place values the same way. `arenas`: the arena's buffers, one for each
+    of `prog.arena.parts()` (a split arena's second holds the values at offsets from the split on, liveness.py).
     """
     vals = prog.values
     split = prog.arena.split
-    if split and not isinstance(arena, tuple):
-        raise DeviceError("a split arena needs its two buffers", where=f"program {prog.hash[:12]}", hint="engine bug")
+    if len(arenas) != len(prog.arena.parts()):
+        raise DeviceError(f"{len(arenas)} arena buffers bound for a plan of {len(prog.arena.parts())}",
+                          where=f"program {prog.hash[:12]}", hint="engine bug")
 
     def place(off: int):
-        if not split:
-            return arena, off
-        return (arena[0], off) if off < split else (arena[1], off - split)
+        return (arenas[1], off - split) if split and off >= split else (arenas[0], off)
     where: dict[int, Storage] = dict(zip(prog.leaves, leaves))
     where.update(zip(prog.persistent, persistent))
     for b, li in prog.meta.get("donated", {}).items():     # outputs written over their leaf's storage

@@ -28,12 +28,11 @@ def execute(prog: Program, leaves: list[Storage], backend) -> list[Storage]:
         if outs is not None:
             return outs
     parts = prog.arena.parts()        # one buffer, or two for a split arena (program/liveness.py)
-    arena = backend.arena(parts[0]) if len(parts) == 1 else backend.arenas(*parts)
+    arenas = (backend.arena(parts[0]),) if len(parts) == 1 else backend.arenas(*parts)
     persistent = [backend.alloc_storage(prog.values[p].shape, prog.values[p].dtype, prog.values[p].nbytes)
                   for p in prog.persistent]
-    resolve, _ = bind(prog, leaves, persistent, backend, arena)
-    roots = list(leaves) + persistent + \
-        [Storage(backend, buf, 0, (n,), "u8", n) for buf, n in zip(arena if len(parts) > 1 else (arena,), parts)]
+    resolve, _ = bind(prog, leaves, persistent, backend, arenas)
+    roots = list(leaves) + persistent + [Storage(backend, buf, 0, (n,), "u8", n) for buf, n in zip(arenas, parts)]
     if backend.begin(prog, roots) is not True:       # True: replayed whole from the backend's record
         try:
             replay = getattr(backend, "run_steps", None)       # the whole step list at once (reference)

@@ -61,9 +61,8 @@ def plan_arena(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]], apa
     colour = colour_apart(apart, set(sizes))
     if len(set(colour.values())) < 2:
         return one
-    offs, ends = _pack_two(sizes, lifetimes, colour)
-    if not ends[0] or not ends[1] or ends[0] + ends[1] > one.arena_bytes + max(one.arena_bytes * SPLIT_SLACK,
-                                                                                SPLIT_FLOOR):
+    offs, ends = _pack_two(sizes, lifetimes, colour)     # both colours placed: neither buffer is empty
+    if ends[0] + ends[1] > one.arena_bytes + max(one.arena_bytes * SPLIT_SLACK, SPLIT_FLOOR):
         return one
     plan = ArenaPlan(offsets={v: o + (ends[0] if b else 0) for v, (b, o) in offs.items()}, sizes=dict(one.sizes),
                      lifetimes=dict(lifetimes), arena_bytes=ends[0] + ends[1], live_peak_bytes=one.live_peak_bytes,
@@ -76,23 +75,14 @@ def _pack_two(sizes, lifetimes, colour) -> tuple[dict[int, tuple[int, int]], lis
     in its colour's buffer, any other where its end is lower (buffer 0 on a tie)."""
     placed: list[list] = [[], []]        # per buffer: (offset, end, start_step, end_step)
     ends, out = [0, 0], {}
-
-    def fit(b, size, s, e):
-        off = 0
-        for o, oe in sorted((o, oe) for o, oe, ss, se in placed[b] if not (se < s or e < ss)):
-            if off + size <= o:
-                break
-            off = max(off, oe)
-        return off
-
     for v in sorted(sizes, key=lambda v: (-sizes[v], lifetimes[v][0], v)):
         size = align(max(sizes[v], 1))
         s, e = lifetimes[v]
         if v in colour:
             b = colour[v]
-            off = fit(b, size, s, e)
+            off = _first_fit(placed[b], size, s, e)
         else:
-            o0, o1 = fit(0, size, s, e), fit(1, size, s, e)
+            o0, o1 = _first_fit(placed[0], size, s, e), _first_fit(placed[1], size, s, e)
             grow0, grow1 = max(ends[0], o0 + size) - ends[0], max(ends[1], o1 + size) - ends[1]
             b, off = (0, o0) if grow0 <= grow1 else (1, o1)
         placed[b].append((off, off + size, s, e))
@@ -125,18 +115,23 @@ def colour_apart(apart: list, arena: set) -> dict[int, int]:
     return colour
 
 
+def _first_fit(placed: list, size: int, s: int, e: int) -> int:
+    """The lowest offset where `size` bytes live over steps [s, e] clear of `placed` (offset, end, start, end)."""
+    off = 0
+    for o, oe in sorted((o, oe) for o, oe, ss, se in placed if not (se < s or e < ss)):
+        if off + size <= o:
+            break
+        off = max(off, oe)
+    return off
+
+
 def _pack(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]]) -> ArenaPlan:
     plan = ArenaPlan(lifetimes=dict(lifetimes))
     placed: list[tuple[int, int, int, int]] = []  # (offset, end, start_step, end_step)
     for v in sorted(sizes, key=lambda v: (-sizes[v], lifetimes[v][0], v)):
         size = align(max(sizes[v], 1))
         s, e = lifetimes[v]
-        clash = sorted((o, oe) for o, oe, ss, se in placed if not (se < s or e < ss))
-        off = 0
-        for o, oe in clash:
-            if off + size <= o:
-                break
-            off = max(off, oe)
+        off = _first_fit(placed, size, s, e)
         placed.append((off, off + size, s, e))
         plan.offsets[v] = off
         plan.sizes[v] = size

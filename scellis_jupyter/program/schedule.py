@@ -5,6 +5,7 @@ training loop or a repeated notebook poke compiles once and then only binds new 
 """
 from __future__ import annotations
 
+import math
 
 import blake3
 
@@ -154,9 +155,7 @@ def _products_apart(values, steps, base) -> list:
         v = values[s]
         if v.op in ("attention", "attention_bwd"):
             q, k = values[v.inputs[0]].shape, values[v.inputs[1]].shape
-            weight = k[-2] if len(k) >= 2 else 1
-            for d in q:
-                weight *= d
+            weight = math.prod(q) * (k[-2] if len(k) >= 2 else 1)
             ops = v.inputs[:3] + (v.inputs[5:6] if v.op == "attention_bwd" else ())
             out.append((weight, [s], [base(i) for i in ops]))
             continue
@@ -166,10 +165,7 @@ def _products_apart(values, steps, base) -> list:
         fused = v.op == "matmul_fused"
         ta = v.attrs["trans"][0] if fused else v.attrs.get("trans_a", False)
         k = values[a].shape[-2] if ta else values[a].shape[-1]
-        shape = v.attrs["mm"][0] if fused else v.shape
-        weight = k
-        for d in shape:
-            weight *= d
+        weight = k * math.prod(v.attrs["mm"][0] if fused else v.shape)
         out.append((weight, [s] + [base(i) for i in v.inputs[2:]], [base(a), base(b)]))
     return out
 

@@ -209,33 +209,29 @@ class WgpuBackend:
         self.allocated -= n
 
     def arena(self, nbytes: int):
-        if nbytes > self._arena_size or self._arena is None:
-            self.flush()
-            if self._arena is not None:      # the old arena goes before the new one comes (never both held)
-                self._forget_bindings()
-                self._arena = None
-            self._arena = self._buffer(self.arena_bytes(nbytes))
-            self._arena_size = self._arena.size
-        return self._arena
+        return self._grown("_arena", nbytes)
 
     def arenas(self, first: int, second: int) -> tuple:
         """A split arena's two buffers (program/liveness.py), each grown like `arena`: the first is the arena
         itself, the second a buffer of its own that only split programs bind."""
-        one = self.arena(first)
-        if second > self._arena2_size or self._arena2 is None:
-            self.flush()
-            if self._arena2 is not None:
-                self._forget_bindings()
-                self._arena2 = None
-            self._arena2 = self._buffer(self.arena_bytes(second))
-            self._arena2_size = self._arena2.size
-        return one, self._arena2
+        return self._grown("_arena", first), self._grown("_arena2", second)
 
-    def _forget_bindings(self) -> None:
-        """Drop what binds an arena buffer about to be replaced."""
-        self._bind_groups.clear()
-        self._fast.clear()
-        self._quick.clear()
+    def _grown(self, name: str, nbytes: int):
+        """The arena buffer in attribute `name` (its size in `name`_size), replaced by one of at least `nbytes`
+        when smaller: the old one goes before the new one comes (never both held), with what binds it."""
+        buf = getattr(self, name)
+        if buf is None or nbytes > getattr(self, name + "_size"):
+            self.flush()
+            if buf is not None:
+                self._bind_groups.clear()
+                self._fast.clear()
+                self._quick.clear()
+                buf = None
+                setattr(self, name, None)
+            buf = self._buffer(self.arena_bytes(nbytes))
+            setattr(self, name, buf)
+            setattr(self, name + "_size", buf.size)
+        return buf
 
     def scratch(self, name: str, nbytes: int):
         """A buffer of at least `nbytes` that the backend keeps for a launcher's internal use (grown when
@@ -643,8 +639,8 @@ class WgpuBackend:
             return Storage(self, b, st.offset, st.shape, st.dtype, st.nbytes)
         persistent = [Storage(self, _FakeBuffer(None), 0, prog.values[p].shape, prog.values[p].dtype,
                               prog.values[p].nbytes) for p in prog.persistent]
-        arena = (_FakeBuffer(None), _FakeBuffer(None)) if prog.arena.split else _FakeBuffer(None)
-        resolve, _ = bind(prog, [stand_in(r) for r in roots], persistent, self, arena)
+        arenas = tuple(_FakeBuffer(None) for _ in prog.arena.parts())
+        resolve, _ = bind(prog, [stand_in(r) for r in roots], persistent, self, arenas)
         saved = (self._mode, self._params, self._dry_scratch)
         self._mode, self._params, self._dry_scratch = "dry", bytearray(), {}
         try:
@@ -918,8 +914,8 @@ class _Quick:
                           prog.values[i].nbytes) for i in prog.leaves]
         pers = [Storage(be, _FakeBuffer(None), 0, prog.values[p].shape, prog.values[p].dtype, prog.values[p].nbytes)
                 for p in prog.persistent]
-        arena = (_FakeBuffer(None), _FakeBuffer(None)) if prog.arena.split else _FakeBuffer(None)
-        resolve, _ = bind(prog, leaves, pers, be, arena)
+        arenas = tuple(_FakeBuffer(None) for _ in prog.arena.parts())
+        resolve, _ = bind(prog, leaves, pers, be, arenas)
         outs = []
         for o in prog.outputs:
             st = resolve(o)
@@ -929,8 +925,7 @@ class _Quick:
                 continue
             lk = [k for k, r in enumerate(leaves) if r.buffer is st.buffer]
             pk = [k for k, r in enumerate(pers) if r.buffer is st.buffer]
-            second = prog.arena.split and st.buffer is arena[1]
-            kind, j = (2, lk[0]) if lk else (3, pk[0]) if pk else (5 if second else 4, -1)
+            kind, j = (2, lk[0]) if lk else (3, pk[0]) if pk else (4 + arenas.index(st.buffer), -1)
             outs.append((kind, j, st.offset, tuple(st.shape), st.dtype, st.nbytes))
         self.outs = outs
         self.replays: dict = {}

@@ -293,7 +293,7 @@ def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, time
                 "tier fast; SCELLIS_MATMUL_TUNE=off keeps the fixed table"
             notice(f"scellis: timing matmul tiles for new shapes on this adapter ({why}); once per shape, "
                    f"cached in {tuner.path.parent}")
-        got = tuner.table[key] = autotune(be, dtype, m, n, k, batch, whole, tier, timer, huge_ok(be, ro))
+        got = tuner.table[key] = autotune(be, dtype, m, n, k, batch, whole, tier, timer, base)
         tuner.save()
     return got
 
@@ -316,10 +316,10 @@ def candidates(dtype, m, n, k, batch, whole, tier, binding_limit, smem_limit: in
     return out
 
 
-def autotune(be, dtype, m, n, k, batch, whole, tier, timer, huge: bool = False) -> tuple[str, int]:
+def autotune(be, dtype, m, n, k, batch, whole, tier, timer, base: tuple[str, int]) -> tuple[str, int]:
+    """The fastest candidate by `timer`; `base` (the table's pick) where none could be timed."""
     smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
-    best = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier), huge)
-    best_t = math.inf
+    best, best_t = base, math.inf
     for cand in candidates(dtype, m, n, k, batch, whole, tier, be.binding_limit, smem):
         try:
             t = timer(*cand)
