@@ -129,6 +129,31 @@ def test_dropout_matches_dense_with_the_philox_mask(based):
         np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5, err_msg=what)
 
 
+@pytest.mark.parametrize("tile", [None, "4x1"], ids=["table-tiles", "4x1-tiles"])
+def test_dropout_mask_over_many_tiles(tile, monkeypatch):
+    """The forward and dq kernels draw each key tile's keep bits together (attention.wgsl:drop_tile) into two
+    alternating halves of workgroup memory: many tiles of both halves, a stream offset and a key length that
+    are not multiples of 4 (so each row's words start at another lane of a Philox block), and, with 4x1,
+    tiles of 16 keys (two rows a word of bits) give the numpy Philox mask's results."""
+    if tile:
+        monkeypatch.setenv("SCELLIS_ATTENTION_TILE_FWD", tile)
+        monkeypatch.setenv("SCELLIS_ATTENTION_TILE_DQ", tile)
+        WG.impl.forget_programs()
+    (q, k, v, g), _ = _case(33, (3,), 150, 203, 32, 32, None)
+    p, gen = 0.3, Generator(5)
+    gen.positions["attn"] = 2 ** 32 - 7        # the offset's low word wraps inside the op's words
+    stream = gen.stream("attn")
+    key = stream.key
+    try:
+        got = _run_drop(q, k, v, g, False, None, p, stream)
+    finally:
+        WG.impl.forget_programs()
+    z = _keep(key, 2 ** 32 - 7, 3, 150, 203, p)
+    want = dense(q, k, v, g, False, None, 1.0 / np.sqrt(32), z)
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, want):
+        np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-5, err_msg=what)
+
+
 def test_dropout_statistics_and_forward_backward_agree():
     """q = k = 0 makes every probability 1/Lk and v = I puts pair (i, j)'s keep factor into out[i, j] * Lk:
     the dropped fraction is p within 5 binomial sigmas, kept entries are exactly 1/(1-p), and dv (with
