@@ -94,7 +94,7 @@ class Engine:
 
     def put(self, name: str, a, dtype: str = "f32", shape=None) -> Any:
         """Upload `a` as leaf `name` (written over in place when the shape is the same)."""
-        a = np.asarray(a).astype(dt.to_numpy(dtype))
+        a = np.asarray(a, dtype=dt.to_numpy(dtype))    # no copy when it is already of that dtype
         if shape is not None:
             a = a.reshape(shape)
         held = self.values.get(name)

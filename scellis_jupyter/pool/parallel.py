@@ -33,6 +33,7 @@ from ..spec import Spec
 from .devices import engine, new_run_id, parse_devices, release, resolve
 from .host import Host, own_only
 from .job import content_hash
+from .tree import pairwise
 
 
 def gradient_options(spec) -> StepOptions:
@@ -212,14 +213,14 @@ def _reduce_step(name: str, op: str, *args):
 
 def tree_reduce(client, name: str, futures: list) -> Any:
     """Pairwise combination of `futures` (in their order) on workers with reducer `name`; returns the future
-    of the finished value, left on a worker. The order is fixed, so the value does not depend on timing."""
-    level = [client.submit(_reduce_step, name, "leaf", i, f, pure=False) for i, f in enumerate(futures)]
-    while len(level) > 1:
-        nxt = [client.submit(_reduce_step, name, "combine", a, b, pure=False) for a, b in zip(level[0::2], level[1::2])]
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    return client.submit(_reduce_step, name, "finish", level[0], pure=False)
+    of the finished value, left on a worker. The order is fixed, so the value does not depend on timing.
+    A reducer with combine_finish makes the root's combine and its finish in one task (one pass)."""
+    def step(op):
+        return lambda *args: client.submit(_reduce_step, name, op, *args, pure=False)
+    fused = hasattr(catalog_get("reducer", name).make(), "combine_finish")
+    top, done = pairwise([step("leaf")(i, f) for i, f in enumerate(futures)], step("combine"),
+                         step("combine_finish") if fused else None)
+    return top if done else step("finish")(top)
 
 
 class DataParallel(Host):

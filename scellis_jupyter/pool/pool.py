@@ -25,6 +25,7 @@ from .datashard import DataProgram, open_result, run_data_shard, shard_header
 from .governor import Governor
 from .job import Job, Shard, content_hash
 from .ledger import Ledger, Receipt
+from .tree import pairwise
 from .trust import admit, check_regime, check_security
 
 
@@ -82,13 +83,8 @@ def _answer(answer: Any, stamp: str, sent: dict | None) -> Any:
 def _local_reduce(name: str, values: dict) -> Any:
     """The reduction the workers make, made on the client in the same pairwise order (so bit-identical)."""
     r = catalog_get("reducer", name).make()
-    level = [r.leaf(i, values[i]) for i in sorted(values)]
-    while len(level) > 1:
-        nxt = [r.combine(a, b) for a, b in zip(level[0::2], level[1::2])]
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-    return r.finish(level[0])
+    value, done = pairwise([r.leaf(i, values[i]) for i in sorted(values)], r.combine, getattr(r, "combine_finish", None))
+    return value if done else r.finish(value)
 
 
 def reducer_hash(name: str) -> str:
@@ -517,17 +513,12 @@ class Pool:
 
     def _tree_reduce(self, name: str, accepted: dict, digest: bool = False) -> Any:
         """Pairwise combination of the accepted results on workers (depth log2(n)); only the result comes back."""
-        level = [self.client.submit(_leaf, name, i, *accepted[i], pure=False) for i in sorted(accepted)]
-        while len(level) > 1:
-            nxt = [self.client.submit(_reduce, name, "combine", a, b, pure=False)
-                   for a, b in zip(level[0::2], level[1::2])]
-            if len(level) % 2:
-                nxt.append(level[-1])
-            level = nxt
+        top, _ = pairwise([self.client.submit(_leaf, name, i, *accepted[i], pure=False) for i in sorted(accepted)],
+                          lambda a, b: self.client.submit(_reduce, name, "combine", a, b, pure=False))
         try:
             if digest:
-                return self.client.submit(_reduce_digest, name, level[0], pure=False).result()
-            return self.client.submit(_reduce, name, "finish", level[0], pure=False).result()
+                return self.client.submit(_reduce_digest, name, top, pure=False).result()
+            return self.client.submit(_reduce, name, "finish", top, pure=False).result()
         except ScellisError:
             raise
         except Exception as e:

@@ -562,24 +562,12 @@ class WgpuBackend:
         split = len(q.arena_bytes) > 1
         if split and (arena2 is None or q.arena_bytes[1] > self._arena2_size):
             return None
-        pers = []
-        pool, getrefcount = self._pool, sys.getrefcount
-        for size, shape, dtype, nbytes in q.pers:
-            same = pool.get(size)
-            if not same:
-                return None
-            for i in range(len(same)):
-                if getrefcount(same[i]) <= 2:          # free: only the pool refers to it (see alloc_storage)
-                    b = same.pop(i)
-                    same.append(b)
-                    break
-            else:
-                return None
-            pers.append(Storage(self, b, 0, shape, dtype, nbytes))
-        fast = q.replays.get((tuple([(s.buffer.uid, s.offset, s.nbytes) for s in leaves]),
-                              tuple([s.buffer.uid for s in pers]), (arena.uid, arena2.uid) if split else (arena.uid,)))
-        if fast is None:
+        got = self._known_outputs(q, tuple([(s.buffer.uid, s.offset, s.nbytes) for s in leaves]),
+                                  (arena.uid, arena2.uid) if split else (arena.uid,))
+        if got is None:
             return None
+        fast, bufs = got
+        pers = [Storage(self, b, 0, shape, dtype, nbytes) for b, (_, shape, dtype, nbytes) in zip(bufs, q.pers)]
         if self._lost is not None:
             self._check_lost()
         self.tier = q.tier
@@ -600,6 +588,31 @@ class WgpuBackend:
                 out.append(Storage(self, arena if kind == 4 else arena2, d, shape, dtype, nbytes) if r is None
                            else Storage(self, r.buffer, r.offset + d, shape, dtype, nbytes))
         return out
+
+    def _known_outputs(self, q, lkey: tuple, akey: tuple):
+        """(resolved dispatches, pooled output buffers) of the newest remembered replay over these leaf windows
+        and arenas whose pooled outputs are all free now, or None. Programs that take turns on one backend (a
+        pool worker's gradient and update steps) draw same-size outputs from one pool, so the first free buffer
+        is often not the one a replay was recorded with: each remembered one is tried."""
+        pool, getrefcount = self._pool, sys.getrefcount
+        for (kl, kp, ka), fast in reversed(q.replays.items()):
+            if kl != lkey or ka != akey:
+                continue
+            picks = []
+            for (size, *_), uid in zip(q.pers, kp):
+                same = pool.get(size) or ()
+                for i in range(len(same)):
+                    if same[i].uid == uid and getrefcount(same[i]) <= 2:   # free: only the pool refers to it
+                        picks.append((same, same[i]))
+                        break
+                else:
+                    break
+            else:
+                for same, b in picks:          # most recently used last, as alloc_storage keeps them
+                    same.remove(b)
+                    same.append(b)
+                return fast, [b for _, b in picks]
+        return None
 
     def _bind_group(self, pipeline, pbuf, off: int, plen: int, binds):
         """The (cached) bind group: the uniform window at `off`, then (buffer, offset, nbytes) storages."""

@@ -68,6 +68,30 @@ def test_held_outputs_are_never_handed_out_again_by_the_quick_path():
         np.testing.assert_allclose(impl.to_numpy(o), w, **TOL)
 
 
+def test_programs_taking_turns_over_one_output_pool_replay_quickly():
+    """Two programs that alternate on one backend (a pool worker's gradient and update steps) draw their
+    same-size outputs from one pool, which rotates: the buffer free first is rarely the one the other's
+    replay was recorded with. Each remembered replay's own buffers are tried, so the steady state is quick."""
+    impl = WG.fresh_impl()
+    xp = F.placeholder((9, 7), "f32", "x")
+    three, _ = compile_program([F.add(xp, F.scalar(1.0)), F.mul(xp, F.scalar(2.0)), F.sub(xp, F.scalar(3.0))],
+                               "wgpu", "debug")
+    one = _prog()
+    a = R.standard_normal((9, 7)).astype(np.float32)
+    xs = impl.from_numpy(a, "f32")
+    for i in range(8):
+        if i == 4:
+            before = impl.quick_replays
+        outs = execute(three, [xs], impl)
+        for o, w in zip(outs, (a + 1.0, a * 2.0, a - 3.0)):
+            np.testing.assert_allclose(impl.to_numpy(o), w, **TOL)
+        del outs, o
+        (o,) = execute(one, [xs], impl)
+        np.testing.assert_allclose(impl.to_numpy(o), _softmax(a + 0.5), **TOL)
+        del o
+    assert impl.quick_replays - before == 8             # both programs, the last four rounds
+
+
 def test_arena_growth_invalidates_the_quick_entries():
     impl = WG.fresh_impl()
     small, big = _prog((4, 5)), _prog((64, 300))
