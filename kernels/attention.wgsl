@@ -87,10 +87,19 @@ fn drop_quad(w: vec2<u32>, key: vec2<u32>, prob: f32, r: f32) -> vec4<f32> {
 }
 
 //=== dropout
-// Attention dropout in the dkdv kernel: keep_keys(bh, i, j0) are the keep factors (0 or 1 / (1 - p)) of
-// query row i against keys j0 .. j0 + 3, pair (i, j) drawing stream word drop_word(bh * Lq + i, j) above.
+// Attention dropout in the flash kernels: keep(bh, i, j) is pair (i, j)'s keep factor (drop_word above).
 // Expects the includer's p.lq, p.lk, p.dctr (offset lo, hi, key 0, 1) and p.dprob (p, 1 / (1 - p)).
 #include attention:drop_word
+
+fn keep(bh: u32, i: u32, j: u32) -> f32 {
+  let w = drop_word(bh * p.lq + i, j, p.lk, drop_off(p.dctr.xy));
+  return drop_quad(w, p.dctr.zw, p.dprob.x, p.dprob.y)[w.x & 3u];
+}
+
+// keep factors of rows i0 .. i0 + 3 (the lanes) against key j
+fn keep_rows(bh: u32, i0: u32, j: u32) -> vec4<f32> {
+  return vec4<f32>(keep(bh, i0, j), keep(bh, i0 + 1u, j), keep(bh, i0 + 2u, j), keep(bh, i0 + 3u, j));
+}
 
 // keep factors of row i against keys j0 .. j0 + 3 (the lanes): 4 consecutive words, so one Philox block
 // (two where they straddle a block boundary) instead of four
@@ -103,45 +112,4 @@ fn keep_keys(bh: u32, i: u32, j0: u32) -> vec4<f32> {
   let l = (vec4<u32>(s) + vec4<u32>(0u, 1u, 2u, 3u)) & vec4<u32>(3u);
   return select(vec4<f32>(q1[l.x], q1[l.y], q1[l.z], q1[l.w]), vec4<f32>(q0[l.x], q0[l.y], q0[l.z], q0[l.w]),
                 vec4<u32>(s) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(4u));
-}
-
-//=== drop_tile
-// Attention dropout in the forward and dq kernels, whose threads own 4 query rows against one key (so
-// one Philox block an element if each drew its own): the same words and factors as `dropout`, drawn a
-// tile at a time. Expects what `dropout` expects, and the includer's workgroup `zbits: array<atomic<u32>>`.
-#include attention:drop_word
-
-// The keep bits of a tile (rows fr0 .. fr0 + nr - 1 as flat query rows bh * Lq + i, keys j0 .. j0 + nk - 1),
-// drawn by the workgroup together into the includer's `zbits` (atomic u32, zeroed beforehand) at word
-// zoff: bit r * nk + c is pair (row r, key j0 + c). A row's nk words are consecutive in the stream, so
-// thread t takes whole Philox blocks, each 4 keys of one row: about nk / 4 + 1 blocks a row rather
-// than one block an element (each block is 20 emulated 32-bit high products). Bit-exact with keep_keys.
-fn drop_tile(t: u32, nt: u32, fr0: u32, nr: u32, j0: u32, nk: u32, zoff: u32) {
-  let off = drop_off(p.dctr.xy);
-  let nb = nk / 4u + 1u;                         // blocks a row's nk words can touch
-  for (var b = t; b < nr * nb; b = b + nt) {
-    let r = b / nb;
-    let w0 = drop_word(fr0 + r, j0, p.lk, off);  // the word of key j0 in row r
-    let s = w0.x & 3u;                           // its lane in its block
-    let c0 = 4u * (b % nb);                      // lane 0 of this block is key j0 + c0 - s
-    if (c0 >= nk + s) { continue; }              // (s = 0: the last block lies past the tile)
-    let c = ph_block(ph_counter(ph_add64(vec2<u32>(w0.x & ~3u, w0.y), vec2<u32>(c0, 0u))), p.dctr.zw);
-    let kept = vec4<f32>(c >> vec4<u32>(8u)) * (1.0 / 16777216.0) >= vec4<f32>(p.dprob.x);
-    for (var u = 0u; u < 4u; u = u + 1u) {
-      let kc = c0 + u;                           // key j0 + kc - s
-      if (kc < s || kc - s >= nk || !kept[u]) { continue; }
-      let bit = r * nk + kc - s;
-      atomicOr(&zbits[zoff + bit / 32u], 1u << (bit % 32u));
-    }
-  }
-}
-
-// keep factors (0 or 1 / (1 - p)) of tile rows r0 .. r0 + 3 (the lanes) against tile key c, from drop_tile's bits
-fn keep_bits(r0: u32, c: u32, nk: u32, zoff: u32) -> vec4<f32> {
-  var z = vec4<f32>(0.0);
-  for (var i = 0u; i < 4u; i = i + 1u) {
-    let bit = (r0 + i) * nk + c;
-    if (((atomicLoad(&zbits[zoff + bit / 32u]) >> (bit % 32u)) & 1u) != 0u) { z[i] = p.dprob.y; }
-  }
-  return z;
 }

@@ -8,11 +8,10 @@
 //         loops over staged key blocks of 16 CK keys: dq += dS k. It computes delta = rowsum(dout * out)
 //         itself (the stats live in the dq region, which it overwrites).
 // with p = exp2(s * scale * log2 e - lse * log2 e) on allowed pairs, ds = p * (dout . v - delta), and
-// the gradients' factor `scale` applied once at the end. With DROP (attention.wgsl:drop_tile in dq, dropout in dkdv) the same
+// the gradients' factor `scale` applied once at the end. With DROP (attention.wgsl:dropout) the same
 // keep factors z as the forward: dv += (p z)^T dout, ds = p * (z (dout . v) - delta). Tiles are f32 vec4 rows in workgroup memory
 // (head size padded to 64 with zeros, rows strided 17 vec4). Causal blocks that see nothing are never
-// visited; the per-element mask runs only on blocks that need it. Fixed summation order; the only
-// atomics OR dropout's keep bits into workgroup memory (attention.wgsl:drop_tile), the same bits in any order.
+// visited; the per-element mask runs only on blocks that need it. Fixed summation order, no atomics.
 {{ENABLE}}
 const D: u32 = {{D}}u;
 const DV: u32 = {{DV}}u;
@@ -61,7 +60,7 @@ fn dot4(a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>, b: vec4<f32>
 @group(0) @binding(7) var<storage, read_write> dq: array<TB>;
 #include attention:mask
 #if DROP
-#include attention:drop_tile
+#include attention:dropout
 #endif
 
 var<workgroup> qs: array<vec4<f32>, BR * RS>;     // [query row][d / 4], pre-scaled
@@ -70,10 +69,6 @@ var<workgroup> ks: array<vec4<f32>, BC * RS>;
 var<workgroup> vs: array<vec4<f32>, BC * RS>;
 var<workgroup> dss: array<vec4<f32>, BC * PS>;    // [key][row group]
 var<workgroup> st: array<vec2<f32>, BR>;          // (lse * log2 e, delta) of the block's rows
-#if DROP
-const ZW: u32 = BR * BC / 32u;                    // words of one tile's keep bits (as in the forward)
-var<workgroup> zbits: array<atomic<u32>, 2u * ZW>;
-#endif
 
 // 4 consecutive elements (e, e+1, ...) of a row of n valid elements at base of binding `which`
 // (0 q, 1 k, 2 v, 3 out, 4 dout), zero past n; VEC: one 16-byte load from a vec4 binding
@@ -188,11 +183,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var f1 = f0;
   var f2 = f0;
   var f3 = f0;
-#if DROP
-  let fr0 = (p.bh0 + bl) * p.lq + p.r0 + q0;
-  var zo = 0u;
-  for (var i = t; i < 2u * ZW; i = i + NT) { atomicStore(&zbits[i], 0u); }
-#endif
   if (kend > 0u) {
     f0 = fetch(kbase, vbase, 0u, t);
     if (NL > 1u) { f1 = fetch(kbase, vbase, 0u, t + NT); }
@@ -203,10 +193,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     put(f0, t);
     if (NL > 1u) { put(f1, t + NT); }
     if (NL > 2u) { put(f2, t + 2u * NT); put(f3, t + 3u * NT); }
-#if DROP
-    drop_tile(t, NT, fr0, BR, j0, BC, zo);
-    for (var i = t; i < ZW; i = i + NT) { atomicStore(&zbits[ZW - zo + i], 0u); }
-#endif
     workgroupBarrier();
     let jn = j0 + BC;
     if (jn < kend) {
@@ -249,9 +235,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 #endif
     }
 #if DROP
-    g0 = g0 * keep_bits(4u * ty, tx, BC, zo);
+    g0 = g0 * keep_rows(p.bh0 + bl, p.r0 + lr0, j0 + tx);
 #if K2
-    g1 = g1 * keep_bits(4u * ty, tx + 16u, BC, zo);
+    g1 = g1 * keep_rows(p.bh0 + bl, p.r0 + lr0, j0 + tx + 16u);
 #endif
 #endif
     let p0 = select(exp2(s0 - lse4), vec4<f32>(0.0), s0 <= vec4<f32>(NEG));
@@ -269,9 +255,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       a2 = a2 + dc.z * kv;
       a3 = a3 + dc.w * kv;
     }
-#if DROP
-    zo = ZW - zo;
-#endif
   }
   for (var i = 0u; i < 4u; i = i + 1u) {
     let lr = lr0 + i;

@@ -9,9 +9,8 @@
 // passes scale * log2(e)). Causal blocks past the diagonal are never visited; a block needs the
 // per-element mask only where it crosses the diagonal, the key end, or a bool mask is bound.
 // Writes out = acc / l (0 for a row with no allowed key) and lse = ln(sum exp(s)) (-inf for such a
-// row). With DROP, attention dropout (attention.wgsl:drop_tile) scales the probabilities that weight v
-// (not the row sums), so the backward can regenerate the same mask. Every sum runs in a fixed order; the one
-// atomic (dropout's keep bits, OR-ed into workgroup memory) gives the same bits in any order (deterministic).
+// row). With DROP, attention dropout (attention.wgsl:dropout) scales the probabilities that weight v
+// (not the row sums), so the backward can regenerate the same mask. Every sum runs in a fixed order and nothing uses atomics (deterministic).
 {{ENABLE}}
 const D: u32 = {{D}}u;                // q/k head size (<= 64)
 const DV: u32 = {{DV}}u;              // v head size (<= 64)
@@ -50,7 +49,7 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
 #include attention:mask
 #if DROP
-#include attention:drop_tile
+#include attention:dropout
 #endif
 
 var<workgroup> qs: array<vec4<f32>, BQ * RS>;     // [query row][d / 4], pre-scaled
@@ -58,10 +57,6 @@ var<workgroup> ks: array<vec4<f32>, BK * RS>;     // [key][d / 4]
 var<workgroup> vs: array<vec4<f32>, BK * 16u>;    // [key][dv / 4]
 var<workgroup> ps: array<vec4<f32>, BK * PS>;     // [key][row group]: probabilities of 4 rows
 var<workgroup> red: array<vec4<f32>, NT>;         // [row group][tx]: per-thread row partials
-#if DROP
-const ZW: u32 = BQ * BK / 32u;                    // words of one tile's keep bits
-var<workgroup> zbits: array<atomic<u32>, 2u * ZW>; // two tiles' bits: one drawn while the other is zeroed
-#endif
 
 // 4 consecutive elements (e, e+1, ...) of a row of n valid elements at base, zero past n, as f32.
 // VEC: the bindings are vec4 arrays (head sizes and offsets multiples of 4), one 16-byte load.
@@ -168,11 +163,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   var f1 = f0;
   var f2 = f0;
   var f3 = f0;
-#if DROP
-  let fr0 = (p.bh0 + bl) * p.lq + p.r0 + q0;     // the block's first flat query row (dropout's stream rows)
-  var zo = 0u;                                   // this tile's half of zbits
-  for (var i = t; i < 2u * ZW; i = i + NT) { atomicStore(&zbits[i], 0u); }
-#endif
   if (kend > 0u) {
     f0 = fetch(kbase, vbase, 0u, t);
     if (NL > 1u) { f1 = fetch(kbase, vbase, 0u, t + NT); }
@@ -183,11 +173,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     put(f0, t);
     if (NL > 1u) { put(f1, t + NT); }
     if (NL > 2u) { put(f2, t + 2u * NT); put(f3, t + 3u * NT); }
-#if DROP
-    // this tile's keep bits; the other half (last read before the previous tile's last barrier) is zeroed
-    drop_tile(t, NT, fr0, BQ, j0, BK, zo);
-    for (var i = t; i < ZW; i = i + NT) { atomicStore(&zbits[ZW - zo + i], 0u); }
-#endif
     workgroupBarrier();
     // the next block's loads are in flight while this one is computed
     let jn = j0 + BK;
@@ -233,7 +218,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     // the row sums take the probabilities before dropout; the values get the dropped ones
     let p0 = exp2(s0 - mm);
 #if DROP
-    ps[tx * PS + ty] = p0 * keep_bits(4u * ty, tx, BK, zo);
+    ps[tx * PS + ty] = p0 * keep_rows(p.bh0 + bl, p.r0 + lr0, j0 + tx);
 #else
     ps[tx * PS + ty] = p0;
 #endif
@@ -241,7 +226,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 #if K2
     let p1 = exp2(s1 - mm);
 #if DROP
-    ps[(tx + 16u) * PS + ty] = p1 * keep_bits(4u * ty, tx + 16u, BK, zo);
+    ps[(tx + 16u) * PS + ty] = p1 * keep_rows(p.bh0 + bl, p.r0 + lr0, j0 + tx + 16u);
 #else
     ps[(tx + 16u) * PS + ty] = p1;
 #endif
@@ -261,9 +246,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       o2 = o2 + pc.z * vv;
       o3 = o3 + pc.w * vv;
     }
-#if DROP
-    zo = ZW - zo;
-#endif
   }
   // the row sums: the 16 threads of a row group, in tx order
   workgroupBarrier();

@@ -131,10 +131,9 @@ def test_dropout_matches_dense_with_the_philox_mask(based):
 
 @pytest.mark.parametrize("tile", [None, "4x1"], ids=["table-tiles", "4x1-tiles"])
 def test_dropout_mask_over_many_tiles(tile, monkeypatch):
-    """The forward and dq kernels draw each key tile's keep bits together (attention.wgsl:drop_tile) into two
-    alternating halves of workgroup memory: many tiles of both halves, a stream offset and a key length that
-    are not multiples of 4 (so each row's words start at another lane of a Philox block), and, with 4x1,
-    tiles of 16 keys (two rows a word of bits) give the numpy Philox mask's results."""
+    """Many key and query tiles, a stream offset whose low word wraps inside the op's words, and a key length
+    that is not a multiple of 4 (so each row's words start at another lane of a Philox block), with the table's
+    tiles and with 16-key 4x1 tiles, give the numpy Philox mask's results forward and backward."""
     if tile:
         monkeypatch.setenv("SCELLIS_ATTENTION_TILE_FWD", tile)
         monkeypatch.setenv("SCELLIS_ATTENTION_TILE_DQ", tile)

@@ -176,15 +176,13 @@ LOG2E = 1.4426950408889634
 
 
 def flash_smem(kind: str, ty: int, ck: int) -> int:
-    """Workgroup-memory bytes of one flash kernel (vec4 tiles; see the arrays in the .wgsl files). The forward
-    and dq count dropout's keep bits (two tiles of one bit a pair) whether or not a launch draws them."""
+    """Workgroup-memory bytes of one flash kernel (vec4 tiles; see the arrays in the .wgsl files)."""
     rq, bk = 4 * ty, 16 * ck
-    bits = 2 * rq * bk // 8
     if kind == "fwd":
         vec4s = rq * 17 + bk * 17 + bk * 16 + bk * (ty + 1) + 16 * ty
-        return 16 * vec4s + bits
+        return 16 * vec4s
     if kind == "dq":
-        return 16 * (2 * rq * 17 + 2 * bk * 17 + bk * (ty + 1)) + 8 * rq + bits
+        return 16 * (2 * rq * 17 + 2 * bk * 17 + bk * (ty + 1)) + 8 * rq
     return 16 * (2 * rq * 17 + 2 * bk * 17 + 2 * bk * (ty + 1)) + 8 * bk
 
 
