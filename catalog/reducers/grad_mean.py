@@ -2,9 +2,8 @@
 
 Why this shape: a slice's gradients are tens of MB (the GPT benchmark's 10.6 M floats), so the reduction is
 memory-bound host work between GPU steps. A leaf keeps its float32 gradients as they came (half the bytes of
-float64 to move between workers) and the first combine widens them while adding; the tree's root combines,
-divides and rounds each piece in one pass (combine_finish); every pass runs in chunks on a few threads (numpy's
-ufuncs release the GIL). Each element is computed exactly as the plain forms compute it
+float64 to move between workers) and the first combine widens them while adding; every pass runs in chunks on
+a few threads (numpy's ufuncs release the GIL). Each element is computed exactly as the plain forms compute it
 (n * float64(g), pairwise float64 sums in the tree's order, (sum / N) rounded once to float32), so the bits do
 not depend on chunking or threads.
 """
@@ -35,18 +34,6 @@ def _flat(v) -> np.ndarray:
     return np.ascontiguousarray(v).reshape(-1)
 
 
-def _pairs(a: dict, b: dict):
-    """(name, a's flat gradient, b's) for each parameter, in name order; slices that disagree are refused."""
-    if set(a["grads"]) != set(b["grads"]):
-        raise ValueError(f"slices disagree on the parameters: {sorted(set(a['grads']) ^ set(b['grads']))}")
-    for k in sorted(a["grads"]):
-        fa, fb = _flat(a["grads"][k]), _flat(b["grads"][k])
-        if fa.size != fb.size:
-            raise ValueError(f"slices disagree on the shape of {k!r}: {np.shape(a['grads'][k])} and "
-                             f"{np.shape(b['grads'][k])}")
-        yield k, fa, fb
-
-
 def _scaled(x: dict, k: str, lo: int, hi: int, flat: np.ndarray) -> np.ndarray:
     """Elements [lo, hi) of x's n * gradient k in float64: as stored once scaled, else widened here."""
     return flat[lo:hi] if x["scaled"] else np.multiply(flat[lo:hi], x["n"], dtype=np.float64)
@@ -59,30 +46,20 @@ class GradMean:
         return {"n": n, "loss": n * float(result["loss"]), "grads": dict(result["grads"]), "scaled": False}
 
     def combine(self, a, b):
+        if set(a["grads"]) != set(b["grads"]):
+            raise ValueError(f"slices disagree on the parameters: {sorted(set(a['grads']) ^ set(b['grads']))}")
         grads = {}
-        for k, fa, fb in _pairs(a, b):
+        for k in sorted(a["grads"]):
+            fa, fb = _flat(a["grads"][k]), _flat(b["grads"][k])
+            if fa.size != fb.size:
+                raise ValueError(f"slices disagree on the shape of {k!r}: {np.shape(a['grads'][k])} and "
+                                 f"{np.shape(b['grads'][k])}")
             out = np.empty(np.shape(a["grads"][k]), np.float64)
             fo = out.reshape(-1)
             _each(lambda lo, hi: np.add(_scaled(a, k, lo, hi, fa), _scaled(b, k, lo, hi, fb), out=fo[lo:hi]),
                   fo.size)
             grads[k] = out
         return {"n": a["n"] + b["n"], "loss": a["loss"] + b["loss"], "grads": grads, "scaled": True}
-
-    def combine_finish(self, a, b):
-        """finish(combine(a, b)) in one pass a piece (the tree's root): the float64 sum of a piece is divided
-        and rounded while it is in cache, and no float64 gradient is ever whole in memory."""
-        n = a["n"] + b["n"]
-        grads = {}
-        for k, fa, fb in _pairs(a, b):
-            out = np.empty(np.shape(a["grads"][k]), np.float32)
-            fo = out.reshape(-1)
-
-            def piece(lo, hi):
-                acc = np.add(_scaled(a, k, lo, hi, fa), _scaled(b, k, lo, hi, fb))
-                np.divide(acc, n, out=fo[lo:hi], casting="same_kind")
-            _each(piece, fo.size)
-            grads[k] = out
-        return {"n": n, "loss": (a["loss"] + b["loss"]) / n, "grads": grads}
 
     def finish(self, acc):
         n = acc["n"]

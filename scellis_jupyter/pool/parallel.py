@@ -213,14 +213,10 @@ def _reduce_step(name: str, op: str, *args):
 
 def tree_reduce(client, name: str, futures: list) -> Any:
     """Pairwise combination of `futures` (in their order) on workers with reducer `name`; returns the future
-    of the finished value, left on a worker. The order is fixed, so the value does not depend on timing.
-    A reducer with combine_finish makes the root's combine and its finish in one task (one pass)."""
+    of the finished value, left on a worker. The order is fixed, so the value does not depend on timing."""
     def step(op):
         return lambda *args: client.submit(_reduce_step, name, op, *args, pure=False)
-    fused = hasattr(catalog_get("reducer", name).make(), "combine_finish")
-    top, done = pairwise([step("leaf")(i, f) for i, f in enumerate(futures)], step("combine"),
-                         step("combine_finish") if fused else None)
-    return top if done else step("finish")(top)
+    return step("finish")(pairwise([step("leaf")(i, f) for i, f in enumerate(futures)], step("combine")))
 
 
 class DataParallel(Host):

@@ -83,8 +83,7 @@ def _answer(answer: Any, stamp: str, sent: dict | None) -> Any:
 def _local_reduce(name: str, values: dict) -> Any:
     """The reduction the workers make, made on the client in the same pairwise order (so bit-identical)."""
     r = catalog_get("reducer", name).make()
-    value, done = pairwise([r.leaf(i, values[i]) for i in sorted(values)], r.combine, getattr(r, "combine_finish", None))
-    return value if done else r.finish(value)
+    return r.finish(pairwise([r.leaf(i, values[i]) for i in sorted(values)], r.combine))
 
 
 def reducer_hash(name: str) -> str:
@@ -513,8 +512,8 @@ class Pool:
 
     def _tree_reduce(self, name: str, accepted: dict, digest: bool = False) -> Any:
         """Pairwise combination of the accepted results on workers (depth log2(n)); only the result comes back."""
-        top, _ = pairwise([self.client.submit(_leaf, name, i, *accepted[i], pure=False) for i in sorted(accepted)],
-                          lambda a, b: self.client.submit(_reduce, name, "combine", a, b, pure=False))
+        top = pairwise([self.client.submit(_leaf, name, i, *accepted[i], pure=False) for i in sorted(accepted)],
+                       lambda a, b: self.client.submit(_reduce, name, "combine", a, b, pure=False))
         try:
             if digest:
                 return self.client.submit(_reduce_digest, name, top, pure=False).result()
