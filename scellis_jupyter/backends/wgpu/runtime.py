@@ -37,7 +37,10 @@ def env_binding_limit(granted: int) -> int:
 
 
 STAGING_MAX = 64 << 20   # a readback maps at most this many bytes at once
-POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full)
+POOL_MAX = 64   # output buffers kept for reuse (free ones are dropped first when full), or twice the most
+                # outputs of one program run here if more: a pool worker's gradient program returns every
+                # gradient (about 100 for the GPT benchmark), and a pool smaller than that drops and makes
+                # them anew each run, so its quick replay never finds its buffers again
 FLUSH_AFTER_S = 2e-4    # a program ending on a pass open this long submits it (GPU and host overlap)
 
 
@@ -137,6 +140,7 @@ class WgpuBackend:
         self._roots: list = []
         self._pool: dict = {}           # size -> output buffers, reused once nothing but the pool refers to them
         self._pool_n = 0
+        self._pool_cap = POOL_MAX
         self._scratch: dict = {}        # uid -> buffer the backend keeps for launchers (replayable bindings)
         self._scratch_by_name: dict = {}
         self._dry: dict = {}            # program hash -> (uniform block bytes, scratch bytes by name), planned
@@ -263,13 +267,13 @@ class WgpuBackend:
                     same.append(b)
                     return Storage(self, b, 0, tuple(shape), dtype, nbytes)
         b = self._buffer(nbytes)
-        if self._pool_n >= POOL_MAX:
+        if self._pool_n >= self._pool_cap:
             free = [(sz, x) for sz, lst in self._pool.items() for x in lst if sys.getrefcount(x) <= 3]
             for sz, x in free[: max(1, len(free) // 2)]:
                 self._pool[sz].remove(x)
                 self._pool_n -= 1
             del free
-        if self._pool_n < POOL_MAX:
+        if self._pool_n < self._pool_cap:
             self._pool.setdefault(size, []).append(b)
             self._pool_n += 1
         return Storage(self, b, 0, tuple(shape), dtype, nbytes)
@@ -426,6 +430,7 @@ class WgpuBackend:
         the same way, binds the same windows: its dispatches replay without running the launchers."""
         self._check_lost()
         self.tier = getattr(prog, "tier", None)
+        self._pool_cap = max(self._pool_cap, 2 * len(getattr(prog, "persistent", ())))
         self._roots = list(roots or [])
         sig = _signature(self._roots)
         rec = self._records.get(prog.hash)

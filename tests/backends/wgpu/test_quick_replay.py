@@ -92,6 +92,26 @@ def test_programs_taking_turns_over_one_output_pool_replay_quickly():
     assert impl.quick_replays - before == 8             # both programs, the last four rounds
 
 
+def test_a_program_with_more_outputs_than_the_pool_held_replays_quickly():
+    """A program returning more outputs than the output pool's base size (a pool worker's gradient program
+    returns every gradient): the pool grows to hold them, so later runs find their buffers again."""
+    impl = WG.fresh_impl()
+    xp = F.placeholder((5, 3), "f32", "x")
+    n = 80                                              # over runtime.POOL_MAX (64)
+    many, _ = compile_program([F.add(xp, F.scalar(float(i))) for i in range(n)], "wgpu", "debug")
+    a = R.standard_normal((5, 3)).astype(np.float32)
+    xs = impl.from_numpy(a, "f32")
+    for i in range(5):
+        if i == 3:
+            before = impl.quick_replays
+        outs = execute(many, [xs], impl)
+        got = impl.read_many(outs)
+        for k in (0, 41, n - 1):
+            np.testing.assert_allclose(got[k], a + k, **TOL)
+        del outs
+    assert impl.quick_replays - before == 2
+
+
 def test_arena_growth_invalidates_the_quick_entries():
     impl = WG.fresh_impl()
     small, big = _prog((4, 5)), _prog((64, 300))
