@@ -102,7 +102,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("SCELLIS_MATMUL_DB", "flag", True, "kernels", "Off: the tile table never takes the double-buffered tile."),
     _s("SCELLIS_ARENA_SPLIT", "flag", False, "kernels",
        "On: a wgpu Program's arena is planned as two buffers, each matmul's output apart from its operands, so "
-       "they bind read-only (at most 10% or 16 MiB more arena bytes; not yet timed on a GPU, so off by default)."),
+       "they bind read-only (at most 10% or 16 MiB more arena bytes). Off by default: on an H100 it made the f32 GPT "
+       "step 7% slower and left the mixed one unchanged (benchmarks/RESULTS.md, 2026-12-06 12:50)."),
     _s("SCELLIS_MATMUL_HUGE", "flag", True, "kernels",
        "Off: the tile table never takes the 128x256 tile (on: for read-only operands of an unchecked matmul)."),
     _s("SCELLIS_MATMUL_FOLD", "int", None, "kernels",

@@ -6,7 +6,8 @@ executor allocates exactly (one arena, values at fixed offsets, views aliasing t
 A split arena (`apart` given, SCELLIS_ARENA_SPLIT): the values go into two buffers so that a matmul's output lies
 apart from its operands. WebGPU refuses one buffer bound both read-only and writable in a dispatch, so in one arena
 no product of a training step could read its operands read-only (matmul `_readonly`); in the GPT step two buffers
-let 89% of the matmul FLOPs do so for 2% more arena bytes (`.dev/arena2.py`, 2026-12-06). The plan keeps one
+let 89% of the matmul FLOPs do so for 2% more arena bytes, but the step ran 7% slower on an H100 (f32; mixed f16
+unchanged: benchmarks/RESULTS.md, 2026-12-06 12:50), so the split is off by default. The plan keeps one
 address space: the second buffer's values sit at `split` + their offset in it, so the total and every planner
 figure read as before, and a backend that binds the arena as one buffer may ignore the split.
 """
