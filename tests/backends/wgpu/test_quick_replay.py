@@ -68,6 +68,16 @@ def test_held_outputs_are_never_handed_out_again_by_the_quick_path():
         np.testing.assert_allclose(impl.to_numpy(o), w, **TOL)
 
 
+def _steady_quick(impl, body, warm: int, rounds: int) -> int:
+    """Quick replays over `rounds` calls of `body` after `warm` calls of it."""
+    for _ in range(warm):
+        body()
+    before = impl.quick_replays
+    for _ in range(rounds):
+        body()
+    return impl.quick_replays - before
+
+
 def test_programs_taking_turns_over_one_output_pool_replay_quickly():
     """Two programs that alternate on one backend (a pool worker's gradient and update steps) draw their
     same-size outputs from one pool, which rotates: the buffer free first is rarely the one the other's
@@ -79,17 +89,15 @@ def test_programs_taking_turns_over_one_output_pool_replay_quickly():
     one = _prog()
     a = R.standard_normal((9, 7)).astype(np.float32)
     xs = impl.from_numpy(a, "f32")
-    for i in range(8):
-        if i == 4:
-            before = impl.quick_replays
+
+    def both():
         outs = execute(three, [xs], impl)
         for o, w in zip(outs, (a + 1.0, a * 2.0, a - 3.0)):
             np.testing.assert_allclose(impl.to_numpy(o), w, **TOL)
         del outs, o
         (o,) = execute(one, [xs], impl)
         np.testing.assert_allclose(impl.to_numpy(o), _softmax(a + 0.5), **TOL)
-        del o
-    assert impl.quick_replays - before == 8             # both programs, the last four rounds
+    assert _steady_quick(impl, both, warm=4, rounds=4) == 8      # both programs, every round
 
 
 def test_a_program_with_more_outputs_than_the_pool_held_replays_quickly():
@@ -101,15 +109,12 @@ def test_a_program_with_more_outputs_than_the_pool_held_replays_quickly():
     many, _ = compile_program([F.add(xp, F.scalar(float(i))) for i in range(n)], "wgpu", "debug")
     a = R.standard_normal((5, 3)).astype(np.float32)
     xs = impl.from_numpy(a, "f32")
-    for i in range(5):
-        if i == 3:
-            before = impl.quick_replays
-        outs = execute(many, [xs], impl)
-        got = impl.read_many(outs)
+
+    def run():
+        got = impl.read_many(execute(many, [xs], impl))
         for k in (0, 41, n - 1):
             np.testing.assert_allclose(got[k], a + k, **TOL)
-        del outs
-    assert impl.quick_replays - before == 2
+    assert _steady_quick(impl, run, warm=3, rounds=2) == 2
 
 
 def test_arena_growth_invalidates_the_quick_entries():
