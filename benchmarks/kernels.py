@@ -100,8 +100,24 @@ def wgpu_program(ctx: Ctx, tensors):
 
     def result(i=0):
         return be.to_numpy(box["out"][i])
-    run.result = result
+
+    def kernels() -> set:
+        """The kernel names (pipeline keys' first field) the Program's recorded dispatches use (after a run)."""
+        rec = be._records.get(prog.hash)
+        names = {id(pl): key.split(":")[0] for key, pl in be._pipelines.items()}
+        return {names.get(id(d[0]), "?") for d in rec[1]} if rec else set()
+    run.result, run.kernels = result, kernels
     return run, sync
+
+
+def attention_path(kernels: set) -> str:
+    """Which attention path a Program ran, from its kernels: the flash kernels, the materialized-score path
+    (`attention_scores` row kernels between batched matmuls), or the one-row-per-thread kernels."""
+    if any(k.startswith("flash_") for k in kernels):
+        return "flash"
+    if "attention_scores" in kernels:
+        return "score path"
+    return "row-wise" if any(k.startswith("attention_") for k in kernels) else "?"
 
 
 WINDOW_S = 0.05     # a measurement spans at least this long (more runs than `iters` for short ones)
@@ -248,6 +264,7 @@ def _attn_case(ctx, args, q, k, v, g, dtype, causal, bwd, drop=0.0) -> dict:
     nodes = [out] if not bwd else list(grad([out], [tq.node, tk.node, tv.node], [tg.node])) + [out]
     run, sync = wgpu_program(ctx, [sc.Tensor(n, ctx.dev) for n in nodes])
     run()
+    path = attention_path(run.kernels())       # up to SCORES_MAX_LK keys the score path is the default
     got = [run.result(i) for i in range(len(nodes) - 1 if bwd else 1)]    # out, or dq, dk, dv
     tsec = terr = None
     if ctx.torch is not None:
@@ -275,7 +292,7 @@ def _attn_case(ctx, args, q, k, v, g, dtype, causal, bwd, drop=0.0) -> dict:
     flops = (14.0 if bwd else 4.0) * b * h * l * l * d * (0.5 if causal else 1.0)
     what = ("attention fwd+bwd" if bwd else "attention fwd") + (" causal" if causal else "")
     what += f" dropout {drop:g}" if drop else ""
-    return row(what, dtype, f"B{b} H{h} L{l} D{d}", sec, flops, "TFLOP/s",
+    return row(what, dtype, f"B{b} H{h} L{l} D{d}, {path}", sec, flops, "TFLOP/s",
                tsec, terr, note="FLOPs 4*B*H*L^2*D fwd, 14* fwd+bwd, halved when causal; err: worst of "
                                 "out (fwd) or dq, dk, dv (fwd+bwd) vs torch")
 

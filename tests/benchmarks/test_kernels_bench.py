@@ -24,7 +24,18 @@ def test_quick_benchmark_runs(tmp_path):
     lines = [l for l in r.stdout.splitlines() if l.startswith("matmul")]
     assert any(" f32 " in l for l in lines), r.stdout
     assert all("TFLOP/s" in l for l in lines)
+    attn = [l for l in r.stdout.splitlines() if l.startswith("attention")]
+    assert attn and all(", score path " in l for l in attn), r.stdout   # --quick's lengths take the score path
     assert (results.read_bytes() if results.exists() else None) == before
+
+
+def test_attention_rows_name_the_path_that_ran():
+    """The attention path is read off the Program's recorded kernels: flash kernels, the score path's row kernels."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.kernels import attention_path
+    assert attention_path({"flash_fwd", "matmul"}) == "flash"
+    assert attention_path({"matmul", "attention_scores"}) == "score path"
+    assert attention_path({"attention_fwd"}) == "row-wise"
 
 
 def test_time_loop_spans_the_window_so_the_final_sync_is_amortized():
