@@ -13,7 +13,7 @@
 fn mask_base(bh: u32) -> u32 {
   var r = bh;
   var off = p.moff;
-  for (var d = i32(p.mrank) - 1; d >= 0; d = d - 1) {
+  for (var d = i32(min(p.mrank, 4u)) - 1; d >= 0; d = d - 1) {   // (at most the 4 of mshape)
     let s = p.mshape[u32(d)];
     off = off + (r % s) * p.mstride[u32(d)];
     r = r / s;

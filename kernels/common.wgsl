@@ -12,15 +12,22 @@ enable f16;
 // Philox-4x32-10 (Salmon et al. 2011), bit-exact with scellis_jupyter/rng/philox.py: 64-bit word w of a
 // stream is lane w % 4 of the block at counter (w / 4 as lo, hi, 0, 0) under the stream's key; a word's
 // uniform is its top 24 bits / 2^24. Included by every kernel that draws (philox.wgsl, the matmul's
-// dropout epilogue, attention dropout); ph_ names keep clear of the includer's.
+// dropout epilogue, attention dropout); ph_ names keep clear of the includer's. INT64 (the device has
+// `shader-int64`): each round's 32 x 32 -> 64-bit products are one 64-bit multiply, else four 16-bit ones.
+#if INT64
+fn ph_mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
+  let m = u64(a) * u64(b);
+  return vec2<u32>(u32(m >> 32u), u32(m));
+}
+#else
 fn ph_mulhilo(a: u32, b: u32) -> vec2<u32> {   // (hi, lo) of the 64-bit product
   let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
   let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0; let p11 = a1 * b1;
   let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-  let lo = (p00 & 0xffffu) | (mid << 16u);
   let hi = p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
-  return vec2<u32>(hi, lo);
+  return vec2<u32>(hi, a * b);                 // the low word: u32 products wrap
 }
+#endif
 
 fn ph_add64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {    // (lo, hi) words
   let lo = a.x + b.x;

@@ -68,10 +68,14 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "`default` opens the GPU with WebGPU's default limits, as a browser would.", choices=("adapter", "default")),
     _s("SCELLIS_WGPU_SUBGROUPS", "flag", True, "device",
        "Off: open the GPU without the `subgroup` feature, so kernels take their workgroup-memory paths."),
+    _s("SCELLIS_WGPU_INT64", "flag", True, "device",
+       "Off: open the GPU without `shader-int64`, so Philox draws (dropout, random) build each 32 x 32 -> 64-bit "
+       "product from 16-bit halves instead of one 64-bit multiply."),
     _s("SCELLIS_WGPU_SHADER_CHECKS", "choice", "auto", "device",
        "`none` compiles kernels without naga's index clamps and loop counters (wgpu-native's trusted shader "
        "modules; storage buffers keep Vulkan's robust access); `bounds` / `loops` keep only the clamps / the "
-       "counters; `naga` keeps both; `auto`: `none` for the tiled matmul on a Vulkan adapter, `naga` for the rest.",
+       "counters; `naga` keeps both; `auto`: `none` for the tiled matmul and the score path's attention row kernels on a Vulkan adapter, "
+       "`naga` for the rest.",
        choices=("auto", "naga", "bounds", "loops", "none")),
     _s("SCELLIS_WGPU_FLUSH_US", "float", None, "device",
        "How long a pass records before a program's end submits it (default 200).",

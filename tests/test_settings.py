@@ -175,6 +175,7 @@ def _readers():
             ("SCELLIS_MAX_BINDING_BYTES", "big", lambda: runtime.env_binding_limit(1 << 27)),
             ("SCELLIS_WGPU_FLUSH_US", "soon", runtime.env_flush_after),
             ("SCELLIS_WGPU_SUBGROUPS", "maybe", runtime.subgroups_wanted),
+            ("SCELLIS_WGPU_INT64", "64", runtime.int64_wanted),
             ("SCELLIS_WGPU_LIMITS", "browser", lambda: runtime.requested_limits({})),
             ("SCELLIS_CHECK_INDICES", "please", runtime.check_indices)]
 

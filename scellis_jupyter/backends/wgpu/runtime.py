@@ -63,6 +63,12 @@ WEBGPU_DEFAULT_LIMITS = {
 }
 
 
+def int64_wanted() -> bool:
+    """SCELLIS_WGPU_INT64=off opens the device without `shader-int64`, so Philox draws take their 32-bit path
+    (kernels/common.wgsl ph_mulhilo, as on an adapter that lacks it); anything else asks for it when granted."""
+    return settings.flag("SCELLIS_WGPU_INT64")
+
+
 def subgroups_wanted() -> bool:
     """SCELLIS_WGPU_SUBGROUPS=off opens the device without the `subgroup` feature, so the kernels take
     their workgroup-memory paths (as on an adapter that lacks it); anything else asks for it when granted."""
@@ -97,8 +103,8 @@ class WgpuBackend:
         self.adapter_type = str(info.get("adapter_type", ""))   # "DiscreteGPU", "IntegratedGPU", "CPU", ...
         self.tier: str | None = None     # the tier of the program being run (launchers may branch on it)
         feats = set(adapter.features)
-        want = [f for f in ("shader-f16", "timestamp-query", "subgroup") if f in feats
-                and (f != "subgroup" or subgroups_wanted())]
+        want = [f for f in ("shader-f16", "timestamp-query", "subgroup", "shader-int64") if f in feats
+                and (f != "subgroup" or subgroups_wanted()) and (f != "shader-int64" or int64_wanted())]
         required = requested_limits(adapter.limits)
         self.shader_checks = shaders.checks()   # read once: the policy every kernel of this device compiles under
         self.backend_type = str(info.get("backend_type", ""))   # "Vulkan", "Metal", ...
@@ -114,6 +120,8 @@ class WgpuBackend:
         self.has_f16 = "shader-f16" in self.features
         # kernels with a subgroup path pick it when their pipeline is built (their cache keys say which)
         self.subgroups = "subgroup" in self.features
+        # Philox draws multiply in 64 bits when granted (kernels/common.wgsl; their cache keys say which)
+        self.int64 = "shader-int64" in self.features
         self.offset_align = int(self.limits.get("min-storage-buffer-offset-alignment", 256))
         self.flush_after = env_flush_after()
         self._pipelines: dict = {}
@@ -162,6 +170,12 @@ class WgpuBackend:
         """Switch the kernels' subgroup paths on (only where the device has the feature) or off, and forget
         recorded programs so that none replays a pipeline built for the other path (tests run both)."""
         self.subgroups = bool(on) and "subgroup" in self.features
+        self.forget_programs()
+
+    def use_int64(self, on: bool) -> None:
+        """Switch the Philox draws' 64-bit multiplies on (only where the device has `shader-int64`) or off, and
+        forget recorded programs, as use_subgroups does (tests run both)."""
+        self.int64 = bool(on) and "shader-int64" in self.features
         self.forget_programs()
 
     def forget_programs(self) -> None:

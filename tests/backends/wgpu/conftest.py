@@ -1,4 +1,5 @@
-"""Fixtures the wgpu kernel tests share: the subgroup / fallback switch and the one-read (ROW_REG) switch.
+"""Fixtures the wgpu kernel tests share: the subgroup / fallback switch, the Philox multiply switch and the
+one-read (ROW_REG) switch.
 
 Most test modules take `WG` and the skip mark `needs_wgpu` from fixtures.devices (a few call sc.device("wgpu")
 themselves); sc.device caches, so these fixtures see the same device (and the module's skip mark runs before
@@ -20,6 +21,22 @@ def path(request: pytest.FixtureRequest):
     be.use_subgroups(request.param)
     yield request.param
     be.use_subgroups(True)
+
+
+@pytest.fixture(params=[True, False], ids=["int64", "mul32"])
+def mul64(request: pytest.FixtureRequest):
+    """Run the test with the Philox draws' 64-bit multiplies (`shader-int64`) and again with the 32-bit
+    emulation (kernels/common.wgsl ph_mulhilo); yields which, and asserts every drawing pipeline built was
+    that one. An adapter without `shader-int64` skips the first half; the device's default comes back after."""
+    be = sc.device("wgpu").impl
+    if request.param and "shader-int64" not in be.features:
+        pytest.skip("this adapter does not grant `shader-int64`")
+    before = set(be._pipelines)
+    be.use_int64(request.param)
+    yield request.param
+    drawing = [k for k in set(be._pipelines) - before if ":i64=" in k]
+    assert all(f":i64={request.param}" in k for k in drawing), drawing
+    be.use_int64(True)
 
 
 @pytest.fixture

@@ -375,7 +375,7 @@ def _run_drop(name, monkeypatch, keys=None):
 
 
 @pytest.mark.parametrize("name", list(DROPOUT))
-def test_dropout_on_the_score_path_matches_dense_with_the_philox_mask(name, calls, monkeypatch):
+def test_dropout_on_the_score_path_matches_dense_with_the_philox_mask(name, calls, monkeypatch, mul64):
     """Attention dropout on the score path: forward and every gradient against float64 with the keep factors
     drawn by the project's numpy Philox (word offset + (head * Lq + i) * Lk + j; step-base: the stream position
     a device input past 2^32). The forward's row kernel draws them, and the backward draws them again while

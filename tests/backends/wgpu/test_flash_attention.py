@@ -111,7 +111,7 @@ def _run_drop(q, k, v, g, causal, mask, p, stream):
 
 
 @pytest.mark.parametrize("based", [False, True], ids=["offset", "step-base"])
-def test_dropout_matches_dense_with_the_philox_mask(based):
+def test_dropout_matches_dense_with_the_philox_mask(based, mul64):
     """Forward and every gradient against float64 with the mask drawn from numpy Philox; the backward
     can only match if it regenerates the forward's mask. step-base: the stream position comes from a
     device input past 2^32 (64-bit word offsets with carry)."""
@@ -130,7 +130,7 @@ def test_dropout_matches_dense_with_the_philox_mask(based):
 
 
 @pytest.mark.parametrize("tile", [None, "4x1"], ids=["table-tiles", "4x1-tiles"])
-def test_dropout_mask_over_many_tiles(tile, monkeypatch):
+def test_dropout_mask_over_many_tiles(tile, monkeypatch, mul64):
     """Many key and query tiles, a stream offset whose low word wraps inside the op's words, and a key length
     that is not a multiple of 4 (so each row's words start at another lane of a Philox block), with the table's
     tiles and with 16-key 4x1 tiles, give the numpy Philox mask's results forward and backward."""

@@ -98,7 +98,7 @@ def test_k_split_runs_the_epilogue_after_the_last_partial(monkeypatch):
     _check(got, a, w, b, r, ref64, "f32")
 
 
-def test_dropout_in_the_store_draws_the_unfused_mask(monkeypatch):
+def test_dropout_in_the_store_draws_the_unfused_mask(monkeypatch, mul64):
     a = R.standard_normal((3, 33, 21)).astype(np.float32)
     w, b = R.standard_normal((21, 50)).astype(np.float32), R.standard_normal(50).astype(np.float32)
 
@@ -121,7 +121,7 @@ def test_dropout_in_the_store_draws_the_unfused_mask(monkeypatch):
 
 
 @pytest.mark.parametrize("where", ["store", "apart"])
-def test_uniforms_drawn_in_the_epilogue_from_a_based_stream(where, monkeypatch):
+def test_uniforms_drawn_in_the_epilogue_from_a_based_stream(where, monkeypatch, mul64):
     """A dropout read by the chain alone draws its uniforms in the store (no philox dispatch), at a stream
     base near 2^32 (the 64-bit carry) from a step input; `apart`: a casting chain, drawn by the philox
     kernel into scratch first. Masks equal the unfused program's and the reference's."""

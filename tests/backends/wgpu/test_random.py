@@ -36,7 +36,7 @@ def test_dropout_masks_identical():
 
 @pytest.mark.parametrize("shape", [(3,), (2, 3, 5), (13, 1), (997,), (0,)])
 @pytest.mark.parametrize("offset", [1, 2, 7, 4095, 2**32 - 1, 2**34 + 3, 2**62 + 5])
-def test_direct_nodes_odd_offsets(shape, offset):
+def test_direct_nodes_odd_offsets(shape, offset, mul64):
     from scellis_jupyter.graph.opset import make
     key = (0x12345678, 0x9ABCDEF0)
     for op in ("philox_bits", "philox_uniform"):
@@ -52,7 +52,7 @@ def test_public_generator_uniform_identical():
 
 @pytest.mark.parametrize("shape", [(3,), (13, 7), (1031,)])
 @pytest.mark.parametrize("offset,base", [(0, 1), (3, 2), (5, 2**32 - 3), (2**32 - 1, 6), (7, 2**40 + 1)])
-def test_step_base_input_adds_to_the_offset(shape, offset, base):
+def test_step_base_input_adds_to_the_offset(shape, offset, base, mul64):
     """A step's stream start arrives as an input: offset + base must equal the attr-only draw."""
     from scellis_jupyter.graph.opset import make
     from scellis_jupyter.rng.generator import base_words
@@ -81,3 +81,24 @@ def test_step_generator_draws_fresh_words_each_step_from_one_program():
             base = d.impl.from_numpy(base_words(step * sg.positions["dropout"]), "u32")
             (out,) = execute(prog, [base], d.impl)
             np.testing.assert_array_equal(d.impl.to_numpy(out), host.uniform((4, 5)))
+
+
+INT64_OFF = r"""
+import numpy as np, scellis_jupyter as sc
+from scellis_jupyter.graph.opset import make
+wg, ref = sc.device("wgpu"), sc.device("reference")
+assert "shader-int64" not in wg.impl.features and not wg.impl.int64, wg.impl.features
+key = (0x9E3779B9, 0xFFFFFFFF)
+for off in (0, 2**32 - 1, 2**62 + 5):
+    a, b = (sc.Tensor(make("philox_bits", [], shape=(1031,), key=key, offset=off), d).numpy() for d in (wg, ref))
+    assert np.array_equal(a, b), off
+assert all(":i64=False" in k for k in wg.impl._pipelines if k.startswith("philox")), list(wg.impl._pipelines)
+print("INT64-OFF-OK")
+"""
+
+
+def test_int64_off_by_environment(run_python):
+    """SCELLIS_WGPU_INT64=off opens the device without `shader-int64`: the draws take the 32-bit path and still
+    give the reference's words."""
+    r = run_python(INT64_OFF, SCELLIS_WGPU_INT64="off", SCELLIS_DEVICE="wgpu")
+    assert "INT64-OFF-OK" in r.stdout, r.stdout[-2000:] + r.stderr[-3000:]

@@ -1,8 +1,9 @@
 """SCELLIS_WGPU_SHADER_CHECKS: kernels compiled without naga's index clamps and loop counters (wgpu-native's
 trusted shader modules) compute what the checked ones compute, bit for bit: a tiny causal language model
 trained through sc.train (matmuls of ragged shapes, attention, layer norm, cross-entropy, AdamW) gives the
-same losses, and ragged matmuls the same bits, each mode in its own process. The mode is read when the
-device opens; a bad value is refused naming the variable.
+same losses, and ragged matmuls and a causal attention's forward and gradients (the score path) the same
+bits, each mode in its own process. The mode is read when the device opens; a bad value is refused naming
+the variable.
 """
 from __future__ import annotations
 
@@ -28,12 +29,18 @@ for m, k, n in ((1, 1, 1), (37, 53, 29), (130, 9, 131), (257, 300, 65)):
     want = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(got - want).max() <= 1e-5 * np.sqrt(k) * np.abs(want).max(), (m, k, n)
     mm.append(got.tobytes().hex())
+q, k, v, g = (r.standard_normal((2, 3, 37, 16)).astype(np.float32) for _ in range(4))
+ts = [sc.tensor(x, device=wg, requires_grad=True) for x in (q, k, v)]
+o = sc.ops.attention(*ts, causal=True)
+o.backward(sc.tensor(g, device=wg))
+attn = [x.tobytes().hex() for x in [o.numpy()] + [t.grad.numpy() for t in ts]]
 spec = sys.argv[1]
 with tempfile.TemporaryDirectory() as d:
     run = sc.train(spec, store=d, device="wgpu", progress=False)
     losses = [float(x).hex() for x in run.loss_history]
-print("RESULT", json.dumps({"checks": wg.impl.shader_checks, "mm": mm, "losses": losses,
-                            "modes": [wg.impl.checks_for(k) for k in ("matmul", "softmax", "matmul_ksplit")]}))
+print("RESULT", json.dumps({"checks": wg.impl.shader_checks, "mm": mm, "losses": losses, "attn": attn,
+                            "score_rows": sum(k.startswith("attention_scores:") for k in wg.impl._pipelines),
+                            "modes": [wg.impl.checks_for(k) for k in ("matmul", "softmax", "matmul_ksplit", "attention_scores")]}))
 """
 
 TINY = spec_text("tiny_lm", steps=3, seed=4)
@@ -49,19 +56,22 @@ def _result(run_python, mode):
 def test_unchecked_kernels_give_the_checked_bits(run_python):
     naga, none, auto = _result(run_python, "naga"), _result(run_python, "none"), _result(run_python, None)
     assert naga["checks"] == "naga" and none["checks"] == "none" and auto["checks"] == "auto"
-    assert naga["modes"] == ["naga"] * 3 and none["modes"] == ["none"] * 3
-    assert auto["modes"] == ["none", "naga", "naga"]      # llvmpipe is a Vulkan adapter: the matmul alone unchecked
+    assert naga["modes"] == ["naga"] * 4 and none["modes"] == ["none"] * 4
+    # llvmpipe is a Vulkan adapter: the matmul and attention's score-path row kernels alone unchecked
+    assert auto["modes"] == ["none", "naga", "naga", "none"]
+    assert auto["score_rows"] > 0          # the attention above ran those row kernels
+    assert none["attn"] == naga["attn"] == auto["attn"]
     assert len(naga["losses"]) == 3
     assert none["mm"] == naga["mm"] == auto["mm"]
     assert none["losses"] == naga["losses"] == auto["losses"]
 
 
-def test_auto_leaves_the_checks_out_of_the_matmul_on_vulkan_only():
+def test_auto_leaves_the_checks_out_of_the_trusted_kernels_on_vulkan_only():
     from scellis_jupyter.backends.wgpu.shaders import TRUSTED, mode_for
-    assert TRUSTED == {"matmul"}
-    assert mode_for("auto", "matmul", "Vulkan") == "none"
+    assert TRUSTED == {"matmul", "attention_scores"}
+    assert mode_for("auto", "matmul", "Vulkan") == mode_for("auto", "attention_scores", "Vulkan") == "none"
     for kernel, backend in (("matmul", "Metal"), ("matmul", "D3D12"), ("matmul", ""), ("softmax", "Vulkan"),
-                            ("matmul_ksplit", "Vulkan")):
+                            ("matmul_ksplit", "Vulkan"), ("attention_scores", "Metal"), ("flash_fwd", "Vulkan")):
         assert mode_for("auto", kernel, backend) == "naga", (kernel, backend)
     for policy in ("naga", "bounds", "loops", "none"):
         assert mode_for(policy, "matmul", "Vulkan") == mode_for(policy, "softmax", "Metal") == policy

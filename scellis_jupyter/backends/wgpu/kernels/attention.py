@@ -127,12 +127,13 @@ def _rows(s: Storage, isz, re, L, b0, b1, r0, r1, align):
 
 
 def _render(name: str, section: str | None, mask: bool, subs: dict, k2: bool = False,
-            vec: bool = False, drop: tuple = (False, False)) -> tuple[str, str]:
+            vec: bool = False, drop: tuple = (False, False, False)) -> tuple[str, str]:
     """(pipeline key, source) of one attention kernel; the shared pieces come from kernels/attention.wgsl.
-    drop: (dropout on, stream position bound)."""
-    flags = {"MASK": mask, "K2": k2, "VEC": vec, "DROP": drop[0], "BASED": drop[1]}
+    drop: (dropout on, stream position bound, 64-bit multiplies)."""
+    on, based, i64 = drop
+    flags = {"MASK": mask, "K2": k2, "VEC": vec, "DROP": on, "BASED": based, "INT64": i64}
     src = render(name, section, flags=flags, **subs)
-    key = (f"{name}:{section}:mask={mask}:k2={k2}:vec={vec}:drop={drop[0]}:based={drop[1]}:"
+    key = (f"{name}:{section}:mask={mask}:k2={k2}:vec={vec}:drop={on}:based={based}:i64={i64}:"
            + ":".join(f"{k}={v}" for k, v in sorted(subs.items())))
     return key, src
 
@@ -146,11 +147,11 @@ def _extras(v, ins, n: int):
 
 
 def _dropout(be, v, flash: bool, nbind: int) -> tuple[tuple, bytes]:
-    """((DROP, BASED) flags, the params tail: word offset lo/hi, Philox key, (p, 1 / (1 - p)))."""
+    """((DROP, BASED, INT64) flags, the params tail: word offset lo/hi, Philox key, (p, 1 / (1 - p)))."""
     p = float(v.attrs.get("dropout", 0.0))
     tail = struct.pack("<4I4f", 0, 0, 0, 0, 0.0, 1.0, 0.0, 0.0)
     if not p:
-        return (False, False), tail
+        return (False, False, False), tail
     if not flash:
         raise KernelError(f"attention dropout runs in the flash kernels only (head sizes up to {FLASH_HEAD} and "
                           f"enough workgroup memory)", where=f"op {v.op!r}", hint="use dropout=0 or smaller heads")
@@ -161,7 +162,7 @@ def _dropout(be, v, flash: bool, nbind: int) -> tuple[tuple, bytes]:
     off = int(v.attrs["offset"])
     k0, k1 = (int(x) & 0xFFFFFFFF for x in v.attrs["key"])
     tail = struct.pack("<4I4f", off & 0xFFFFFFFF, (off >> 32) & 0xFFFFFFFF, k0, k1, p, 1.0 / (1.0 - p), 0.0, 0.0)
-    return (True, bool(v.attrs.get("based"))), tail
+    return (True, bool(v.attrs.get("based")), bool(be.int64)), tail
 
 
 
@@ -250,7 +251,7 @@ def _attention(be, v, ins, out):
         if t == "f16":          # computed in f32, rounded once
             q, k, val = (widened(be, f"attention-f32-{n}", s) for n, s in (("q", q), ("k", k), ("v", val)))
             o16, o = o, f32_scratch(be, "attention-f32-o", o.shape)
-        scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), chunk, Drop.of(v, sbase))
+        scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), chunk, Drop.of(v, sbase, be.int64))
         if t == "f16":
             cast_into(be, o, o16)
         return
@@ -339,7 +340,7 @@ def _attention_bwd(be, v, ins, out):
             q, k, val, o, dout = (widened(be, f"attention-f32-{n}", s) for n, s in
                                   (("q", q), ("k", k), ("v", val), ("o", o), ("dout", dout)))
             g = [f32_scratch(be, f"attention-f32-d{n}", s.shape) for n, s in zip(("q", "k", "v"), g16)]
-        scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), chunk, Drop.of(v, sbase))
+        scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), chunk, Drop.of(v, sbase, be.int64))
         if t == "f16":
             for w, s in zip(g, g16):
                 cast_into(be, w, s)

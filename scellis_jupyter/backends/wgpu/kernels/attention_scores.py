@@ -109,17 +109,18 @@ def _row_layout(n: int) -> tuple[int, int]:
 
 class Drop:
     """Attention dropout on the score path (the op's `dropout`, Philox key and word offset; `base`: the step's
-    stream position storage, or None): the forward's P and the backward's recomputed P draw the keep factors
-    of kernels/attention.wgsl:drop_word, the flash kernels' mask."""
+    stream position storage, or None; int64: the device multiplies in 64 bits): the forward's P and the
+    backward's recomputed P draw the keep factors of kernels/attention.wgsl:drop_word, the flash kernels' mask."""
 
-    def __init__(self, p: float, offset: int, key, base: Storage | None) -> None:
+    def __init__(self, p: float, offset: int, key, base: Storage | None, int64: bool = False) -> None:
         self.p, self.r, self.offset, self.base = p, 1.0 / (1.0 - p), int(offset), base
         self.key = tuple(int(x) & 0xFFFFFFFF for x in key)
+        self.int64 = bool(int64)
 
     @classmethod
-    def of(cls, v, base: Storage | None) -> "Drop | None":
+    def of(cls, v, base: Storage | None, int64: bool = False) -> "Drop | None":
         p = float(v.attrs.get("dropout", 0.0))
-        return cls(p, v.attrs["offset"], v.attrs["key"], base) if p else None
+        return cls(p, v.attrs["offset"], v.attrs["key"], base, int64) if p else None
 
     @staticmethod
     def bindings(drop: "Drop | None") -> list:
@@ -137,11 +138,13 @@ def _kernel(section: str, t: int, rpw: int, causal: bool, masked: bool, drop: Dr
     dscores only reads them from P's sign."""
     on = drop is not None and section != "delta"
     based = on and drop.base is not None and section != "dscores"
+    i64 = on and drop.int64
     src = render("attention_scores", "dscores" if section == "delta" else section,
-                 flags={"MASK": masked, "ONLY_DELTA": section == "delta", "DROP": on, "BASED": based},
+                 flags={"MASK": masked, "ONLY_DELTA": section == "delta", "DROP": on, "BASED": based, "INT64": i64},
                  T=t, RPW=rpw, CAUSAL=str(causal).lower(), MASK_BINDING=3, BASE_BINDING=3 + masked,
                  REACH=BAND_REACH)
-    return f"attention_scores:{section}:T={t}:RPW={rpw}:causal={causal}:mask={masked}:drop={on}:based={based}", src
+    return (f"attention_scores:{section}:T={t}:RPW={rpw}:causal={causal}:mask={masked}:drop={on}:based={based}"
+            f":i64={i64}"), src
 
 
 def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = False, band: tuple = (0, 0),
@@ -169,8 +172,9 @@ def _head(s: Storage, h: int) -> Storage:
 
 
 @functools.lru_cache(maxsize=None)
-def _epi_source(section: str, causal: bool, n: int, first: int, drop: bool, based: bool) -> tuple:
-    text = snippet("attention_scores", section, flags={"DROP": drop, "BASED": based}, CAUSAL=str(causal).lower(),
+def _epi_source(section: str, causal: bool, n: int, first: int, drop: bool, based: bool, int64: bool) -> tuple:
+    text = snippet("attention_scores", section, flags={"DROP": drop, "BASED": based, "INT64": int64},
+                   CAUSAL=str(causal).lower(),
                    BINDINGS=bindings(*((f"x{k}", "f32") for k in range(n)), first=first),
                    NI=n, BASE_BINDING=first + n)
     return text, (n + 2 * drop, 1 + drop), "", hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
@@ -201,7 +205,8 @@ class _RowEpi(Epilogue):
                 self.wins.append(drop.base)
 
     def source(self, first: int) -> tuple:
-        return _epi_source(self.section, self.causal, self.n, first, self.drop is not None, self.based)
+        return _epi_source(self.section, self.causal, self.n, first, self.drop is not None, self.based,
+                           self.drop is not None and self.drop.int64)
 
     def params(self, bstart, bstrides, tails, m0: int, n0: int, ncols: int) -> bytes:
         body = super().params(bstart, bstrides, tails, m0, n0, ncols)

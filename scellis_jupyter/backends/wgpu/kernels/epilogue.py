@@ -28,9 +28,10 @@ from .strided import window
 
 
 @functools.lru_cache(maxsize=256)
-def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int) -> tuple[str, int, str, str]:
+def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int,
+         int64: bool = False) -> tuple[str, int, str, str]:
     """(the epilogue's module-scope WGSL, its input count for Params (at least 1), the `enable` line, a
-    short tag of the text for pipeline keys)."""
+    short tag of the text for pipeline keys); int64: draws multiply in 64 bits (the device's `shader-int64`)."""
     lines, draws = [], 0
     for j, (op, attrs, refs, shape, dtype) in enumerate(code):
         if op == "philox_uniform":      # the logical element index is the pseudo-input after the others
@@ -55,7 +56,7 @@ def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int) -
         lines.append(snippet("fused", "let", J=j, EXPR=ex))
     decl = bindings(*((f"x{k}", d) for k, d in enumerate(ext_dtypes)), first=first)
     offsets = "\n".join(snippet("matmul", "epi_offset", K=k) for k in range(len(ext_dtypes) + (1 if draws else 0)))
-    helpers = snippet("ops", "helpers") + ("\n" + snippet("matmul", "epi_philox") if draws else "")
+    helpers = snippet("ops", "helpers") + ("\n" + snippet("matmul", "epi_philox", flags={"INT64": int64}) if draws else "")
     text = snippet("matmul", "epi_fn", BINDINGS=decl, HELPERS=helpers,
                    TC=WGSL_TYPE[code[-1][4]], OFFSETS=offsets, BODY="\n".join(lines), LAST=len(code) - 1)
     also = [c[4] for c in code]
@@ -78,6 +79,7 @@ class Epilogue:
         self.mm_dtype = v.attrs["mm"][1]
         self.strides = [tuple(int(x) for x in st) for st in v.attrs["strides"]]
         self.dtypes = tuple(s.dtype for s in others)
+        self.int64 = bool(getattr(be, "int64", False))
         self.wins, self.offs = [], []
         for s in others:
             n = max(1, math.prod(s.shape))
@@ -90,7 +92,7 @@ class Epilogue:
             self.offs.append(0)
 
     def source(self, first: int) -> tuple[str, int, str, str]:
-        return wgsl(self.code, self.slot, self.mm_dtype, self.dtypes, first)
+        return wgsl(self.code, self.slot, self.mm_dtype, self.dtypes, first, self.int64)
 
     def batch_strides(self) -> list[tuple]:
         return [st[:-2] for st in self.strides]

@@ -24,7 +24,7 @@ def _philox(be, v, ins, out):
     off = int(v.attrs["offset"])
     k0, k1 = (int(k) & 0xFFFFFFFF for k in v.attrs["key"])
     based = len(ins) == 1
-    src = render("philox", flags={"BASED": based})
+    src = render("philox", flags={"BASED": based, "INT64": be.int64})
     chunk = max(4, (be.binding_limit - be.offset_align) // 4 // 4 * 4)
     s = 0
     while s < n:
@@ -36,6 +36,6 @@ def _philox(be, v, ins, out):
                              1 if v.op == "philox_uniform" else 0)
         # a base offset may move the first word to a later lane: one more block covers it
         blocks = (o % 4 + m + 3) // 4 + (1 if based else 0)
-        be.launch("philox_based" if based else "philox", src, ([ins[0], w] if based else [w]), params,
+        be.launch(("philox_based" if based else "philox") + f":i64={be.int64}", src, ([ins[0], w] if based else [w]), params,
                   (blocks + 63) // 64)
         s += m
