@@ -1,7 +1,8 @@
 """The double-buffered tile variants (matmul.wgsl loop_db): the same products in the same order as their
 single-buffered siblings, so big_db must give big_p's bits exactly (and be within the f32 bound of
 float64 on every edge); the table takes big_db only where the device's workgroup memory holds it, and huge_db
-(128x256) only for read-only operands of a matmul compiled unchecked, with enough of its tiles."""
+(128x256) only for read-only operands of a matmul compiled unchecked, with enough of its tiles, a K of at least
+HUGE_MIN_K and no more padded columns than 128-wide tiles."""
 import numpy as np
 import pytest
 
@@ -61,13 +62,18 @@ def test_big_db_gives_big_p_bits_on_ragged_shapes(ta, tb, monkeypatch):
     _same_bits("big_db", "big_p", 131, 133, 45, ta, tb, monkeypatch)     # partial tiles and a partial last k-tile
 
 
-def test_the_table_takes_huge_db_only_for_read_only_unchecked_products_of_enough_tiles():
+def test_the_table_takes_huge_db_only_for_read_only_unchecked_products_of_enough_tiles_and_k():
     need = T.smem_bytes("huge_db")
     assert T.smem_bytes("big_db") < need <= 32768
     assert T.default_config(2048, 2048, 1, 2048, smem=need, huge=True) == ("huge_db", 1)     # 128 tiles of 128x256
     assert T.default_config(2048, 2048, 1, 2048, smem=need) == ("big_db", 1)                 # not read-only + unchecked
     assert T.default_config(2048, 1792, 1, 2048, smem=need, huge=True) == ("big_db", 1)      # 112 tiles: too few
-    assert T.default_config(128, 256, 128, 64, smem=need, huge=True) == ("huge_db", 1)       # batched tiles count
+    assert T.default_config(128, 256, 128, 512, smem=need, huge=True) == ("huge_db", 1)      # batched tiles count
+    assert T.default_config(128, 256, 128, 511, smem=need, huge=True) == ("big_db", 1)       # K too short
+    assert T.default_config(4096, 4096, 32, 64, smem=need, huge=True) == ("big_db", 1)       # attention's scores
+    assert T.default_config(16384, 384, 1, 1536, smem=need, huge=True) == ("big_db", 1)      # pads 128 more columns
+    assert T.default_config(16384, 1152, 1, 1536, smem=need, huge=True) == ("big_db", 1)
+    assert T.default_config(16384, 1792, 1, 1536, smem=need, huge=True) == ("huge_db", 1)    # 7 x 256 = 14 x 128
     assert T.default_config(2048, 2048, 1, 2048, smem=need - 16, huge=True) == ("big_db", 1)  # does not fit
     assert T.default_config(2048, 2048, 1, 2048, "f16", smem=need, huge=True, packed=True)[0] == "big"
 
@@ -100,7 +106,7 @@ def test_the_table_runs_huge_db_for_a_large_eager_product(monkeypatch):
     built = []
     real = WG.impl.pipeline
     monkeypatch.setattr(WG.impl, "pipeline", lambda key, src: (built.append(key), real(key, src))[1])
-    m, n, k = 1024, 4096, 24
+    m, n, k = 1024, 4096, 512
     a = R.standard_normal((m, k)).astype(np.float32)
     b = R.standard_normal((k, n)).astype(np.float32)
     got = sc.Tensor(F.matmul(sc.tensor(a, device=WG).node, sc.tensor(b, device=WG).node), WG).numpy()

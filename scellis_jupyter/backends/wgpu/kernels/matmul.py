@@ -3,9 +3,9 @@
 Why this shape: the fast variant measured on an H200 through wgpu is a 128x128 tile per workgroup,
 256 threads, 8x8 outputs per thread in 16 NAMED vec4<f32> accumulators (a runtime-indexed private
 array spills to memory and was ~30x slower), BK=8, A and B staged in workgroup memory. Large products whose
-operands bind read-only, compiled without naga's checks (Vulkan, shaders.py), take a 128x256 tile of 8x16 a thread
-instead (matmul_tune huge_db: 0.80-0.83x cuBLAS f32 on an H100). The unrolled
-body is assembled here from the named pieces of kernels/matmul.wgsl. Small or odd shapes take a
+operands bind read-only, compiled without naga's checks (Vulkan, shaders.py), with K >= 512, take a 128x256 tile
+of 8x16 a thread instead (matmul_tune huge_db: 0.80-0.83x cuBLAS f32 on an H100; slower than 128x128 at shorter
+K). The unrolled body is assembled here from the named pieces of kernels/matmul.wgsl. Small or odd shapes take a
 smaller tile so fewer threads idle. Every load and store is bounds checked, so any M, N, K works.
 
 Tile and K-split per shape class: matmul_tune.py (a fixed table, or autotuned and cached on disk per

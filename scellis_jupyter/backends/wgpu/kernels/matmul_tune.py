@@ -70,6 +70,10 @@ VARIANTS = {
 # the table's huge_db needs this many 128x256 tiles (one a multiprocessor: the tile holds one workgroup per SM on an
 # H100, whose 132 SMs 2048^3's 128 tiles nearly fill)
 HUGE_TILES = 128
+# and a K of at least this: on an H100 (RESULTS.md 2026-12-06 15:00) huge_db ran K = 64 / 128 / 256 products of 4096 x
+# 4096 at 20.6 / 28.3 / 34.0 TFLOP/s against big_db's 22.6 / 30.9 / 34.3, and passed it from K = 512 (36.7 against
+# 35.9; 42.6 against 40.3 at 4096^3): attention's score products (K = the head size) lost 11% of fwd+bwd to it
+HUGE_MIN_K = 512
 
 
 PAD_LIMIT = 16384   # workgroup bytes a single-buffered tile pads within (WebGPU's default limit); twice that for "db"
@@ -141,12 +145,14 @@ def default_config(m: int, n: int, batch: int, k: int = 0, dtype: str = "f32", w
     on the H200 (2026-12-04) it ran the GPT step's matmuls at 27.8-31.4 TFLOP/s against big_p's 27.2-29.9.
     `packed`: the packed-f16 path runs (`packed_f16`), which takes the plain tiles (PACKED_PLAIN). `huge`: the
     operands bind read-only and the kernel compiles unchecked (`huge_ok`), where huge_db outruns big_db: it is
-    taken for at least HUGE_TILES of its tiles (not under packed f16)."""
+    taken for at least HUGE_TILES of its tiles, a K of at least HUGE_MIN_K and no more padded columns than
+    128-wide tiles leave (not under packed f16; N = 384 ran at 30.9 TFLOP/s on it against 38.2 on big_db)."""
     big_tiles = math.ceil(m / 128) * math.ceil(n / 128) * batch
     splittable = k >= LONG_K and whole and dtype in SPLIT_DTYPES and batch == 1
     if m >= 128 and n >= 128 and (big_tiles >= 32 or (splittable and big_tiles >= BIG_SPLIT_TILES)):
         v = "big_db" if smem >= smem_bytes("big_db") and db_enabled() else "big_p"
-        if (huge and not packed and v == "big_db" and smem >= smem_bytes("huge_db")
+        if (huge and not packed and v == "big_db" and smem >= smem_bytes("huge_db") and k >= HUGE_MIN_K
+                and math.ceil(n / 256) * 256 == math.ceil(n / 128) * 128
                 and math.ceil(m / 128) * math.ceil(n / 256) * batch >= HUGE_TILES):
             v = "huge_db"
     elif m >= 48 and n >= 48:
