@@ -74,8 +74,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("SCELLIS_WGPU_SHADER_CHECKS", "choice", "auto", "device",
        "`none` compiles kernels without naga's index clamps and loop counters (wgpu-native's trusted shader "
        "modules; storage buffers keep Vulkan's robust access); `bounds` / `loops` keep only the clamps / the "
-       "counters; `naga` keeps both; `auto`: `none` for the tiled matmul and the score path's attention row kernels on a Vulkan adapter, "
-       "`naga` for the rest.",
+       "counters; `naga` keeps both; `auto`: `none` for the tiled matmul and the score path's attention row kernels "
+       "on a Vulkan adapter, `naga` for the rest.",
        choices=("auto", "naga", "bounds", "loops", "none")),
     _s("SCELLIS_WGPU_FLUSH_US", "float", None, "device",
        "How long a pass records before a program's end submits it (default 200).",

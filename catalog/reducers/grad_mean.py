@@ -4,7 +4,8 @@ Why this shape: a slice's gradients are tens of MB (the GPT benchmark's 10.6 M f
 memory-bound host work between GPU steps. A leaf keeps its float32 gradients as they came (half the bytes of
 float64 to move between workers) and the first combine widens them while adding; every pass runs in chunks on
 a few threads (numpy's ufuncs release the GIL), the pieces of every gradient in one batch (most of the GPT's
-104 gradients are one or two pieces each, so a batch per gradient left the threads idle). Each element is computed exactly as the plain forms compute it
+104 gradients are one or two pieces each, so a batch per gradient left the threads idle). Each element is
+computed exactly as the plain forms compute it
 (n * float64(g), pairwise float64 sums in the tree's order, (sum / N) rounded once to float32), so the bits do
 not depend on chunking or threads.
 """

@@ -27,7 +27,8 @@ from ... import settings
 _CHECKS = {"naga": 0x1 | 0x2, "bounds": 0x1, "loops": 0x2, "none": 0x0}   # WGPUShaderRuntimeChecks bits
 
 
-TRUSTED = frozenset({"matmul", "attention_scores"})       # kernel names (a pipeline key's first field) `auto` compiles unchecked on Vulkan
+# kernel names (a pipeline key's first field) `auto` compiles unchecked on Vulkan
+TRUSTED = frozenset({"matmul", "attention_scores"})
 
 
 def checks() -> str:

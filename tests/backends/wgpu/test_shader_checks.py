@@ -40,7 +40,8 @@ with tempfile.TemporaryDirectory() as d:
     losses = [float(x).hex() for x in run.loss_history]
 print("RESULT", json.dumps({"checks": wg.impl.shader_checks, "mm": mm, "losses": losses, "attn": attn,
                             "score_rows": sum(k.startswith("attention_scores:") for k in wg.impl._pipelines),
-                            "modes": [wg.impl.checks_for(k) for k in ("matmul", "softmax", "matmul_ksplit", "attention_scores")]}))
+                            "modes": [wg.impl.checks_for(k)
+                                      for k in ("matmul", "softmax", "matmul_ksplit", "attention_scores")]}))
 """
 
 TINY = spec_text("tiny_lm", steps=3, seed=4)

@@ -251,7 +251,8 @@ def _attention(be, v, ins, out):
         if t == "f16":          # computed in f32, rounded once
             q, k, val = (widened(be, f"attention-f32-{n}", s) for n, s in (("q", q), ("k", k), ("v", val)))
             o16, o = o, f32_scratch(be, "attention-f32-o", o.shape)
-        scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), chunk, Drop.of(v, sbase, be.int64))
+        scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), chunk,
+                   Drop.of(v, sbase, be.int64))
         if t == "f16":
             cast_into(be, o, o16)
         return
@@ -340,7 +341,8 @@ def _attention_bwd(be, v, ins, out):
             q, k, val, o, dout = (widened(be, f"attention-f32-{n}", s) for n, s in
                                   (("q", q), ("k", k), ("v", val), ("o", o), ("dout", dout)))
             g = [f32_scratch(be, f"attention-f32-d{n}", s.shape) for n, s in zip(("q", "k", "v"), g16)]
-        scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), chunk, Drop.of(v, sbase, be.int64))
+        scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), chunk,
+                   Drop.of(v, sbase, be.int64))
         if t == "f16":
             for w, s in zip(g, g16):
                 cast_into(be, w, s)

@@ -56,7 +56,8 @@ def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int,
         lines.append(snippet("fused", "let", J=j, EXPR=ex))
     decl = bindings(*((f"x{k}", d) for k, d in enumerate(ext_dtypes)), first=first)
     offsets = "\n".join(snippet("matmul", "epi_offset", K=k) for k in range(len(ext_dtypes) + (1 if draws else 0)))
-    helpers = snippet("ops", "helpers") + ("\n" + snippet("matmul", "epi_philox", flags={"INT64": int64}) if draws else "")
+    philox = snippet("matmul", "epi_philox", flags={"INT64": int64}) if draws else ""
+    helpers = snippet("ops", "helpers") + ("\n" + philox if draws else "")
     text = snippet("matmul", "epi_fn", BINDINGS=decl, HELPERS=helpers,
                    TC=WGSL_TYPE[code[-1][4]], OFFSETS=offsets, BODY="\n".join(lines), LAST=len(code) - 1)
     also = [c[4] for c in code]

@@ -36,6 +36,6 @@ def _philox(be, v, ins, out):
                              1 if v.op == "philox_uniform" else 0)
         # a base offset may move the first word to a later lane: one more block covers it
         blocks = (o % 4 + m + 3) // 4 + (1 if based else 0)
-        be.launch(("philox_based" if based else "philox") + f":i64={be.int64}", src, ([ins[0], w] if based else [w]), params,
-                  (blocks + 63) // 64)
+        key = ("philox_based" if based else "philox") + f":i64={be.int64}"
+        be.launch(key, src, ([ins[0], w] if based else [w]), params, (blocks + 63) // 64)
         s += m
