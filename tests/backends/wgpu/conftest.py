@@ -34,7 +34,7 @@ def mul64(request: pytest.FixtureRequest):
     before = set(be._pipelines)
     be.use_int64(request.param)
     yield request.param
-    drawing = [k for k in set(be._pipelines) - before if ":i64=" in k]
+    drawing = [k for k in set(be._pipelines) - before if k.startswith("philox") or ":drop=True" in k]
     assert all(f":i64={request.param}" in k for k in drawing), drawing
     be.use_int64(True)
 
