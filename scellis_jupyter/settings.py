@@ -109,7 +109,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "they bind read-only (at most 10% or 16 MiB more arena bytes). Off by default: on an H100 it made the f32 GPT "
        "step 7% slower and left the mixed one unchanged (benchmarks/RESULTS.md, 2026-12-06 12:50)."),
     _s("SCELLIS_MATMUL_HUGE", "flag", True, "kernels",
-       "Off: the tile table never takes the 128x256 tile (on: for read-only operands of an unchecked matmul)."),
+       "Off: the tile table never takes the 128x256 tile (on: for read-only operands of an unchecked matmul, "
+       "K >= 512)."),
     _s("SCELLIS_MATMUL_FOLD", "int", None, "kernels",
        "Products a packed-f16 partial sums before it is folded into f32 (tier fast; default one staged tile).",
        lo=1, unit="products"),
