@@ -56,8 +56,8 @@ def wgsl(code: tuple, slot: int, mm_dtype: str, ext_dtypes: tuple, first: int,
         lines.append(snippet("fused", "let", J=j, EXPR=ex))
     decl = bindings(*((f"x{k}", d) for k, d in enumerate(ext_dtypes)), first=first)
     offsets = "\n".join(snippet("matmul", "epi_offset", K=k) for k in range(len(ext_dtypes) + (1 if draws else 0)))
-    philox = snippet("matmul", "epi_philox", flags={"INT64": int64}) if draws else ""
-    helpers = snippet("ops", "helpers") + ("\n" + philox if draws else "")
+    philox = "\n" + snippet("matmul", "epi_philox", flags={"INT64": int64}) if draws else ""
+    helpers = snippet("ops", "helpers") + philox
     text = snippet("matmul", "epi_fn", BINDINGS=decl, HELPERS=helpers,
                    TC=WGSL_TYPE[code[-1][4]], OFFSETS=offsets, BODY="\n".join(lines), LAST=len(code) - 1)
     also = [c[4] for c in code]
@@ -80,7 +80,7 @@ class Epilogue:
         self.mm_dtype = v.attrs["mm"][1]
         self.strides = [tuple(int(x) for x in st) for st in v.attrs["strides"]]
         self.dtypes = tuple(s.dtype for s in others)
-        self.int64 = bool(getattr(be, "int64", False))
+        self.int64 = be.int64
         self.wins, self.offs = [], []
         for s in others:
             n = max(1, math.prod(s.shape))
