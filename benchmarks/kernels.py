@@ -72,7 +72,7 @@ class Ctx:
 
     @property
     def wname(self) -> str:
-        return f"wgpu: {self.dev.name} ({self.dev.adapter_type})"
+        return f"wgpu: {self.dev.name} via {self.dev.via} ({self.dev.adapter_type})"
 
     def fits(self, nbytes_total: int, largest: int) -> bool:
         return largest <= self.be.max_buffer and nbytes_total <= 0.6 * self.dev.memory_bytes
@@ -87,7 +87,7 @@ def wgpu_program(ctx: Ctx, tensors):
     from scellis_jupyter.program.schedule import compile_program
     be = ctx.be
     tier, _ = resolve(TIER)
-    prog, leaves = compile_program([t.node for t in tensors], be.name, tier)
+    prog, leaves = compile_program([t.node for t in tensors], getattr(be, "program_key", be.name), tier)
     storages = [l.storage for l in leaves]
     box = {}
 
@@ -545,8 +545,9 @@ def fmt_row(r: dict) -> str:
 def render_block(ctx: Ctx, name: str, rows: list[dict], args) -> str:
     day = _dt.date.today().isoformat()
     unit = rows[0]["unit"]
-    lines = [f"<!-- BEGIN {name} @ {ctx.dev.name} -->",
-             f"### {name} on {ctx.dev.name}", "",
+    tag = block_key(ctx, name)
+    lines = [f"<!-- BEGIN {tag} -->",
+             f"### {name} on {ctx.dev.name} via {ctx.dev.via} (tier {TIER})", "",
              f"- date: {day}", f"- scellis: {ctx.wname}", f"- reference: {ctx.tname}",
              f"- timing: warm-up {args.warmup}, up to {args.iters} executions of a compiled Program per "
              f"one readback (wall clock); speed ratio > 1 means scellis is faster",
@@ -560,8 +561,14 @@ def render_block(ctx: Ctx, name: str, rows: list[dict], args) -> str:
         e = f"{r['err']:.2g}" if r.get("err") is not None else "-"
         lines.append(f"| {r['op']} | {r['dtype']} | {r['shape']} | {r['wgpu_rate']:.4g} | {r['wgpu_ms']:.3f} | "
                      f"{t} | {_ratio(r)} | {e} |")
-    lines += ["", f"<!-- END {name} @ {ctx.dev.name} -->"]
+    lines += ["", f"<!-- END {tag} -->"]
     return "\n".join(lines)
+
+
+def block_key(ctx: Ctx, name: str) -> str:
+    """The RESULTS.md block a section's rows go to: per device, WebGPU implementation and tier."""
+    return f"{name} @ {ctx.dev.name}" + (f" via {ctx.dev.implementation}" if ctx.dev.implementation != "wgpu-native"
+                                         else "") + (f" tier {TIER}" if TIER != "debug" else "")
 
 
 def write_results(blocks: list[tuple[str, str]], path: Path = RESULTS) -> None:
@@ -586,6 +593,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget", type=float, default=5.0, help="seconds per measurement at most (iters shrink)")
     ap.add_argument("--quick", action="store_true", help="small sizes, few iterations (CI / llvmpipe)")
+    ap.add_argument("--tier", default=None, choices=("debug", "prod", "fast"),
+                    help="the tier programs compile under (default debug; the matrix-unit kernels run under prod "
+                         "and fast only)")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--attn-lengths", default="", help="attention: only these sequence lengths (comma list)")
     ap.add_argument("--attn-shapes", default="", help="attention: these BxHxLxD shapes instead (comma list), "
@@ -598,6 +608,9 @@ def main(argv=None) -> int:
         args.iters, args.warmup, args.budget = min(args.iters, 3), 1, min(args.budget, 1.0)
         global WINDOW_S
         WINDOW_S = 0.0            # a smoke run (CI, llvmpipe): `iters` runs, no window to fill
+    if args.tier:
+        global TIER
+        TIER = args.tier
     args.sizes = [int(s) for s in str(args.sizes).split(",") if s]
     args.dtypes = [d for d in args.dtypes.split(",") if d]
     args.attn_lengths = [int(x) for x in args.attn_lengths.split(",") if x]
@@ -612,7 +625,7 @@ def main(argv=None) -> int:
     for s in names:
         rows = SECTIONS[s](ctx, args)
         if rows:
-            blocks.append((f"{s} @ {ctx.dev.name}", render_block(ctx, s, rows, args)))
+            blocks.append((block_key(ctx, s), render_block(ctx, s, rows, args)))
     if not args.no_write and blocks:
         write_results(blocks)
         print(f"wrote {RESULTS}")

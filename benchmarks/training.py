@@ -170,9 +170,14 @@ def torch_model(name: str, spec_text: str):
     return LM(), (batch, (seq,), "i32", vocab)
 
 
-def theirs(name: str, spec_text: str, steps: int, device: str) -> dict:
+def theirs(name: str, spec_text: str, steps: int, device: str, autocast: bool = False) -> dict:
+    """PyTorch's forward and step on the same model; `autocast`: under torch.autocast(bfloat16) on CUDA, the
+    mixed precision a PyTorch user runs (master weights f32, matmuls in bf16 on the tensor cores)."""
+    import contextlib
+
     import torch
     import torch.nn.functional as TF
+    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     model, (b, shape, dtype, classes) = torch_model(name, spec_text)
@@ -190,13 +195,14 @@ def theirs(name: str, spec_text: str, steps: int, device: str) -> dict:
             torch.cuda.synchronize()
 
     def forward():
-        with torch.no_grad():
+        with torch.no_grad(), amp():
             model(x).sum().item()
 
     def step():
         opt.zero_grad(set_to_none=True)
-        out = model(x)
-        loss = TF.cross_entropy(out.reshape(-1, classes), y.reshape(-1))
+        with amp():
+            out = model(x)
+            loss = TF.cross_entropy(out.reshape(-1, classes).float(), y.reshape(-1))
         loss.backward()
         opt.step()
         loss.item()
@@ -231,6 +237,14 @@ def main(argv=None) -> int:
             a["loop_stream_ms"], a["end_stream_ms"] = loop(MODELS[m], dev, args.steps, "stream")
             a["loop_device_ms"], a["end_device_ms"] = loop(MODELS[m], dev, args.steps, "device")
             t = theirs(m, MODELS[m], args.steps, tdev) if torch is not None else None
+            if t is not None and tdev == "cuda" and m.endswith("_mixed"):
+                tb = theirs(m, MODELS[m], args.steps, tdev, autocast=True)
+                toks = a["batch"] * LM_SHAPES[m][2] if m in LM_SHAPES else a["batch"]
+                print(f"{m}: ours {a['step_ms']:.3f} ms/step ({toks / a['step_ms'] * 1e3:,.0f} tokens/s); torch f32 "
+                      f"{t['step_ms']:.3f} ms, torch bf16 autocast {tb['step_ms']:.3f} ms "
+                      f"({toks / tb['step_ms'] * 1e3:,.0f} tokens/s): ours / bf16 autocast = "
+                      f"{tb['step_ms'] / a['step_ms']:.3f}x speed", flush=True)
+                t = dict(t, bf16_step_ms=tb["step_ms"])
             rows.append((m, a, t))
             tt = (f"torch[{tdev}] fwd {t['forward_ms']:8.3f} ms step {t['step_ms']:8.3f} ms "
                   f"(x{t['step_ms'] / t['forward_ms']:.2f})") if t else ""

@@ -5,6 +5,12 @@
 //=== enable_f16
 enable f16;
 
+//=== f32_bits
+// An f32 from its bits, as a function: Tint (Chrome's compiler) evaluates `bitcast<f32>(0x7f800000u)` written
+// inline as a constant and refuses an infinity or a NaN there ("value inf cannot be represented"); a call's
+// argument is a runtime value to every compiler, so f32_bits(0xff800000u) is -inf on naga and Tint alike.
+fn f32_bits(b: u32) -> f32 { return bitcast<f32>(b); }
+
 //=== binding
 @group(0) @binding({{I}}) var<storage, read_write> {{NAME}}: array<{{T}}>;
 

@@ -7,6 +7,7 @@
 // Operands are atomic (a call or a name), so expressions need no parentheses around them.
 
 //=== helpers
+#include common:f32_bits
 // Accurate tanh (tanh of |x| >= 0.5 through exp) and erf (Taylor near 0, Abramowitz-Stegun 7.1.26
 // beyond), and pow with numpy's special cases (0^negative = inf, negative^non-integer = NaN).
 fn tanh_s(x: f32) -> f32 {
@@ -26,12 +27,12 @@ fn erf_s(x: f32) -> f32 {
 }
 fn pow_s(a: f32, b: f32) -> f32 {
   if (b == 0.0) { return 1.0; }
-  if (a == 0.0) { return select(0.0, bitcast<f32>(0x7f800000u), b < 0.0); }
+  if (a == 0.0) { return select(0.0, f32_bits(0x7f800000u), b < 0.0); }
   if (b == 1.0) { return a; }
   if (b == 2.0) { return a * a; }
   let r = exp2(b * log2(abs(a)));
   if (a < 0.0) {
-    if (b != floor(b)) { return bitcast<f32>(0x7fc00000u); }
+    if (b != floor(b)) { return f32_bits(0x7fc00000u); }
     return select(r, -r, (b * 0.5) != floor(b * 0.5));
   }
   return r;

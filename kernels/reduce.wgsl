@@ -9,6 +9,7 @@
 // Without ROW (small R): one thread per output folding r = 0 .. R-1 in order. `acc_flag` combines with the value already in `out` (partial
 // reductions of a split reduced box, combined in a fixed order by the launcher).
 {{ENABLE}}
+#include common:f32_bits
 struct Params { q: array<vec4<u32>, 12> }
 // q words: 0 nout, 1 R, 2 krank, 3 rrank, 4 out_base, 5 x_base, 6 acc_flag, 7 -,
 //          8..15 kshape, 16..23 kstride (x), 24..31 ostride (out), 32..39 rshape, 40..47 rstride (x)
@@ -223,13 +224,13 @@ return subgroupAdd(v);
 // subgroupMax may drop a NaN: any NaN lane makes the result NaN (numpy's max)
 let m = subgroupMax(v);
 let nan = subgroupAny((bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u);
-return select(m, bitcast<f32>(0x7fc00000u), nan);
+return select(m, f32_bits(0x7fc00000u), nan);
 //=== sgcomb.max_int
 return subgroupMax(v);
 //=== init.sum
 {{CT}}(0)
 //=== init.max_f32
-bitcast<f32>(0xff800000u)
+f32_bits(0xff800000u)
 //=== init.max_i32
 i32(-2147483647 - 1)
 //=== init.max_u32

@@ -31,7 +31,8 @@ struct Params { q: array<vec4<u32>, 4> }
 
 fn P(i: u32) -> u32 { return p.q[i / 4u][i % 4u]; }
 
-fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
+#include common:f32_bits
+fn neg_inf() -> f32 { return f32_bits(0xff800000u); }
 
 // NaN-propagating max (numpy's)
 fn fmax(a: f32, b: f32) -> f32 { return select(select(a, b, b > a), b, (bitcast<u32>(b) & 0x7fffffffu) > 0x7f800000u); }
@@ -200,7 +201,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
   let st = fold_c(b.x, lid.x, {{WG}}u);
   let m = subgroupMax(st.x);
   let nan = subgroupAny((bitcast<u32>(st.x) & 0x7fffffffu) > 0x7f800000u);
-  let mm = select(m, st.x + bitcast<f32>(0x7fc00000u), nan);
+  let mm = select(m, st.x + f32_bits(0x7fc00000u), nan);
   let s = subgroupAdd(part(st, mm));
   if (lane == 0u) { shs[sg] = vec2<f32>(mm, s); }
   workgroupBarrier();
@@ -221,7 +222,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let st = fold_c(b.x, lane, sgs);
     let m = subgroupMax(st.x);
     let nan = subgroupAny((bitcast<u32>(st.x) & 0x7fffffffu) > 0x7f800000u);
-    let mm = select(m, st.x + bitcast<f32>(0x7fc00000u), nan);
+    let mm = select(m, st.x + f32_bits(0x7fc00000u), nan);
     let s = subgroupAdd(part(st, mm));
     write_c(b.x, b.y, lane, sgs, vec2<f32>(mm, s));
   }

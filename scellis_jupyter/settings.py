@@ -64,6 +64,21 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("SCELLIS_MAX_BINDING_BYTES", "int", None, "device",
        "Lower the storage-binding limit (bytes, at least 4096) to exercise tensor splitting.",
        lo=4096, unit="bytes"),
+    _s("SCELLIS_WEBGPU", "choice", "auto", "device",
+       "Which WebGPU implementation the wgpu backend runs on: `wgpu-native` (the `wgpu` package, shader compiler "
+       "naga), `dawn` (the `wgpudawn` package: Chrome's WebGPU, shader compiler Tint), or `auto`: where one "
+       "adapter is found through both, the one whose probe step is faster (measured once per machine).",
+       choices=("auto", "wgpu-native", "dawn")),
+    _s("SCELLIS_WGPU_SUBGROUP_MATRIX", "flag", True, "device",
+       "Off: open a Dawn device without `chromium-experimental-subgroup-matrix`, so f16 products run on the "
+       "ordinary ALU kernels instead of the matrix units (tensor cores)."),
+    _s("SCELLIS_WGPU_SUBGROUP_MATRIX_EMULATE", "text", None, "kernels",
+       "`T:MxNxK[:S]` (e.g. `f32:8x8x8`): run the subgroup-matrix matmul kernels on any adapter with plain WGSL "
+       "standing in for the matrix builtins, as configuration T (f16 or f32) MxNxK with subgroups of S (default 32) "
+       "invocations; for testing their tiling and edges where no adapter has matrix units. Under prod and fast only."),
+    _s("SCELLIS_MATMUL_SGM_TILE", "text", None, "kernels",
+       "Force one subgroup-matrix tile (`sgm_big`, `sgm_wide`, `sgm_mid`, `sgm_small`) for every product that runs "
+       "on the matrix units (for measuring); default: by the product's shape."),
     _s("SCELLIS_WGPU_LIMITS", "choice", "adapter", "device",
        "`default` opens the GPU with WebGPU's default limits, as a browser would.", choices=("adapter", "default")),
     _s("SCELLIS_WGPU_SUBGROUPS", "flag", True, "device",

@@ -24,7 +24,8 @@ import numpy as np
 from .. import settings
 from .._version import __version__
 from ..errors import DeviceError, did_you_mean, notice
-from .wgpu.runtime import WgpuBackend
+from .wgpu import webgpu
+from .wgpu.runtime import WgpuBackend, program_key
 from .reference import ReferenceBackend
 
 ADAPTER_TYPES = {"DiscreteGPU": "discrete", "IntegratedGPU": "integrated", "CPU": "cpu-emulated",
@@ -48,12 +49,21 @@ class Device:
     memory_source: str
     features: list = field(default_factory=list)
     choice: str = ""            # why this device was chosen
+    implementation: str = ""    # the WebGPU implementation of a wgpu device: "wgpu-native" or "dawn"
+    implementation_version: str = ""
+    subgroup_matrix_configs: list = field(default_factory=list)   # Dawn: the adapter's matrix-unit shapes
     _impl: object = field(default=None, repr=False, compare=False)
     _adapter: object = field(default=None, repr=False, compare=False)
+    _webgpu: object = field(default=None, repr=False, compare=False)
 
     @property
     def is_gpu(self) -> bool:
         return self.adapter_type in ("discrete", "integrated")
+
+    @property
+    def program_backend(self) -> str:
+        """What Programs for this device are compiled and cached under (the WebGPU implementation is part of it)."""
+        return program_key(self.backend, self.implementation)
 
     @property
     def impl(self):
@@ -62,22 +72,33 @@ class Device:
             if self.backend == "reference":
                 self._impl = ReferenceBackend()
             else:
-                self._impl = WgpuBackend(self._adapter, self.name, self.memory_bytes)
+                self._impl = WgpuBackend(self._adapter, self.name, self.memory_bytes, self._webgpu)
         return self._impl
 
     def fresh_impl(self):
         """A new backend object on this device, sharing nothing (for isolated memory measurements)."""
         if self.backend == "reference":
             return ReferenceBackend()
-        return WgpuBackend(self._adapter, self.name, self.memory_bytes)
+        return WgpuBackend(self._adapter, self.name, self.memory_bytes, self._webgpu)
+
+    @property
+    def via(self) -> str:
+        """The WebGPU implementation and its version in words ("dawn 0.32.0.4"); "" for the reference."""
+        return f"{self.implementation} {self.implementation_version}".strip()
 
     def to_json(self) -> dict:
-        return {"backend": self.backend, "name": self.name, "adapter_type": self.adapter_type,
-                "memory_bytes": self.memory_bytes, "memory_source": self.memory_source,
-                "limits": self.limits, "features": self.features, "choice": self.choice}
+        out = {"backend": self.backend, "name": self.name, "adapter_type": self.adapter_type,
+               "memory_bytes": self.memory_bytes, "memory_source": self.memory_source,
+               "limits": self.limits, "features": self.features, "choice": self.choice}
+        if self.backend == "wgpu":
+            out["implementation"] = {"name": self.implementation, "version": self.implementation_version}
+            out["subgroup_matrix_configs"] = self.subgroup_matrix_configs
+        return out
 
     def __str__(self) -> str:
-        return f"{self.backend}:{self.name} ({self.adapter_type}, {self.memory_bytes / 2**30:.1f} GiB {self.memory_source})"
+        via = f" via {self.via}" if self.via else ""
+        return (f"{self.backend}:{self.name}{via} ({self.adapter_type}, {self.memory_bytes / 2**30:.1f} GiB "
+                f"{self.memory_source})")
 
 
 def _system_ram() -> int:
@@ -160,28 +181,29 @@ def ensure_xdg_runtime_dir() -> None:
 
 
 def _wgpu_devices() -> list[Device]:
+    """Every adapter of every WebGPU implementation SCELLIS_WEBGPU allows (one Device per adapter and
+    implementation: an adapter both find is listed twice), best adapter type first, wgpu-native before Dawn."""
     if settings.flag("SCELLIS_NO_WGPU"):
         return []
     ensure_xdg_runtime_dir()
-    try:
-        import wgpu
-    except Exception:
-        return []
-    try:
-        adapters = wgpu.gpu.enumerate_adapters_sync()
-    except Exception:
-        return []
     out = []
-    for a in adapters:
-        info = dict(a.info)
-        if info.get("backend_type") not in ("Vulkan", "Metal", "D3D12"):
+    for impl in webgpu.available():
+        try:
+            adapters = impl.adapters()
+        except Exception:
             continue
-        kind = ADAPTER_TYPES.get(info.get("adapter_type", "Unknown"), "unknown")
-        limits = dict(a.limits)
-        mem, src = _memory(info, kind, limits)
-        out.append(Device("wgpu", info.get("device") or info.get("description") or "adapter", kind,
-                          limits, mem, src, sorted(a.features), _adapter=a))
-    out.sort(key=lambda d: RANK.get(d.adapter_type, 9))
+        for a in adapters:
+            info = dict(a.info)
+            if info.get("backend_type") not in ("Vulkan", "Metal", "D3D12"):
+                continue
+            kind = ADAPTER_TYPES.get(info.get("adapter_type", "Unknown"), "unknown")
+            limits = dict(a.limits)
+            mem, src = _memory(info, kind, limits)
+            out.append(Device("wgpu", info.get("device") or info.get("description") or "adapter", kind,
+                              limits, mem, src, sorted(a.features), implementation=impl.name,
+                              implementation_version=impl.version,
+                              subgroup_matrix_configs=impl.subgroup_matrix_configs(a), _adapter=a, _webgpu=impl))
+    out.sort(key=lambda d: (RANK.get(d.adapter_type, 9), webgpu.NAMES.index(d.implementation)))
     return out
 
 
@@ -209,7 +231,8 @@ def set_probe(fn) -> None:
 
 def _cost_key(d: Device) -> str:
     extra = f"numpy {np.__version__}, {os.cpu_count()} cpus" if d.backend == "reference" else d.adapter_type
-    return f"{__version__} | {d.backend}:{d.name} | {extra}"
+    via = f" via {d.via}" if d.via else ""
+    return f"{__version__} | {d.backend}:{d.name}{via} | {extra}"
 
 
 def cost_cache_path() -> str:
@@ -275,7 +298,12 @@ def choose(candidates: list[Device], cost=None) -> tuple[Device, str]:
     gpus = [d for d in candidates if d.adapter_type in GPU_TYPES]
     if gpus:
         d = min(gpus, key=lambda x: RANK[x.adapter_type])
-        return d, f"auto: {d.adapter_type} GPU (a GPU always wins over the reference)"
+        why = f"auto: {d.adapter_type} GPU (a GPU always wins over the reference)"
+        same = [x for x in gpus if x.name == d.name and x.adapter_type == d.adapter_type]
+        if len(same) > 1:           # one adapter through both WebGPU implementations: the faster step wins
+            impl, how = choose_implementation(same, cost)
+            return impl, f"{why}; {how}"
+        return d, why
     if len(candidates) == 1:
         return candidates[0], "auto: best available"
     costs = [(cost or measured_cost)(d) for d in candidates]
@@ -285,6 +313,18 @@ def choose(candidates: list[Device], cost=None) -> tuple[Device, str]:
     best = candidates[i]
     others = "; ".join(f"{d.backend}:{d.name} {c.text()}" for j, (d, c) in enumerate(zip(candidates, costs)) if j != i)
     return best, f"auto: the fastest here, {best.backend}:{best.name} {costs[i].text()}, against {others}"
+
+
+def choose_implementation(same: list[Device], cost=None) -> tuple[Device, str]:
+    """Among one adapter's Devices through different WebGPU implementations, the one whose probe step is
+    faster (measured once per machine and cached, as the CPU choice is), and why. Where nothing could be
+    measured, wgpu-native (the first) is kept."""
+    costs = [(cost or measured_cost)(d) for d in same]
+    if any(c.source == "model" for c in costs):
+        return same[0], f"{same[0].via} (not measured: the implementations were not timed)"
+    i = min(range(len(same)), key=lambda j: costs[j].seconds)
+    others = "; ".join(f"{d.via} {c.text()}" for j, (d, c) in enumerate(zip(same, costs)) if j != i)
+    return same[i], f"through {same[i].via}, {costs[i].text()}, against {others}"
 
 
 def _reference() -> Device:
@@ -325,18 +365,31 @@ def device(name: str | None = None) -> Device:
         _CACHE[key] = d
         return d
     all_ = devices()
+    wanted = webgpu.wanted()
+    if wanted != AUTO and len(all_) == 1:
+        raise DeviceError(f"SCELLIS_WEBGPU={wanted}, but {wanted} finds no adapter", where="device selection",
+                          hint=_auto_would_choose(wanted))
     if name is None:
         d, d.choice = choose(all_)
     else:
-        matches = [x for x in all_[:-1] if name == "wgpu" or name.lower() in x.name.lower()]
+        by_impl = name in webgpu.NAMES
+        matches = [x for x in all_[:-1] if name == "wgpu" or (x.implementation == name if by_impl
+                                                              else name.lower() in x.name.lower())]
+        if by_impl and not matches:
+            raise DeviceError(f"no adapter is found through {name}", where="device selection",
+                              hint=_auto_would_choose(name))
         if not matches:
             names = (["wgpu"] if len(all_) > 1 else []) + ["reference"] + [x.name for x in all_[:-1]]
             raise DeviceError(f"no device matches {name!r}", where="device selection",
                               hint=" ".join(filter(None, [did_you_mean(name, names), f"available: {', '.join(names)}"]))
                               + ("" if len(all_) > 1 else "; no wgpu adapter was found (install a Vulkan driver, "
                                  "e.g. Debian's mesa-vulkan-drivers)"))
-        d = matches[0]
-        d.choice = f"asked for {name!r}"
+        if len(matches) > 1:
+            d, why = choose(matches)
+            d.choice = f"asked for {name!r}; {why.removeprefix('auto: ')}"
+        else:
+            d = matches[0]
+            d.choice = f"asked for {name!r}"
     if not d.is_gpu:
         if name is not None:
             why = "as asked"
@@ -348,6 +401,23 @@ def device(name: str | None = None) -> Device:
         d.choice += f"; not a GPU ({'as asked' if name is not None else 'no GPU adapter found'})"
     _CACHE[key] = d
     return d
+
+
+def _auto_would_choose(missing: str) -> str:
+    """A hint naming what `auto` finds without `missing` (an implementation), for the device refusals."""
+    other = [n for n in webgpu.NAMES if n != missing and webgpu.load(n) is not None]
+    found = []
+    for n in other:
+        impl = webgpu.load(n)
+        try:
+            found += [f"{a.info.get('device') or 'adapter'} through {n}" for a in impl.adapters()
+                      if a.info.get("backend_type") in ("Vulkan", "Metal", "D3D12")]
+        except Exception:
+            pass
+    what = "Dawn needs a Vulkan 1.1+, Metal or D3D12 driver it accepts" if missing == webgpu.DAWN else \
+        "wgpu-native needs a Vulkan, Metal or D3D12 driver"
+    return (f"{what}; SCELLIS_WEBGPU=auto would choose " + (found[0] if found else "the numpy reference")
+            + ("" if found else " (no adapter through any implementation)"))
 
 
 def main_json() -> str:

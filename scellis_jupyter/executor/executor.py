@@ -50,7 +50,7 @@ def realize(nodes: list[Node], backend, tier: str | None = None) -> list[Storage
     todo = [n for n in nodes if not n.realized]
     if todo:
         t, _ = determinism.resolve(tier)
-        prog, leaves = compile_program(todo, backend.name, t)
+        prog, leaves = compile_program(todo, getattr(backend, "program_key", backend.name), t)
         outs = execute(prog, [l.storage for l in leaves], backend)
         for n, s in zip(todo, outs):
             n.storage = s

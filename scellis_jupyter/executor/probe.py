@@ -35,7 +35,7 @@ def seconds_per_step(dev, reps: int = 5, budget_s: float = 1.0) -> float:
     x, w1, w2 = leaf((BATCH, WIDTH)), leaf((WIDTH, WIDTH)), leaf((WIDTH, OUT))
     loss = F.sum_(F.relu(F.matmul(F.relu(F.matmul(x, w1)), w2)))
     g1, g2 = grad([loss], [w1, w2])
-    prog, leaves = compile_program([loss, g1, g2], backend.name, "fast")
+    prog, leaves = compile_program([loss, g1, g2], getattr(backend, "program_key", backend.name), "fast")
     storages = [n.storage for n in leaves]
 
     def step() -> None:

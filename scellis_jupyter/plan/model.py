@@ -62,6 +62,7 @@ class Plan:
     notes: list = field(default_factory=list)    # what a chosen setting costs (e.g. checkpointing's recompute)
     evaluation: dict | None = None               # what the run evaluates, as planned: {"parts", "in_loop"}
     spec_obj: object = field(default=None, repr=False, compare=False)
+    implementation: str = ""                     # the WebGPU implementation and version ("dawn 0.32.0.4"); "" on numpy
 
     @property
     def fits(self) -> bool:
@@ -74,7 +75,8 @@ class Plan:
 
     def table(self) -> str:
         mib = lambda n: f"{n / 2**20:10.2f} MiB"  # noqa: E731
-        lines = [f"plan for {self.spec!r} on {self.backend}:{self.device} ({self.adapter_type}), batch {self.batch_size},"
+        via = f" via {self.implementation}" if self.implementation else ""
+        lines = [f"plan for {self.spec!r} on {self.backend}:{self.device}{via} ({self.adapter_type}), batch {self.batch_size},"
                  f" tier {self.tier}",
                  f"  verdict   {self.verdict.upper()}",
                  f"  peak      {mib(self.peak_bytes)}   of capacity {mib(self.capacity_bytes)} ({self.capacity_source})"

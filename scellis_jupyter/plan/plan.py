@@ -52,12 +52,12 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
         if o.relay[1] > 1:                  # every stage is its own device: the worst one decides
             worst = None
             for k in range(o.relay[1]):
-                st = build_train_step(spec, b, dev.backend, t, options=_replace(o, relay=(k, o.relay[1])))
+                st = build_train_step(spec, b, dev.program_backend, t, options=_replace(o, relay=(k, o.relay[1])))
                 peak, bd, ex = step_peak(st, impl)
                 if worst is None or peak > worst[1]:
                     worst = (st, peak, bd, ex)
             return worst
-        st = build_train_step(spec, b, dev.backend, t, options=o)
+        st = build_train_step(spec, b, dev.program_backend, t, options=o)
         peak, bd, ex = run_peak(spec, st, impl, dev.backend, t, ev)
         return st, peak, bd, ex
 
@@ -68,7 +68,7 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     mem_verdict, verdict = _verdicts(peak, capacity, warnings)
     out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
                spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe(),
-               evaluation=ev, spec_obj=spec)
+               evaluation=ev, spec_obj=spec, implementation=dev.via)
     if opts.checkpointing == "activations" and opts.relay[1] == 1:
         note, cost = _recompute_cost(st, at(bs, _replace(opts, checkpointing="none")))
         out.notes.append(note)

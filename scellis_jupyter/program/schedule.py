@@ -142,7 +142,7 @@ def compile_program(outputs: list[Node], backend: str, tier: str, donate: dict[i
 def split_enabled(backend: str) -> bool:
     """Whether programs for `backend` plan a split arena (SCELLIS_ARENA_SPLIT, liveness.py): on wgpu only, where a
     matmul's operands bind read-only when no binding it writes lies in their buffer."""
-    return backend == "wgpu" and settings.flag("SCELLIS_ARENA_SPLIT")
+    return backend.split("+")[0] == "wgpu" and settings.flag("SCELLIS_ARENA_SPLIT")
 
 
 def _products_apart(values, steps, base) -> list:

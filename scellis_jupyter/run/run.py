@@ -600,7 +600,7 @@ class Run:
         key = (b, with_loss)
         ev = self._eval_progs.get(key)
         if ev is None:
-            ev = self._eval_progs[key] = build_eval_program(self.spec, self.step_prog, b, self.device.backend,
+            ev = self._eval_progs[key] = build_eval_program(self.spec, self.step_prog, b, self.device.program_backend,
                                                             self.tier, with_loss=with_loss,
                                                             adaptation=self.adaptation)
         return ev.program, ev.order
@@ -856,7 +856,10 @@ class Run:
 
     def _device_json(self) -> dict:
         d = self.device
-        return {"backend": d.backend, "name": d.name, "adapter_type": d.adapter_type}
+        out = {"backend": d.backend, "name": d.name, "adapter_type": d.adapter_type}
+        if d.implementation:        # the WebGPU implementation (verify compares bit for bit only within one)
+            out["implementation"] = {"name": d.implementation, "version": d.implementation_version}
+        return out
 
     @property
     def run_id(self) -> str | None:

@@ -119,7 +119,10 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
         raise VerifyError(f"run {rec.id}'s record has no result to compare (steps, weights hash)", where=where,
                           hint="it was recorded by an older engine")
     dev = pick(device)
-    same_backend = (rec.device or {}).get("backend") == dev.backend
+    recorded = rec.device or {}
+    # one backend through one WebGPU implementation (an older record names none: wgpu-native, the only one then)
+    was = (recorded.get("implementation") or {}).get("name") or ("wgpu-native" if recorded.get("backend") == "wgpu" else "")
+    same_backend = recorded.get("backend") == dev.backend and was == dev.implementation
     exact = same_backend and rec.tier == "debug"
     tol = determinism.trajectory_tolerance(rec.tier, 1, cross_device=not same_backend)    # per step
     if tolerance is not None:

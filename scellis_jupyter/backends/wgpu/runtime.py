@@ -8,6 +8,7 @@ see only `launch()` and `Storage` windows, and split work that exceeds the bindi
 from __future__ import annotations
 
 import os
+import re
 import struct
 import sys
 import time
@@ -21,8 +22,9 @@ from ...errors import DeviceError, DTypeError, KernelError
 from ..profiling import dispatch_tag, exclusive_seconds
 from ..storage import Storage, bind
 from ...program.liveness import align
-from . import shaders
+from . import shaders, webgpu
 from .kernels import LAUNCHERS
+from .templates import render
 
 USAGE_STORAGE = 0x80 | 0x04 | 0x08   # STORAGE | COPY_SRC | COPY_DST
 USAGE_UNIFORM = 0x40 | 0x08          # UNIFORM | COPY_DST
@@ -75,6 +77,31 @@ def subgroups_wanted() -> bool:
     return settings.flag("SCELLIS_WGPU_SUBGROUPS")
 
 
+def subgroup_matrix_wanted() -> bool:
+    """SCELLIS_WGPU_SUBGROUP_MATRIX=off opens a Dawn device without `chromium-experimental-subgroup-matrix`, so
+    f16 products take the ordinary ALU kernels (as on an adapter that lacks it)."""
+    return settings.flag("SCELLIS_WGPU_SUBGROUP_MATRIX")
+
+
+def program_key(backend: str, implementation: str | None) -> str:
+    """The backend string Programs are compiled and cached under: `wgpu` on wgpu-native, `wgpu+dawn` on Dawn."""
+    return backend if implementation in (None, "", webgpu.NATIVE) else f"{backend}+{implementation}"
+
+
+def compile_message(e: Exception, code: str = "") -> str:
+    """A shader compiler's message, shortened to its error lines, and the kernel's source line it points at (Tint's
+    and naga's messages both name `:line:col`)."""
+    text = str(e)
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    keep = [ln for ln in lines if "error" in ln.lower() or re.search(r":\d+:\d+", ln)]
+    msg = " | ".join((keep or lines)[:6])[:1500]
+    at = re.search(r":(\d+):(\d+)", text)
+    src = code.splitlines()
+    if at and 0 < int(at.group(1)) <= len(src):
+        msg += f" (kernel line {at.group(1)}: `{src[int(at.group(1)) - 1].strip()[:200]}`)"
+    return msg
+
+
 def requested_limits(adapter_limits) -> dict:
     """The limits to open the device with: the adapter's best, or WebGPU's defaults when
     SCELLIS_WGPU_LIMITS=default."""
@@ -89,29 +116,45 @@ def requested_limits(adapter_limits) -> dict:
 class WgpuBackend:
     name = "wgpu"
 
-    def __init__(self, adapter, label: str, memory_bytes: int | None = None):
+    def __init__(self, adapter, label: str, memory_bytes: int | None = None, implementation=None):
         """`memory_bytes`: the device's memory as the Device found or was told it (kernels that trade
-        scratch for speed keep to a share of it); None: unknown."""
-        import wgpu
-        self.wgpu = wgpu
+        scratch for speed keep to a share of it); None: unknown. `implementation`: the webgpu.Implementation
+        the adapter came from (wgpu-native when None)."""
+        impl = implementation or webgpu.load(webgpu.NATIVE)
+        self.webgpu = impl
+        self.implementation = impl.name
+        self.implementation_version = impl.version
+        # what Programs compiled for this backend are cached under: the implementation is part of the key
+        self.program_key = program_key("wgpu", impl.name)
+        self.wgpu = impl.module
         self.label = label
         self.memory_bytes = memory_bytes
         info = dict(getattr(adapter, "info", None) or {})
-        # what tuning caches are keyed by: the same chip and driver tune the same way
+        # what tuning caches are keyed by: the same chip, driver and WebGPU implementation tune the same way
         self.adapter_id = "|".join(str(info.get(k, "")) for k in ("vendor_id", "device_id", "device", "description",
                                                                    "backend_type")) or label
+        if impl.name != webgpu.NATIVE:
+            self.adapter_id += f"|{impl.name}"
         self.adapter_type = str(info.get("adapter_type", ""))   # "DiscreteGPU", "IntegratedGPU", "CPU", ...
         self.tier: str | None = None     # the tier of the program being run (launchers may branch on it)
-        feats = set(adapter.features)
-        want = [f for f in ("shader-f16", "timestamp-query", "subgroup", "shader-int64") if f in feats
-                and (f != "subgroup" or subgroups_wanted()) and (f != "shader-int64" or int64_wanted())]
+        feats = impl.engine_features(adapter.features)
+        want = [f for f in ("shader-f16", "timestamp-query", "subgroup", "shader-int64", "subgroup-matrix")
+                if f in feats and (f != "subgroup" or subgroups_wanted()) and (f != "shader-int64" or int64_wanted())
+                and (f != "subgroup-matrix" or ("shader-f16" in feats and subgroup_matrix_wanted()))]
         required = requested_limits(adapter.limits)
         self.shader_checks = shaders.checks()   # read once: the policy every kernel of this device compiles under
         self.backend_type = str(info.get("backend_type", ""))   # "Vulkan", "Metal", ...
+        # Dawn drops checks per device (its toggles), never per kernel: only when every kernel is asked to
+        self.unchecked = impl.name == webgpu.DAWN and self.shader_checks == "none"
         try:
-            self.device = adapter.request_device_sync(required_features=want, required_limits=required)
+            self.device = impl.open_device(adapter, want, required, unchecked=self.unchecked)
         except Exception as e:  # pragma: no cover - driver specific
-            raise DeviceError(f"could not open the adapter: {e}", where=f"device {label}") from e
+            raise DeviceError(f"could not open the adapter through {impl.name}: {e}", where=f"device {label}") from e
+        self.sgm_configs = [c for c in impl.subgroup_matrix_configs(adapter)] if "subgroup-matrix" in want else []
+        self._raw = impl.raw_calls()
+        # WebGPU's rule against a writable binding overlapping another in one dispatch, which Dawn enforces:
+        # inputs that would are copied apart first (`_unaliased`)
+        self.unalias = impl.name == webgpu.DAWN
         self.queue = self.device.queue
         self.features = set(want)
         self.limits = dict(self.device.limits)
@@ -460,6 +503,13 @@ class WgpuBackend:
         self._trace = [] if roots is not None else None
         cached = self._prog_params.get(prog.hash)
         if cached is None:
+            if self.unalias and roots is not None and hasattr(prog, "leaves"):
+                # the copies' scratch at its planned size before the first dispatch, so that no scratch grows
+                # mid-program (an old buffer a recorded bind group still holds beside its larger successor
+                # would take more than the plan counts)
+                for name, nbytes in self.dry_run(prog, self._roots[:len(prog.leaves)])[1].items():
+                    if name.startswith("unalias"):
+                        self.scratch(name, nbytes)
             self._mode, self._params, self._pending = "record", bytearray(), []
         else:
             self._mode, (self._param_buf, self._param_data) = "replay", cached
@@ -526,8 +576,8 @@ class WgpuBackend:
         pbuf = self._param_buf
         key = (id(record), pbuf.uid, tuple([r.buffer.uid for r in roots]))
         fast = self._fast.get(key)
-        if fast is not None and _RAW is not None:
-            _raw_replay(p, fast[0])
+        if fast is not None and self._raw is not None:
+            _raw_replay(self._raw, p, fast[0])
             self.dispatches += len(record)
             self.raw_replays += 1
             return fast
@@ -553,7 +603,7 @@ class WgpuBackend:
         nl, npers = len(prog.leaves), len(prog.persistent)
         roots = self._roots
         arenas = (self._arena, self._arena2)[:len(prog.arena.parts())]
-        if _RAW is None or len(roots) != nl + npers + len(arenas) \
+        if self._raw is None or len(roots) != nl + npers + len(arenas) \
                 or any(r.buffer is not a for r, a in zip(roots[nl + npers:], arenas)):
             return
         q = self._quick.get(prog.hash)
@@ -590,7 +640,7 @@ class WgpuBackend:
         if self._lost is not None:
             self._check_lost()
         self.tier = q.tier
-        _raw_replay(self._pass or self._open_pass(), fast[0])
+        _raw_replay(self._raw, self._pass or self._open_pass(), fast[0])
         self.dispatches += q.n
         self.raw_replays += 1
         self.quick_replays += 1
@@ -738,11 +788,46 @@ class WgpuBackend:
         self._op = value.op
         if self._timing is not None:        # profiling only: what each timed pass of this dispatch was for
             self._tag = dispatch_tag(value, ins)
+        if self.unalias:
+            ins = self._unaliased(ins, out)
         fn(self, value, ins, out)
+
+    def _unaliased(self, ins: list[Storage], out: Storage) -> list[Storage]:
+        """`ins` with every input whose bytes overlap the output's or an earlier input's replaced by a copy in a
+        scratch buffer of its own (kernels/copy_words.wgsl). WebGPU forbids a writable binding overlapping another
+        in one dispatch, and every kernel binds its operands read_write: Dawn (and a browser) refuse an in-place
+        update (a donated output over its input) or x * x, which wgpu-native runs. The copy is a dispatch of the
+        program like any other, so records and replays keep it; its scratch is planned with the launcher's."""
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        seen = [o for o in outs if isinstance(o, Storage)]
+        fixed = []
+        for i, s in enumerate(ins):
+            if isinstance(s, Storage) and s.nbytes and any(_overlap(s, o) for o in seen):
+                s = self._copy_apart(s, i)
+            fixed.append(s)
+            if isinstance(s, Storage):
+                seen.append(s)
+        return fixed
+
+    def _copy_apart(self, s: Storage, slot: int) -> Storage:
+        """A copy of `s` at the start of scratch buffer `unalias<slot>` (the words covering it, so its byte offset
+        within a word is kept)."""
+        w0, w1 = s.offset // 4, (s.offset + s.nbytes + 3) // 4
+        buf = self.scratch(f"unalias{slot}", (w1 - w0) * 4)
+        step = (self.binding_limit - self.offset_align) // 4      # words a piece binds, within the limit
+        for a in range(w0, w1, step):
+            n = min(step, w1 - a)
+            src0 = a * 4 // self.offset_align * self.offset_align
+            d0 = (a - w0) * 4 // self.offset_align * self.offset_align
+            src = Storage(self, s.buffer, src0, (n,), "u32", (a + n) * 4 - src0)
+            dst = Storage(self, buf, d0, (n,), "u32", (a - w0 + n) * 4 - d0)
+            self.launch("copy_words", lambda: render("copy_words"), [dst, src],
+                        pack("<4I", n, (a - w0) - d0 // 4, a - src0 // 4, 0), (n + 255) // 256)
+        return Storage(self, buf, s.offset - w0 * 4, s.shape, s.dtype, s.nbytes)
 
     def checks_for(self, kernel: str) -> str:
         """The naga checks kernel `kernel` (a pipeline key's first field) compiles with (shaders.mode_for)."""
-        return shaders.mode_for(self.shader_checks, kernel, self.backend_type)
+        return shaders.mode_for(self.shader_checks, kernel, self.backend_type, self.implementation)
 
     def pipeline(self, key: str, source: str | Callable[[], str]):
         """The compiled pipeline of `key`, built from `source` (its WGSL, or a function writing it) on the first
@@ -751,11 +836,11 @@ class WgpuBackend:
         if p is None:
             text = source() if callable(source) else source
             try:
-                mod = shaders.create_module(self.device, text, self.checks_for(key.split(":")[0]))
+                mod = self.webgpu.create_module(self.device, text, self.checks_for(key.split(":")[0]))
                 p = self.device.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": "main"})
             except Exception as e:
-                raise KernelError(f"kernel {key.split(':')[0]!r} failed to compile: {e}",
-                                  where=f"device {self.label}") from e
+                raise KernelError(f"kernel {key.split(':')[0]!r} failed to compile on {self.implementation}: "
+                                  f"{compile_message(e, self.webgpu.prelude(text))}", where=f"device {self.label}") from e
             self._pipelines[key] = p
             self._kernel_names[id(p)] = key.split(":")[0]
         return p
@@ -876,14 +961,6 @@ class WgpuBackend:
 
 FAST_MAX = 64   # resolved replays kept (one per program and set of root buffers)
 
-try:        # wgpu-native's C functions, without wgpu-py's per-call wrapper (error capture, argument packing)
-    from wgpu.backends.wgpu_native import _api as _wgpu_api
-    _RAW = (_wgpu_api.lib.wgpuComputePassEncoderSetPipeline, _wgpu_api.lib.wgpuComputePassEncoderSetBindGroup,
-            _wgpu_api.lib.wgpuComputePassEncoderDispatchWorkgroups, _wgpu_api.ffi.NULL)
-except Exception:  # pragma: no cover - another wgpu-py layout: the validating calls are used throughout
-    _RAW = None
-
-
 def _raw_list(resolved) -> list:
     """(pipeline handle or None when unchanged, bind group handle, x, y, z) per dispatch."""
     out, last = [], None
@@ -893,13 +970,13 @@ def _raw_list(resolved) -> list:
     return out
 
 
-def _raw_replay(p, fast: list) -> None:
+def _raw_replay(calls, p, fast: list) -> None:
     """Dispatches already validated once (the same pipelines, bind groups and workgroup counts went
-    through wgpu-py's checked calls when the list was made), issued straight to wgpu-native: per dispatch
-    this is a few microseconds of host time instead of wgpu-py's wrapper cost, which dominated the
-    per-dispatch cost of a training step. Any error wgpu-native still reports reaches the device's
-    uncaptured-error handler as before."""
-    set_pipeline, set_bind_group, dispatch, null = _RAW
+    through wgpu-py's checked calls when the list was made), issued straight to the implementation's C
+    functions (`calls`, webgpu.Implementation.raw_calls: wgpu-native's or Dawn's): per dispatch this is a few
+    microseconds of host time instead of wgpu-py's wrapper cost, which dominated the per-dispatch cost of a
+    training step. Any error the implementation still reports reaches the device's uncaptured-error handler."""
+    set_pipeline, set_bind_group, dispatch, null = calls
     h = p._internal
     for pl, bg, x, y, z in fast:
         if pl is not None:
@@ -994,6 +1071,12 @@ def _decode(raw: np.ndarray, shape, dtype: str, n: int) -> np.ndarray:
         return (np.frombuffer(raw, np.uint32, count=n) != 0).reshape(shape)
     np_dtype = np.dtype(dt.to_numpy(dtype))
     return raw[:n * np_dtype.itemsize].view(np_dtype).reshape(shape)
+
+
+def _overlap(a: Storage, b: Storage) -> bool:
+    """Whether two windows share bytes of one buffer."""
+    return (a.buffer is b.buffer and a.offset < b.offset + max(b.nbytes, 1)
+            and b.offset < a.offset + max(a.nbytes, 1))
 
 
 def pack(fmt: str, *vals) -> bytes:

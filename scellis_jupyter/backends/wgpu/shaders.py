@@ -1,10 +1,12 @@
-"""Compile a WGSL kernel into a shader module, with or without naga's runtime checks.
+"""Compile a WGSL kernel into a shader module, with or without the compiler's runtime checks.
 
 naga guards every dynamically indexed array (workgroup tiles, private arrays) with a clamp and puts a
 counter in every loop, so a bad index or an endless loop cannot escape the shader. The kernels here
 index their tiles by construction and bound their loops by their parameters, and on Vulkan storage
 buffers keep the driver's robust access either way; wgpu-native's trusted shader modules
 (`wgpuDeviceCreateShaderModuleTrusted`, not in the WebGPU API that wgpu-py wraps) leave the checks out.
+On Dawn (Tint) there is no per-module switch: `none` opens the device with Dawn's toggles
+`disable_robustness` and `skip_validation` (webgpu.py), every other policy keeps Tint's checks.
 SCELLIS_WGPU_SHADER_CHECKS picks: `auto` (the default: `none` for the kernels in TRUSTED on a Vulkan adapter,
 `naga` for everything else), `naga` (both everywhere: Metal and D3D12 have no robust buffer access to fall
 back on), `bounds` (clamps only), `loops` (loop counters only), `none` (everywhere: 1-3% off the f32 GPT step
@@ -36,20 +38,21 @@ def checks() -> str:
     return settings.choice("SCELLIS_WGPU_SHADER_CHECKS")
 
 
-def mode_for(policy: str, kernel: str, backend_type: str) -> str:
+def mode_for(policy: str, kernel: str, backend_type: str, implementation: str = "wgpu-native") -> str:
     """The checks (a key of _CHECKS) kernel `kernel` compiles with under `policy` on an adapter of wgpu backend
-    `backend_type` ("Vulkan", "Metal", ...)."""
+    `backend_type` ("Vulkan", "Metal", ...). On Dawn the checks are the device's (robustness and validation off
+    only under `none`, for every kernel): `naga` stands for Tint's own checks, whatever the kernel."""
+    if implementation == "dawn":
+        return "none" if policy == "none" else "naga"
     if policy != "auto":
         return policy
     return "none" if kernel in TRUSTED and backend_type.lower() == "vulkan" else "naga"
 
 
-def create_module(device, code: str, mode: str = "naga", label: str = ""):
-    """A shader module of `code` on `device` (a wgpu-py GPUDevice) under the checks `mode` (a key of
-    SCELLIS_WGPU_SHADER_CHECKS): wgpu-py's own create_shader_module for `naga`, wgpu-native's trusted entry
-    point otherwise."""
-    if mode == "naga":
-        return device.create_shader_module(label=label, code=code)
+def create_trusted(device, code: str, mode: str, label: str = ""):
+    """A shader module of `code` on `device` (a wgpu-native GPUDevice of wgpu-py) under the checks `mode` (a key
+    of SCELLIS_WGPU_SHADER_CHECKS other than `naga`), through wgpu-native's trusted entry point. Dawn has no such
+    entry point: there the device's toggles decide (webgpu.Implementation.create_module)."""
     from wgpu.backends.wgpu_native import _api    # wgpu-py's cffi bindings of wgpu-native
 
     src = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))

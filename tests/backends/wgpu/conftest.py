@@ -44,3 +44,25 @@ def row_reg_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """The one-read path is off by default (SCELLIS_ROW_REG, softmax.row_reg); its tests switch it on
     (`pytest.mark.usefixtures("row_reg_on")`)."""
     monkeypatch.setenv("SCELLIS_ROW_REG", "on")
+
+
+# ---- adapters without `shader-f16` (SwiftShader under Dawn): f16 halves of tests skip, loudly ------------------
+_NO_F16 = ("f16 needs the adapter feature 'shader-f16'", "extension 'f16' is not allowed")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test that stopped because this adapter has no f16 (an f16 tensor refused, or `enable f16;` refused by the
+    compiler) is reported skipped with that reason, only when the adapter really lacks `shader-f16`: the same tests
+    run their f16 halves on adapters that have it (llvmpipe, GPUs)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if call.excinfo is None or rep.when != "call" or not rep.failed:
+        return
+    from fixtures.devices import WG
+    if WG is None or "shader-f16" in WG.impl.features:
+        return
+    text = str(call.excinfo.value)
+    if any(s in text for s in _NO_F16):
+        rep.outcome = "skipped"
+        rep.longrepr = (str(item.path), item.location[1] or 0, "Skipped: this adapter lacks shader-f16")

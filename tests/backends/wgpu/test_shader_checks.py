@@ -81,12 +81,11 @@ def test_auto_leaves_the_checks_out_of_the_trusted_kernels_on_vulkan_only():
 def test_pipelines_compile_under_their_kernels_checks(monkeypatch):
     """The device compiles each pipeline with the checks its kernel name resolves to (wgpu-native's trusted entry
     point for `none`)."""
-    from scellis_jupyter.backends.wgpu import shaders
     from fixtures.devices import WG
     seen = []
-    real = shaders.create_module
-    monkeypatch.setattr(shaders, "create_module", lambda dev, code, mode="naga", label="": (seen.append(mode),
-                                                                                          real(dev, code, mode, label))[1])
+    real = WG.impl.webgpu.create_module
+    monkeypatch.setattr(WG.impl.webgpu, "create_module", lambda dev, code, mode="naga", label="": (
+        seen.append(mode), real(dev, code, mode, label))[1])
     monkeypatch.setattr(WG.impl, "shader_checks", "auto")
     monkeypatch.setattr(WG.impl, "backend_type", "Vulkan")
     src = "@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n@compute @workgroup_size(1) fn main() { x[0] = 1.0; }"

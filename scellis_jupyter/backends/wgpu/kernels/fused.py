@@ -90,7 +90,10 @@ def _scalar_body(code: tuple, in_dtypes: tuple, out_dtype: str) -> str:
 @launcher("fused")
 def _fused(be, v, ins, out):
     b = v.attrs.get("batch")
-    if b is None:
+    if b is None or getattr(be, "unalias", False):
+        # one by one where WebGPU's aliasing rule is enforced (Dawn): a batch binds one span per operand slot, and
+        # an in-place member's output span overlaps its input span; each member's inputs were copied apart just
+        # before it came here (runtime._unaliased), so it runs now, before the next member's copy reuses them
         return _fused_one(be, v, ins, out)
     k, n = b
     if k == 0:

@@ -49,6 +49,7 @@ from .... import dtypes as dt, settings
 from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from ...storage import Storage
+from . import matmul_sgm
 from .matmul_tune import VARIANTS, choose, ksplit_ok, packed_f16, tile_strides, time_direct
 from .registry import launcher
 from .strided import collapse, contiguous_strides, window
@@ -507,6 +508,8 @@ def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=Fals
                  vec=(False, False)):
     m, n = struct.unpack_from("<2I", params)
     va, vb = vec
+    if _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec):
+        return
     if ep:          # (Epilogue, its chunk params): inputs bound after A, B, C
         src = ep[0].source(4)
         ro = _readonly(wins[0].buffer, wins[1].buffer, [w.buffer for w in (wins[2], *ep[0].wins)])
@@ -518,6 +521,44 @@ def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=Fals
     be.launch(_key(variant, d, packed, ta, tb, band, c_dtype, va, vb, ro),
               lambda: source(variant, d, packed, None, ta, tb, band, c_dtype, va, vb, ro), wins, params,
               _groups(variant, m, n, z))
+
+
+def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) -> bool:
+    """Launch the chunk on the matrix units (kernels/matmul_sgm.py) where the device offers them for `d` under the
+    program's tier and a tile fits; False (nothing launched) otherwise."""
+    cfg = matmul_sgm.config_for(be, d, getattr(be, "tier", None))
+    if cfg is None:
+        return False
+    name = matmul_sgm.choose_tile(cfg, be, m, n)
+    if name is None:
+        return False
+    tm = matmul_sgm.tile(cfg, name)[0]
+    if band and tm > BAND_REACH:       # a banded product's reach is counted in rows of the tallest SIMT tile
+        return False
+    va, vb = vec
+    band_text = (snippet("matmul", BAND_SECTIONS[band] + ("_epi" if ep and band == BAND_TILES else ""), TM=tm,
+                         REACH=BAND_REACH) if band else "")
+    gx, gy = matmul_sgm.groups(cfg, name, m, n)
+    if max(gx, gy, z) > WG_MAX:
+        return False
+    if ep:
+        src = ep[0].source(4)
+        ro = _readonly(wins[0].buffer, wins[1].buffer, [w.buffer for w in (wins[2], *ep[0].wins)])
+        parts = _epi_parts(src, d)
+        be.launch(_sgm_key(_key(matmul_sgm.key(cfg, name), f"epi{src[3]}:{d}", False, ta, tb, band, None, va, vb, ro)),
+                  lambda: matmul_sgm.source(cfg, name, d, parts, band_text, ta, tb, va, vb, ro, None),
+                  list(wins) + ep[0].wins, params + ep[1], (gx, gy, z))
+        return True
+    ro = _readonly(wins[0].buffer, wins[1].buffer, [wins[2].buffer])
+    be.launch(_sgm_key(_key(matmul_sgm.key(cfg, name), d, False, ta, tb, band, c_dtype, va, vb, ro)),
+              lambda: matmul_sgm.source(cfg, name, d, _epi_parts(None, d), band_text, ta, tb, va, vb, ro, c_dtype),
+              wins, params, (gx, gy, z))
+    return True
+
+
+def _sgm_key(k: str) -> str:
+    """A matmul pipeline key renamed to kernel `matmul_sgm` (its own kernel name: never in shaders.TRUSTED)."""
+    return "matmul_sgm" + k[len("matmul"):]
 
 
 def _ksplit_partials(be, m, n, splits) -> Storage:

@@ -1,0 +1,228 @@
+"""Matmul on the matrix units through Dawn's subgroup matrices: the configuration, the tiles, the kernel source.
+
+Why a separate kernel and the same launcher: the tensor cores (NVIDIA), simdgroup matrices (Apple) and XMX
+(Intel) multiply small fragments a whole subgroup holds together, so the kernel's inner loop is fragment loads
+and multiply-accumulates instead of the SIMT kernel's per-thread FMAs; everything around it (chunking to the
+binding limit, batches, transposed operands, K-split partials, causal bands, epilogues) is the plain matmul's,
+and kernels/matmul.py launches either through one path.
+
+Where it runs: an f16 (or f32, where the adapter lists an f32 configuration) product under the tiers `prod` and
+`fast`, on a device with `chromium-experimental-subgroup-matrix` and subgroups whose size is fixed (min = max
+in the configuration). Never under `debug`: the matrix units sum a fragment's k in an order of their own, so
+the bits differ from the reference path's (which debug promises to match); their results are within the
+tolerance of f32 accumulation. Tile shapes come from the configuration the adapter reports (16x16x16 on NVIDIA,
+8x8x8 on Apple), never from a vendor name.
+
+SCELLIS_WGPU_SUBGROUP_MATRIX_EMULATE=`T:MxNxK[:S]` (T f16 or f32, S the emulated subgroup size, default 32)
+makes every device run the kernels with plain WGSL standing in for the builtins (kernels/matmul_sgm.wgsl EMU),
+so their tiling, indexing and edge handling are tested on adapters without matrix units (CI's llvmpipe and
+SwiftShader), against the numpy reference.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from .... import settings
+from ....errors import SettingError
+from ..templates import WGSL_TYPE, render, snippet
+
+
+@dataclass(frozen=True)
+class Config:
+    """One subgroup-matrix configuration: operand type, result fragment M8 x N8, depth K8, subgroup size."""
+
+    component: str      # "f16" or "f32"
+    m: int
+    n: int
+    k: int
+    sgs: int            # invocations a subgroup (fixed)
+    emulated: bool = False
+
+
+# (TM, TN, BK, WM, WN) in fragments of the configuration: TM = WM * FM * M8, TN = WN * FN * N8
+TILES = {
+    "sgm_big": (4, 4, 2, 2, 2),      # 2x2 subgroups of 4x4 fragments (128x128 for 16x16x16), BK 2 fragments
+    "sgm_wide": (2, 4, 2, 2, 2),     # 2x4 fragments a subgroup (64x128)
+    "sgm_mid": (2, 2, 2, 2, 2),      # 2x2 fragments a subgroup (64x64)
+    "sgm_small": (2, 2, 2, 1, 1),    # one subgroup of 2x2 fragments (32x32)
+}
+PAD_BYTES = 16          # each staged row padded by 16 bytes: fragment loads stay 16-byte aligned, rows spread over banks
+
+
+def emulated() -> Config | None:
+    """The configuration SCELLIS_WGPU_SUBGROUP_MATRIX_EMULATE names (None: unset)."""
+    text = settings.text("SCELLIS_WGPU_SUBGROUP_MATRIX_EMULATE")
+    if not text:
+        return None
+    try:
+        parts = text.split(":")
+        comp, dims = parts[0], parts[1]
+        m, n, k = (int(x) for x in dims.lower().split("x"))
+        sgs = int(parts[2]) if len(parts) > 2 else 32
+        ok = comp in ("f16", "f32") and min(m, n, k, sgs) > 0 and m % 4 == 0 and n % 4 == 0 and k % 4 == 0
+    except (ValueError, IndexError):
+        ok = False
+    if not ok:
+        raise SettingError(f"SCELLIS_WGPU_SUBGROUP_MATRIX_EMULATE={text!r} is not T:MxNxK[:S]",
+                           where="environment", hint="e.g. f32:8x8x8 or f16:16x16x16:32 (M, N, K multiples of 4)")
+    return Config(comp, m, n, k, sgs, True)
+
+
+def configs(be) -> list[Config]:
+    """The configurations this backend can run subgroup-matrix kernels with, best first: the emulated one
+    when asked for, else the adapter's with an f32 result and a fixed subgroup size (empty without the feature)."""
+    emu = emulated()
+    if emu is not None:
+        return [emu]
+    if "subgroup-matrix" not in getattr(be, "features", ()) or "subgroup" not in be.features:
+        return []
+    out = []
+    for c in getattr(be, "sgm_configs", []):
+        comp, res = c.get("component_type"), c.get("result_component_type")
+        lo, hi = c.get("min_subgroup_size", 0), c.get("max_subgroup_size", 0)
+        if comp in ("f16", "f32") and res == "f32" and lo == hi and lo > 0 and all(c.get(x, 0) % 4 == 0 for x in "mnk"):
+            out.append(Config(comp, int(c["m"]), int(c["n"]), int(c["k"]), int(hi)))
+    return sorted(out, key=lambda c: -(c.m * c.n * c.k))
+
+
+def config_for(be, dtype: str, tier) -> Config | None:
+    """The configuration an `dtype` product runs on the matrix units with under `tier`, or None (the SIMT kernels):
+    not under debug (their k order is not the reference's), not for a component type other than the operands'."""
+    if tier == "debug" or tier is None or dtype not in ("f16", "f32"):
+        return None
+    if dtype == "f16" and not getattr(be, "has_f16", False):
+        return None
+    return next((c for c in configs(be) if c.component == dtype), None)
+
+
+def tile(cfg: Config, name: str) -> tuple[int, int, int, int, int, int, int]:
+    """(TM, TN, BK, WM, WN, FM, FN) of tile `name` under `cfg`, in elements and fragments."""
+    fm, fn, kf, wm, wn = TILES[name]
+    return wm * fm * cfg.m, wn * fn * cfg.n, kf * cfg.k, wm, wn, fm, fn
+
+
+def strides(cfg: Config, name: str, ta: bool, tb: bool) -> tuple[int, int, int, int]:
+    """(A row stride, A rows, B row stride, B rows) of the staged tiles in their stored orientation, padded."""
+    tm, tn, bk = tile(cfg, name)[:3]
+    pad = PAD_BYTES // (2 if cfg.component == "f16" else 4)
+    a = (tm + pad, bk) if ta else (bk + pad, tm)
+    b = (bk + pad, tn) if tb else (tn + pad, bk)
+    return a[0], a[1], b[0], b[1]
+
+
+def smem_bytes(cfg: Config, name: str, ta: bool = False, tb: bool = False) -> int:
+    """Workgroup memory of tile `name`: the staged A and B tiles and one f32 result fragment a subgroup."""
+    astr, arows, bstr, brows = strides(cfg, name, ta, tb)
+    _tm, _tn, _bk, wm, wn = tile(cfg, name)[:5]
+    isz = 2 if cfg.component == "f16" else 4
+    return (astr * arows + bstr * brows) * isz + wm * wn * cfg.m * cfg.n * 4
+
+
+def fits(cfg: Config, name: str, be) -> bool:
+    """Whether tile `name` runs on `be`: its workgroup memory and invocations within the device's limits, and
+    every thread a whole number of 4-element staging slots."""
+    tm, tn, bk, wm, wn = tile(cfg, name)[:5]
+    threads = wm * wn * cfg.sgs
+    lim = getattr(be, "limits", {})
+    return (max(smem_bytes(cfg, name, ta, tb) for ta in (False, True) for tb in (False, True))
+            <= int(lim.get("max-compute-workgroup-storage-size", 16384))
+            and threads <= int(lim.get("max-compute-invocations-per-workgroup", 256))
+            and threads <= int(lim.get("max-compute-workgroup-size-x", 256))
+            and (tm * bk) % (4 * threads) == 0 and (tn * bk) % (4 * threads) == 0)
+
+
+def choose_tile(cfg: Config, be, m: int, n: int) -> str | None:
+    """The tile for an m x n product: the largest that still gives the GPU some 2 x 66 workgroups to spread (a
+    132-SM H100; smaller GPUs fill sooner), else the smallest that fits; None when none fits the device.
+    SCELLIS_MATMUL_SGM_TILE forces one (for measuring)."""
+    forced = settings.text("SCELLIS_MATMUL_SGM_TILE")
+    names = [t for t in TILES if fits(cfg, t, be)]
+    if forced:
+        if forced not in TILES:
+            raise SettingError(f"SCELLIS_MATMUL_SGM_TILE={forced!r} is not a subgroup-matrix tile",
+                               where="environment", hint=f"one of {', '.join(TILES)}")
+        return forced if forced in names else None
+    for name in names:
+        tm, tn = tile(cfg, name)[:2]
+        if -(-m // tm) * -(-n // tn) >= 132:
+            return name
+    return names[-1] if names else None
+
+
+def groups(cfg: Config, name: str, m: int, n: int) -> tuple[int, int]:
+    tm, tn = tile(cfg, name)[:2]
+    return -(-n // tn), -(-m // tm)
+
+
+def key(cfg: Config, name: str) -> str:
+    """The part of a pipeline key that names the configuration and tile."""
+    return f"{name}@{cfg.component}{cfg.m}x{cfg.n}x{cfg.k}s{cfg.sgs}" + ("emu" if cfg.emulated else "")
+
+
+@functools.lru_cache(maxsize=None)
+def source(cfg: Config, name: str, dtype: str, epi_parts: tuple[str, str, str], band: str, ta: bool, tb: bool,
+           va: bool, vb: bool, ro: tuple, c_dtype: str | None) -> str:
+    """WGSL of tile `name` under `cfg` for `dtype` operands. `epi_parts`: (EPILOGUE, EPI_PARAMS, ENABLE) of an
+    epilogue (matmul._epi_parts; its store is then `epilogue()`), `band`: the causal band's statements, `va` /
+    `vb`: A / B bound as vec4s (matmul._vec4), `ro`: A / B read-only, `c_dtype`: C's type where it is not the
+    operands' (f32 K-split partials)."""
+    tm, tn, bk, wm, wn, fm, fn = tile(cfg, name)
+    nsg = wm * wn
+    threads = nsg * cfg.sgs
+    t = WGSL_TYPE[dtype]
+    ct = WGSL_TYPE[c_dtype or dtype]
+    epi_text, epi_params, enable = epi_parts
+    astr, arows, bstr, brows = strides(cfg, name, ta, tb)
+    sn_ = functools.partial(snippet, "matmul_sgm")
+    emu = cfg.emulated
+    mode = "emu" if emu else "real"
+    a_slots, b_slots = tm * bk // 4 // threads, tn * bk // 4 // threads
+
+    decl = [sn_("acc", I=i, J=j, RESULT=sn_(f"{mode}_result", M8=cfg.m, N8=cfg.n)) for i in range(fm)
+            for j in range(fn)]
+    decl += [sn_("stage", J=j, T=t) for j in range(a_slots + b_slots)]
+    fetch = [sn_("fetch_a_t" if ta else "fetch_a", flags={"VA": va}, J=j, E0=j * threads, BK=bk, TM=tm, T=t)
+             for j in range(a_slots)]
+    fetch += [sn_("fetch_b_t" if tb else "fetch_b", flags={"VB": vb}, J=a_slots + j, E0=j * threads, BK=bk, TN=tn,
+                  T=t) for j in range(b_slots)]
+    put = [sn_("put", J=j, E0=j * threads, W=tm if ta else bk, STR=astr, S="As") for j in range(a_slots)]
+    put += [sn_("put", J=a_slots + j, E0=j * threads, W=bk if tb else tn, STR=bstr, S="Bs") for j in range(b_slots)]
+
+    compute = []
+    for kk in range(0, bk, cfg.k):
+        lines = []
+        for i in range(fm):
+            off = (f"{kk}u * {astr}u + fm0 + {i * cfg.m}u" if ta else f"(fm0 + {i * cfg.m}u) * {astr}u + {kk}u")
+            lines.append(sn_("load_a", I=i, LOAD_A=sn_(f"{mode}_load_a", T=t, K8=cfg.k, M8=cfg.m, OFF=off,
+                                                       COL="true" if ta else "false", STR=astr)))
+        for j in range(fn):
+            off = (f"(fn0 + {j * cfg.n}u) * {bstr}u + {kk}u" if tb else f"{kk}u * {bstr}u + fn0 + {j * cfg.n}u")
+            lines.append(sn_("load_b", J=j, LOAD_B=sn_(f"{mode}_load_b", T=t, N8=cfg.n, K8=cfg.k, OFF=off,
+                                                       COL="true" if tb else "false", STR=bstr)))
+        lines += [sn_("mma", I=i, J=j, MMA=sn_(f"{mode}_mma", I=i, J=j)) for i in range(fm) for j in range(fn)]
+        compute.append("{\n" + "\n".join(lines) + "\n}")
+
+    mn8 = cfg.m * cfg.n
+    one = sn_("store_one_epi") if epi_text else sn_("store_one", CBT=ct)
+    store = [sn_("store_fragment", I=i, J=j, M8=cfg.m, N8=cfg.n, MN8=mn8, WN=wn, SM=fm * cfg.m, SN=fn * cfg.n,
+                 CS_LEN=nsg * mn8, THREADS=threads, STORE_ONE=one,
+                 STORE_CS=sn_(f"{mode}_store_cs", I=i, J=j, MN8=mn8, N8=cfg.n, SGS=cfg.sgs))
+             for i in range(fm) for j in range(fn)]
+
+    if emu:
+        head = enable
+        emulation = sn_("emulation", T=t, M8=cfg.m, N8=cfg.n, K8=cfg.k, MK8=cfg.m * cfg.k, KN8=cfg.k * cfg.n,
+                        MN8=mn8)
+        sgid_param, sgid = "", sn_("emu_sgid", SGS=cfg.sgs)
+    else:
+        head = "\n".join(x for x in (enable, "enable chromium_experimental_subgroup_matrix;") if x)
+        emulation = ""
+        sgid_param, sgid = sn_("real_sgid_param"), ""
+    return render("matmul_sgm", flags={"VA": va, "VB": vb}, ENABLE=head, T=t, CBT=ct,
+                  AACC="read" if ro[0] else "read_write", BACC="read" if ro[1] else "read_write",
+                  TM=tm, TN=tn, BK=bk, NSG=nsg, WM=wm, WN=wn, FM=fm, FN=fn, M8=cfg.m, N8=cfg.n,
+                  SM=fm * cfg.m, SN=fn * cfg.n, THREADS=threads, AS_LEN=astr * arows, BS_LEN=bstr * brows,
+                  CS_LEN=nsg * mn8, EPI_PARAMS=epi_params, EPILOGUE=epi_text, EMULATION=emulation,
+                  SGID_PARAM=sgid_param, SGID=sgid, BAND=band, DECL="\n".join(decl), FETCH="\n".join(fetch),
+                  PUT="\n".join(put), COMPUTE="\n".join(compute), STORE="\n".join(store))
