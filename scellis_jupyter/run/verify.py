@@ -147,18 +147,24 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
     add("spec", spec.hash == rec.spec_hash, f"hash {spec.hash[:12]}" + (
         "" if spec.hash == rec.spec_hash else f", recorded {str(rec.spec_hash)[:12]}"))
 
-    # every recorded checkpoint re-hashes; the one the run resumed from is its starting point
-    bad, gone = [], []
+    # every recorded checkpoint re-hashes; the one the run resumed from is its starting point. gc may
+    # collect intermediate checkpoints, never a run's final one: that one missing is a failure
+    bad, gone, lost = [], [], []
     for c in rec.checkpoints:
         try:
             st.load_checkpoint(c["hash"])
         except ScellisError as e:
-            (gone if e.diagnostic.code in ("store-unknown", "store-missing") else bad).append(
-                f"{c['hash'][:12]} (step {c['step']}): {e.diagnostic.message}")
-    note = f"{len(rec.checkpoints) - len(bad) - len(gone)} of {len(rec.checkpoints)} re-hashed"
+            missing = e.diagnostic.code in ("store-unknown", "store-missing")
+            if missing and c["hash"] == rec.last_checkpoint:
+                lost.append(f"final checkpoint {c['hash'][:12]} (step {c['step']}): {e.diagnostic.message}")
+            else:
+                (gone if missing else bad).append(f"{c['hash'][:12]} (step {c['step']}): {e.diagnostic.message}")
+    note = f"{len(rec.checkpoints) - len(bad) - len(gone) - len(lost)} of {len(rec.checkpoints)} re-hashed"
     if gone:
         note += f"; {len(gone)} collected by gc"
-    add("checkpoints", not bad, note + ("; corrupt: " + "; ".join(bad) if bad else ""))
+    if lost:
+        note += "; missing (gc never collects a run's final checkpoint): " + "; ".join(lost)
+    add("checkpoints", not bad and not lost, note + ("; corrupt: " + "; ".join(bad) if bad else ""))
     start = None
     if ex.get("resumed_from"):
         try:
