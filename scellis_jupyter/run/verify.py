@@ -15,6 +15,7 @@ over all weights, and |a - b| / max(|b|, 1) per loss or metric value.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -95,6 +96,18 @@ def _options(d: dict | None):
     return StepOptions.from_description(d)
 
 
+def check_tolerance(tolerance: float) -> float:
+    """`tolerance` as a float, refused unless finite and >= 0: an infinite one would pass anything."""
+    try:
+        tol = float(tolerance)
+    except (TypeError, ValueError):
+        tol = float("nan")
+    if not (math.isfinite(tol) and tol >= 0):
+        raise VerifyError(f"tolerance must be a finite relative error >= 0, got {tolerance!r}", where="verify",
+                          hint="pass a relative error such as 1e-5, or none for the rule of the run's tier")
+    return tol
+
+
 def verify(run_id: str, store=None, device: str = "reference", tolerance: float | None = None) -> Verification:
     """Re-execute run `run_id` of `store` on `device` (the reference path) and compare with its record.
 
@@ -123,9 +136,7 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
     exact = same_backend and rec.tier == "debug"
     tol = determinism.trajectory_tolerance(rec.tier, 1, cross_device=not same_backend)    # per step
     if tolerance is not None:
-        if not tolerance >= 0:
-            raise VerifyError(f"tolerance must be a relative error >= 0, got {tolerance!r}", where="verify")
-        tol = float(tolerance)
+        tol = check_tolerance(tolerance)
         exact = exact and tol == 0.0
     out = Verification(rec.id, False, "exact" if exact else "tolerance", 0.0 if exact else tol,
                        f"{dev.backend}:{dev.name}")

@@ -195,3 +195,20 @@ def test_a_missing_final_checkpoint_does_not_verify(project, capsys):
     (line,) = [l for l in out.splitlines() if "checkpoints:" in l]
     assert "FAIL" in line and f"final checkpoint {final['hash'][:12]} (step {final['step']})" in line, line
     assert f"{len(rec.checkpoints) - 1} collected by gc;" in line      # the final one is not counted as collected
+
+
+@pytest.mark.parametrize("tol", ["inf", "1e309"])
+def test_a_tolerance_that_is_not_finite_is_bad_input(project, capsys, tol):
+    """An infinite tolerance would pass anything: the command line and the API refuse it before re-executing."""
+    spec, csv, st = project
+    run = sc.train(str(spec), store=st, device="reference", progress=False, steps=3)
+    capsys.readouterr()
+    assert main(["verify", run.run_id, "--store", str(st), "--tolerance", tol]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error[usage] at scellis verify: argument --tolerance:") and "finite" in err, err
+    with pytest.raises(VerifyError) as e:
+        sc.verify(run.run_id, store=st, tolerance=float(tol))
+    assert "finite" in e.value.diagnostic.message and e.value.diagnostic.where == "verify"
+    from scellis_jupyter.jupyter.records import verify_notebook
+    with pytest.raises(VerifyError):                           # the notebook form: refused up front too
+        verify_notebook(spec.parent / "none.ipynb", store=st, tolerance=float(tol))
