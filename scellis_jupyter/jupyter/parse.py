@@ -11,6 +11,7 @@ lines by `cell_diagnostic`: the `%%scellis NAME` line is line 1 of the cell, so 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -48,6 +49,17 @@ def _pos_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (Dask fails on nan or inf with a KeyError about time units)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
     return v
 
 
@@ -178,7 +190,7 @@ def _build() -> dict[str, _Parser]:
     how.add_argument("--close", action="store_true", help="close the pool this notebook started")
     p.add_argument("--threads", action="store_true", help="with --workers: in-process workers (threads)")
     p.add_argument("--trust", choices=("own", "consortium", "open"), help="the pool's trust regime")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for --address to answer")
+    p.add_argument("--timeout", type=_seconds, default=10.0, help="seconds to wait for --address to answer")
     p.add_argument("--name", default="pool", help="the notebook variable the pool is bound to (default: pool)")
     p.add_argument("--json", action="store_true")
 
