@@ -318,23 +318,29 @@ def parse_cell_header(line: str) -> CellHeader:
     return CellHeader("spec", name, None, options)
 
 
-_WHERE = re.compile(r"^(?P<src>.*):(?P<line>\d+):(?P<col>\d+)$")
+_WHERE = re.compile(r"^(?P<src>.*?):(?P<line>\d+)(?::(?P<col>\d+))?$")
 
 
 def cell_diagnostic(d: Diagnostic, source: str, cell_name: str, body: str) -> Diagnostic:
-    """A spec diagnostic moved onto the cell's own lines ('cell NAME, line L+1, column C'), with the line
-    itself and a caret under the column, so the user finds it in the cell."""
+    """A spec (or catalog cell) diagnostic at 'source:L[:C]' moved onto the cell's own lines ('cell NAME,
+    line L+1[, column C]'), with the line itself and a caret under the column, so the user finds it."""
     m = _WHERE.match(d.where or "")
     if not m or m.group("src") != source:
         return d
-    line, col = int(m.group("line")), int(m.group("col"))
+    line = int(m.group("line"))
+    col = int(m.group("col")) if m.group("col") else None
     lines = body.split("\n")
     text = lines[line - 1] if 0 < line <= len(lines) else ""
-    where = f"cell {cell_name}, line {line + HEADER_LINES}, column {col}"
+    where = f"cell {cell_name}, line {line + HEADER_LINES}" + (f", column {col}" if col else "")
     msg = d.message
     if text.strip():
-        msg += f"\n  {line + HEADER_LINES:>4} | {text}\n       | {' ' * (col - 1)}^"
-    return Diagnostic(d.code, msg, where, d.hint, dict(d.details, cell_line=line + HEADER_LINES, column=col))
+        msg += f"\n  {line + HEADER_LINES:>4} | {text}"
+        if col:
+            msg += f"\n       | {' ' * (col - 1)}^"
+    details = dict(d.details, cell_line=line + HEADER_LINES)
+    if col:
+        details["column"] = col
+    return Diagnostic(d.code, msg, where, d.hint, details)
 
 
 __all__ = ["parse_line", "parse_cell_header", "cell_diagnostic", "Command", "CellHeader", "MagicError", "SUBCOMMANDS",
