@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import did_you_mean
 from .dataset import (ArrayDataset, DataError, Dataset, features_dtype, hash_files,
                       labels_dtype)
-from .info import csv_rows, csv_split
+from .info import check_regular, csv_rows, csv_split
 
 X_KEYS = ("x", "X", "features", "inputs")       # as data.info._file_info looks them up
 Y_KEYS = ("y", "Y", "labels", "targets")
@@ -370,6 +370,7 @@ def _load_file(path: Path, data: dict) -> Dataset:
     if not exists:
         raise DataError("the file does not exist", where=str(path),
                         hint="check the path (relative paths are taken from the spec's folder)")
+    check_regular(path)                   # a FIFO would block the open below forever
     if path.is_dir():
         ch, size = image_size(data, str(path))
         return ImageFolder(path, size, ch)
@@ -382,6 +383,8 @@ def _load_file(path: Path, data: dict) -> Dataset:
         if target is not None:
             t = Path(target)
             t = t if t.is_absolute() else path.parent / t
+            if t.exists():
+                check_regular(t, "the target file")
         return NpyDataset(path, t)
     if suffix == ".npz":
         return load_npz(path)

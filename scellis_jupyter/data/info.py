@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import re
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,6 +183,7 @@ def dataset_info(name_or_path: str, data: dict | None = None, *, where: str = ""
                         where=where, hint=hint or f"built-ins: {', '.join(BUILTIN_DATASETS)}",
                         kind="unknown-dataset", path=str(path))
     try:
+        check_regular(path)
         if data.get("tokenizer") is not None:
             return _text_file_info(path, data)
         return _file_info(path, data)
@@ -193,6 +195,31 @@ def dataset_info(name_or_path: str, data: dict | None = None, *, where: str = ""
     except OSError as e:
         raise SpecError(f"dataset file {str(path)!r} cannot be read: {path_problem(e)}", where=where,
                         kind="unreadable-file", path=str(path)) from None
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def special_file(path: Path) -> str:
+    """What `path` is when it is neither a regular file nor a folder ('a FIFO (named pipe)', 'a socket', ...),
+    else ''. Why: opening a FIFO to read waits for a writer forever, and a device may never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:                       # gone or unreadable: the open that follows says which
+        return ""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return ""
+    return next((what for test, what in _SPECIAL if test(mode)), "a special file")
+
+
+def check_regular(path: Path, what: str = "the dataset") -> None:
+    """Refuse (DataError at `path`) a path that is not a regular file or a folder, before anything opens it."""
+    kind = special_file(path)
+    if kind:
+        raise DataError(f"{what} is not a regular file: it is {kind}", where=str(path),
+                        hint="give the path of a data file (or a folder of images); save a pipe's data to a "
+                             "file first")
 
 
 def csv_split(line: str, sep: str) -> list[str]:
@@ -278,6 +305,7 @@ def text_table(path: Path, text_col: str, target_col: str) -> tuple[list[str], l
     if path.is_dir():
         raise SpecError(f"{path} is a folder; a text dataset is a .csv, .tsv or .jsonl file", where=str(path),
                         kind="invalid", hint="give the path of the file holding the texts and labels")
+    check_regular(path, "the text dataset")
     try:
         return _text_table(path, text_col, target_col)
     except UnicodeDecodeError:
