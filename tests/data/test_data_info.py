@@ -67,6 +67,6 @@ def test_the_plan_reads_the_csv_checks_train_makes(tmp_path, body, words, line):
     with pytest.raises(DataError) as e:                          # what train's loader says
         load_dataset(str(csv), {"target": "y"})
     assert words in e.value.diagnostic.message
-    rc, text = plan(tmp_path, "d.csv", 'target = "y"')                           # the plan says the same, before any data
+    rc, text = plan(tmp_path, "d.csv", 'target = "y"')          # the plan says the same, before any data
     assert rc == 2 and text.startswith(f"error[spec] at {tmp_path / 'spec.toml'}:3:11:"), text
     assert words in text and (f"{csv}:{line}" if line else str(csv)) in text, text

@@ -127,7 +127,8 @@ def test_an_out_of_sequence_receipt_names_both_numbers(ledger):
     db.close()
     with pytest.raises(sc.LedgerError) as e:
         verify(ledger)
-    assert e.value.diagnostic.message.startswith("receipt 3 is out of sequence: it stands where receipt 2 belongs"), e.value.diagnostic
+    msg = e.value.diagnostic.message
+    assert msg.startswith("receipt 3 is out of sequence: it stands where receipt 2 belongs"), msg
 
 
 def test_a_swapped_public_key_is_caught_when_pinned(ledger, tmp_path):
