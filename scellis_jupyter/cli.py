@@ -17,6 +17,7 @@ import re
 import argparse
 import difflib
 import json
+import math
 import sys
 import textwrap
 from typing import Callable
@@ -260,6 +261,14 @@ def _nonnegative_float(text: str, what: str = "a number") -> float:
     return v
 
 
+def _tolerance(text: str) -> float:
+    """A relative error: finite (an infinite one would let verify pass anything) and >= 0."""
+    v = _nonnegative_float(text, "a relative error")
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite relative error >= 0")
+    return v
+
+
 def _nonnegative(text: str) -> float:
     return _nonnegative_float(text, "a number of seconds")
 
@@ -485,7 +494,7 @@ def _args_verify(p: argparse.ArgumentParser) -> None:
     _args_store(p)
     p.add_argument("--device", default="reference",
                    help="where to re-execute (default: reference, the deterministic numpy path)")
-    p.add_argument("--tolerance", type=_nonnegative_float, default=None, metavar="REL",
+    p.add_argument("--tolerance", type=_tolerance, default=None, metavar="REL",
                    help="relative error allowed per step: step t's loss within t times it, the final weights and "
                         "metrics within steps times it (default: the run's tier: debug on the same device bit for "
                         "bit, else determinism.TOLERANCE)")

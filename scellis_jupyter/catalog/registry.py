@@ -381,17 +381,34 @@ def _run_loader(origin: str, modname: str, check: bool, body: Callable[[types.Mo
                 sys.modules[modname] = prev_mod
             else:
                 sys.modules.pop(modname, None)
-            if isinstance(e, CatalogError):
+            if isinstance(e, (CatalogError, KeyboardInterrupt)):
                 raise
-            if isinstance(e, Exception):
-                raise CatalogError(f"loading {origin} failed: {type(e).__name__}: {e}", where=origin) from e
-            raise
+            # anything else user code raises, SystemExit included, is the usual diagnostic at its line: a
+            # sys.exit() in a cell must not end the kernel's magic or a script that loads a catalog folder
+            line = _failing_line(e, origin)
+            raise CatalogError(f"loading {origin} failed: {type(e).__name__}: {e}",
+                               where=f"{origin}:{line}" if line else origin,
+                               hint="a catalog file or cell defines and registers entries; it must not exit"
+                               if isinstance(e, SystemExit) else "") from e
         finally:
             _LOADING.reset(token)
         for key in before:                      # entries this file no longer defines are gone
             if key not in state["registered"]:
                 _REG[key[0]].pop(key[1], None)
         return [_REG[k][n] for (k, n) in sorted(state["registered"])]
+
+
+def _failing_line(e: BaseException, origin: str) -> int | None:
+    """The line of `origin` (a file or cell) where `e` was raised: its innermost frame there, or a
+    SyntaxError's own line."""
+    if isinstance(e, SyntaxError) and e.filename == origin:
+        return e.lineno
+    line, tb = None, e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == origin:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def load_file(path: str | Path, module: str | None = None, *, check: bool = False) -> builtins.list[Entry]:

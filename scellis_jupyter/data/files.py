@@ -9,7 +9,6 @@ whole on first use. Every failure names the file (and line, for text) in a `Data
 from __future__ import annotations
 
 import importlib
-import csv
 from array import array
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import numpy as np
 from ..errors import did_you_mean
 from .dataset import (ArrayDataset, DataError, Dataset, features_dtype, hash_files,
                       labels_dtype)
+from .info import check_regular, csv_rows, csv_split
 
 X_KEYS = ("x", "X", "features", "inputs")       # as data.info._file_info looks them up
 Y_KEYS = ("y", "Y", "labels", "targets")
@@ -63,9 +63,7 @@ class CsvDataset(Dataset):
         self._scan(target)
 
     def _split(self, line: str) -> list[str]:
-        if '"' in line:
-            return next(csv.reader([line], delimiter=self.sep))
-        return line.split(self.sep)
+        return csv_split(line, self.sep)
 
     def _where(self, lineno: int) -> str:
         return f"{self.path}:{lineno}"
@@ -73,11 +71,8 @@ class CsvDataset(Dataset):
     def _scan(self, target):
         offsets, labels = array("q"), []          # 8 bytes per row, not a Python int each
         with open(self.path, "rb") as f:
-            head = f.readline()
-            if not head.strip():
-                raise DataError("the file is empty (no header row)", where=str(self.path),
-                                hint="a CSV needs a header row naming the columns, then one row per example")
-            header = [h.strip() for h in self._split(_decode(head, self._where(1)).rstrip("\r\n"))]
+            rows = csv_rows(f, self.path, self.sep)    # the header and row checks the plan makes too
+            _, _, header = next(rows)
             if target is None:
                 ti = len(header) - 1
             elif target in header:
@@ -87,21 +82,10 @@ class CsvDataset(Dataset):
                                 hint=did_you_mean(target, header) or f"columns: {', '.join(header)}")
             self.columns, self.target = header, header[ti]
             self._ti = ti
-            pos, lineno = f.tell(), 1
-            for raw in f:
-                lineno += 1
-                line = _decode(raw, self._where(lineno)).rstrip("\r\n")
-                if line.strip():
-                    fields = self._split(line)
-                    if len(fields) != len(header):
-                        raise DataError(f"row has {len(fields)} fields, the header has {len(header)}",
-                                        where=self._where(lineno), hint=f"separator is {self.sep!r}")
-                    self._parse(fields, lineno)
-                    offsets.append(pos)
-                    labels.append(fields[ti].strip())
-                pos += len(raw)
-        if not offsets:
-            raise DataError("the file has a header but no data rows", where=str(self.path))
+            for lineno, pos, fields in rows:
+                self._parse(fields, lineno)
+                offsets.append(pos)
+                labels.append(fields[ti].strip())
         self._offsets = np.frombuffer(offsets, dtype=np.int64)
         self.n_rows = len(offsets)
         self.x_shape, self.x_dtype = (len(header) - 1 if len(header) > 1 else len(header),), "f32"
@@ -139,13 +123,6 @@ class CsvDataset(Dataset):
 
     def _hash(self):
         return hash_files([self.path], {"format": "csv", "sep": self.sep, "target": self.target})
-
-
-def _decode(raw: bytes, where: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise DataError(f"the line is not UTF-8 text ({e.reason} at byte {e.start})", where=where) from None
 
 
 # ---- NPY / NPZ ---------------------------------------------------------------------------------------
@@ -393,6 +370,7 @@ def _load_file(path: Path, data: dict) -> Dataset:
     if not exists:
         raise DataError("the file does not exist", where=str(path),
                         hint="check the path (relative paths are taken from the spec's folder)")
+    check_regular(path)                   # a FIFO would block the open below forever
     if path.is_dir():
         ch, size = image_size(data, str(path))
         return ImageFolder(path, size, ch)
@@ -405,6 +383,8 @@ def _load_file(path: Path, data: dict) -> Dataset:
         if target is not None:
             t = Path(target)
             t = t if t.is_absolute() else path.parent / t
+            if t.exists():
+                check_regular(t, "the target file")
         return NpyDataset(path, t)
     if suffix == ".npz":
         return load_npz(path)

@@ -12,11 +12,13 @@ import functools
 import json
 import os
 import re
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
-from ..errors import SpecError, did_you_mean
+from ..errors import DataError, SpecError, did_you_mean
 
 # every built-in dataset by name (the loaders are in builtin.py and text.py; the spec's names come from here)
 BUILTIN_DATASETS = ("digits", "iris", "wine", "breast_cancer", "pydoc_topics", "synthetic_classification",
@@ -181,14 +183,84 @@ def dataset_info(name_or_path: str, data: dict | None = None, *, where: str = ""
                         where=where, hint=hint or f"built-ins: {', '.join(BUILTIN_DATASETS)}",
                         kind="unknown-dataset", path=str(path))
     try:
+        check_regular(path)
         if data.get("tokenizer") is not None:
             return _text_file_info(path, data)
         return _file_info(path, data)
+    except DataError as e:                # the loader's own words, pinned to the spec's dataset line
+        d = e.diagnostic
+        raise in_dataset_file(SpecError(d.message, where=d.where, hint=d.hint, kind="invalid"), where) from None
     except SpecError as e:
         raise in_dataset_file(e, where) from None
     except OSError as e:
         raise SpecError(f"dataset file {str(path)!r} cannot be read: {path_problem(e)}", where=where,
                         kind="unreadable-file", path=str(path)) from None
+
+
+_SPECIAL = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+            (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def special_file(path: Path) -> str:
+    """What `path` is when it is neither a regular file nor a folder ('a FIFO (named pipe)', 'a socket', ...),
+    else ''. Why: opening a FIFO to read waits for a writer forever, and a device may never end."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:                       # gone or unreadable: the open that follows says which
+        return ""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return ""
+    return next((what for test, what in _SPECIAL if test(mode)), "a special file")
+
+
+def check_regular(path: Path, what: str = "the dataset") -> None:
+    """Refuse (DataError at `path`) a path that is not a regular file or a folder, before anything opens it."""
+    kind = special_file(path)
+    if kind:
+        raise DataError(f"{what} is not a regular file: it is {kind}", where=str(path),
+                        hint="give the path of a data file (or a folder of images); save a pipe's data to a "
+                             "file first")
+
+
+def csv_split(line: str, sep: str) -> list[str]:
+    """One CSV/TSV row's fields: quoting honoured where the line holds a quote, else a plain split (fast)."""
+    if '"' in line:
+        return next(csv.reader([line], delimiter=sep))
+    return line.split(sep)
+
+
+def csv_rows(f: BinaryIO, path: Path, sep: str) -> Iterator[tuple[int, int, list[str]]]:
+    """(line number, byte offset, fields) of an open CSV/TSV's header row, then of each non-blank data row.
+
+    The checks every reader of the file makes, train's loader and the plan alike: a header row, as many
+    fields in each row as in the header, at least one data row; each a DataError at file:line."""
+    head = f.readline()
+    if not head.strip():
+        raise DataError("the file is empty (no header row)", where=str(path),
+                        hint="a CSV needs a header row naming the columns, then one row per example")
+    header = [h.strip() for h in csv_split(_decode_line(head, f"{path}:1").rstrip("\r\n"), sep)]
+    yield 1, 0, header
+    pos, lineno, rows = f.tell(), 1, 0
+    for raw in f:
+        lineno += 1
+        line = _decode_line(raw, f"{path}:{lineno}").rstrip("\r\n")
+        if line.strip():
+            fields = csv_split(line, sep)
+            if len(fields) != len(header):
+                raise DataError(f"row has {len(fields)} fields, the header has {len(header)}",
+                                where=f"{path}:{lineno}", hint=f"separator is {sep!r}")
+            rows += 1
+            yield lineno, pos, fields
+        pos += len(raw)
+    if not rows:
+        raise DataError("the file has a header but no data rows", where=str(path))
+
+
+def _decode_line(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"the line is not UTF-8 text ({e.reason} at byte {e.start})", where=where) from None
 
 
 def _short(text: str, n: int = 60) -> str:
@@ -233,6 +305,7 @@ def text_table(path: Path, text_col: str, target_col: str) -> tuple[list[str], l
     if path.is_dir():
         raise SpecError(f"{path} is a folder; a text dataset is a .csv, .tsv or .jsonl file", where=str(path),
                         kind="invalid", hint="give the path of the file holding the texts and labels")
+    check_regular(path, "the text dataset")
     try:
         return _text_table(path, text_col, target_col)
     except UnicodeDecodeError:
@@ -318,13 +391,15 @@ def _file_info(path: Path, data: dict) -> DatasetInfo:
                     task = "regression"
             return DatasetInfo(path.name, int(x.shape[0]), tuple(int(s) for s in x.shape[1:]), dtype, classes, task)
     if suffix in (".csv", ".tsv"):
-        sep = "\t" if suffix == ".tsv" else ","
-        try:
-            with open(path, encoding="utf-8") as f:
-                header = f.readline().rstrip("\n").split(sep)
-                rows = sum(1 for line in f if line.strip())
-        except UnicodeDecodeError:
-            raise _not_utf8(path) from None
+        sep = data.get("sep") or ("\t" if suffix == ".tsv" else ",")
+        with open(path, "rb") as f:
+            lines = csv_rows(f, path, sep)           # the header and row checks the loader makes
+            _, _, header = next(lines)
+            target = data.get("target")
+            if target is not None and target not in header:
+                raise DataError(f"no column named {target!r}", where=f"{path}:1",
+                                hint=did_you_mean(target, header) or f"columns: {', '.join(header)}")
+            rows = sum(1 for _ in lines)
         n_feat = len(header) - 1 if len(header) > 1 else len(header)
         return DatasetInfo(path.name, rows, (n_feat,), "f32", None, "unknown")
     return DatasetInfo(path.name, None, None, None, None, "unknown")

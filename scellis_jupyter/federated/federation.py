@@ -29,6 +29,7 @@ from ..catalog import get as catalog_get
 from ..catalog.aggregations import Strategy
 from ..errors import FederatedError, ModelVersionMismatch, ScellisError, SiteUnavailable, TrustRefused
 from ..pool.job import content_hash
+from ..pool.trust import a_regime
 from . import site as site_mod
 from .privacy import Privacy, PrivacyLedger, clip, gaussian_noise
 from .vectors import flatten, layout, tree_map, tree_sum, unflatten
@@ -133,7 +134,7 @@ class Federation:
             raise FederatedError(f"unknown trust regime {self.trust!r}", where="Federation",
                                  hint=f"use one of {', '.join(TRUST)}")
         if self.trust != "own" and privacy is None:
-            raise FederatedError(f"a {self.trust} federation without differential privacy is refused: model "
+            raise FederatedError(f"{a_regime(self.trust)} federation without differential privacy is refused: model "
                                  f"updates are functions of the sites' data", where="Federation(privacy=None)",
                                  hint="give privacy=Privacy(epsilon=..., delta=..., clip=..., noise_multiplier=...)")
         self.secure = (self.trust != "own") if secure is None else bool(secure)

@@ -17,7 +17,7 @@ from IPython.display import display
 from ..errors import NOTICE, ScellisError, stderr_note
 from . import display as show
 from .handle import Model, lr_find, measured_profile, profile, profile_text
-from .parse import MagicError, parse_cell_header, parse_line
+from .parse import MagicError, cell_diagnostic, parse_cell_header, parse_line
 
 
 def _usage(e: ScellisError) -> UsageError:
@@ -83,7 +83,14 @@ class ScellisMagics(Magics):
 
     def _catalog_cell(self, kind: str, name: str, source: str):
         from ..catalog.registry import load_source
-        entries = load_source(source, name, check=True)
+        from ..errors import CatalogError
+        try:
+            entries = load_source(source, name, check=True)
+        except CatalogError as e:                       # at '<cell:NAME>:L': moved onto the cell's own line
+            d = cell_diagnostic(e.diagnostic, f"<cell:{name}>", name, source)
+            if d is e.diagnostic:
+                raise
+            raise type(e)(d.message, where=d.where, hint=d.hint, code=d.code, **d.details) from None
         mine = [e for e in entries if e.kind == kind]
         if not mine:
             got = ", ".join(f"{e.kind} {e.name}" for e in entries) or "nothing"

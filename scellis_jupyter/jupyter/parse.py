@@ -11,6 +11,7 @@ lines by `cell_diagnostic`: the `%%scellis NAME` line is line 1 of the cell, so 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -48,6 +49,17 @@ def _pos_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (Dask fails on nan or inf with a KeyError about time units)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive, finite number of seconds")
     return v
 
 
@@ -178,7 +190,7 @@ def _build() -> dict[str, _Parser]:
     how.add_argument("--close", action="store_true", help="close the pool this notebook started")
     p.add_argument("--threads", action="store_true", help="with --workers: in-process workers (threads)")
     p.add_argument("--trust", choices=("own", "consortium", "open"), help="the pool's trust regime")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for --address to answer")
+    p.add_argument("--timeout", type=_seconds, default=10.0, help="seconds to wait for --address to answer")
     p.add_argument("--name", default="pool", help="the notebook variable the pool is bound to (default: pool)")
     p.add_argument("--json", action="store_true")
 
@@ -306,23 +318,29 @@ def parse_cell_header(line: str) -> CellHeader:
     return CellHeader("spec", name, None, options)
 
 
-_WHERE = re.compile(r"^(?P<src>.*):(?P<line>\d+):(?P<col>\d+)$")
+_WHERE = re.compile(r"^(?P<src>.*?):(?P<line>\d+)(?::(?P<col>\d+))?$")
 
 
 def cell_diagnostic(d: Diagnostic, source: str, cell_name: str, body: str) -> Diagnostic:
-    """A spec diagnostic moved onto the cell's own lines ('cell NAME, line L+1, column C'), with the line
-    itself and a caret under the column, so the user finds it in the cell."""
+    """A spec (or catalog cell) diagnostic at 'source:L[:C]' moved onto the cell's own lines ('cell NAME,
+    line L+1[, column C]'), with the line itself and a caret under the column, so the user finds it."""
     m = _WHERE.match(d.where or "")
     if not m or m.group("src") != source:
         return d
-    line, col = int(m.group("line")), int(m.group("col"))
+    line = int(m.group("line"))
+    col = int(m.group("col")) if m.group("col") else None
     lines = body.split("\n")
     text = lines[line - 1] if 0 < line <= len(lines) else ""
-    where = f"cell {cell_name}, line {line + HEADER_LINES}, column {col}"
+    where = f"cell {cell_name}, line {line + HEADER_LINES}" + (f", column {col}" if col else "")
     msg = d.message
     if text.strip():
-        msg += f"\n  {line + HEADER_LINES:>4} | {text}\n       | {' ' * (col - 1)}^"
-    return Diagnostic(d.code, msg, where, d.hint, dict(d.details, cell_line=line + HEADER_LINES, column=col))
+        msg += f"\n  {line + HEADER_LINES:>4} | {text}"
+        if col:
+            msg += f"\n       | {' ' * (col - 1)}^"
+    details = dict(d.details, cell_line=line + HEADER_LINES)
+    if col:
+        details["column"] = col
+    return Diagnostic(d.code, msg, where, d.hint, details)
 
 
 __all__ = ["parse_line", "parse_cell_header", "cell_diagnostic", "Command", "CellHeader", "MagicError", "SUBCOMMANDS",

@@ -85,8 +85,10 @@ def notebook_pins(path: str | Path) -> list[tuple[int, dict]]:
 def verify_notebook(path: str | Path, *, store=None, device: str = "reference", tolerance: float | None = None,
                     rerun: bool = True) -> NotebookVerification:
     """Check every pin in the notebook against its store, then re-execute each finished run (rerun)."""
-    from ..run.verify import _changed_files, verify
+    from ..run.verify import _changed_files, check_tolerance, verify
     from ..store import Store
+    if tolerance is not None:
+        check_tolerance(tolerance)                    # bad input, not a failed re-execution per run
     out = NotebookVerification(str(path))
     for cell, pin in notebook_pins(path):
         out.runs += 1

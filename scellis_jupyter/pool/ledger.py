@@ -152,9 +152,14 @@ class Ledger:
             if blake3.blake3(body.encode()).hexdigest() != h:
                 raise LedgerError(f"receipt {seq}'s body does not match its hash (edited)", where=where,
                                   hint="the ledger was edited by hand; restore it from a copy", seq=seq)
-            if d.get("seq") != i or seq != i:
-                raise LedgerError(f"receipt {seq} is out of sequence (expected {i}): inserted, deleted or reordered",
-                                  where=where, hint="restore the ledger from a copy", seq=seq)
+            if seq != i:
+                raise LedgerError(f"receipt {seq} is out of sequence: it stands where receipt {i} belongs "
+                                  "(inserted, deleted or reordered)", where=where,
+                                  hint="restore the ledger from a copy", seq=seq)
+            if d.get("seq") != i:
+                raise LedgerError(f"receipt {i} is out of sequence: its signed body says receipt {d.get('seq')} "
+                                  "(inserted, deleted or reordered)", where=where,
+                                  hint="restore the ledger from a copy", seq=seq)
             if d.get("prev") != prev:
                 raise LedgerError(f"receipt {seq} does not chain to receipt {i - 1}", where=where,
                                   hint="a receipt was deleted, inserted or reordered", seq=seq)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import secrets
 import sys
@@ -123,6 +124,18 @@ class JobResult:
                 f"checked={self.checked})")
 
 
+def _check_timeout(timeout: Any) -> None:
+    """A join timeout is a positive, finite number of seconds: Dask fails on nan or inf with a KeyError about
+    time units, and a negative or zero one can only fail."""
+    try:
+        t = float(timeout)
+    except (TypeError, ValueError):
+        t = math.nan
+    if isinstance(timeout, bool) or not (math.isfinite(t) and t > 0):
+        raise PoolError(f"timeout={timeout!r} is not a positive, finite number of seconds", where="Pool",
+                        hint="give the seconds to wait for the cluster's address to answer, e.g. timeout=10")
+
+
 class Pool:
     """`Pool()`: one in-process worker, no network. `Pool(workers=N)`: N local worker processes
     (`processes=False` keeps them in-process). `Pool(address="tcp://host:8786")`: join a running cluster,
@@ -136,6 +149,7 @@ class Pool:
     def __init__(self, workers: int | None = None, *, address: str | None = None, processes: bool | None = None,
                  threads_per_worker: int = 1, timeout: float = 10.0, ledger: "str | os.PathLike | Ledger | None" = None,
                  trust: str = "own", security: Any = None, governor: Governor | None = None):
+        _check_timeout(timeout)                        # before Dask, whose error for nan/inf is a KeyError
         from distributed import Client, LocalCluster   # dask.distributed: ~0.5 s to import, only when a pool starts
         self.trust = check_regime(trust)
         check_security(trust, security, address)

@@ -20,6 +20,11 @@ REGIMES = ("own", "consortium", "open")
 CLASSES = ("public", "internal", "confidential")
 
 
+def a_regime(trust: str) -> str:
+    """'an open', 'a consortium', 'an own': the regime with its article, as a message names it."""
+    return f"{'an' if trust[:1] in 'aeiou' else 'a'} {trust}"
+
+
 def check_regime(trust: str) -> str:
     if trust not in REGIMES:
         raise TrustRefused(f"unknown trust regime {trust!r}", where="Pool",
@@ -67,9 +72,9 @@ def admit(job, trust: str) -> None:
             raise TrustRefused(f"{k!r} is classified {v!r}", where=_where(job), hint=f"classes are {', '.join(CLASSES)}")
     if trust == "own":
         return
-    where = f"{_where(job)} on {'an' if trust == 'open' else 'a'} {trust} pool"
+    where = f"{_where(job)} on {a_regime(trust)} pool"
     if job.verify == "none":
-        raise TrustRefused(f"a {trust} pool verifies every job; this one declares verify='none'", where=where,
+        raise TrustRefused(f"{a_regime(trust)} pool verifies every job; this one declares verify='none'", where=where,
                            hint="declare verify='reference', 'spot', 'quorum' or 'freivalds'")
     if job.verify == "spot" and job.fraction <= 0.0:
         raise TrustRefused(f"a spot-check fraction of {job.fraction} checks nothing", where=where,

@@ -259,12 +259,15 @@ def _prepare_resume(st, ck_hash: str, origin: str | None, *, spec=None, steps: i
         up = (rec.extra or {}).get("resumed_from_run")
         rec = get_run(st, up) if up and st.index.run(up) is not None else None
     rex = (rec.extra or {}) if rec is not None else {}
+    given, target = steps is not None, None
     if steps is None:
         target = rex.get("target_steps")
         steps = int(target) if target and int(target) > ck.step else ex.get("horizon")
     if steps is not None and int(steps) <= ck.step:
-        raise RunError(f"checkpoint {ck.hash[:12]} is already at step {ck.step}; nothing to resume up to step "
-                       f"{steps}", where="resume --steps", hint=f"ask for more steps, e.g. --steps {2 * ck.step}")
+        # without --steps, a run that reached its own target is told so, not the recipe's horizon
+        upto = (f"step {steps}" if given or not target else f"the run's target ({int(target)} steps)")
+        raise RunError(f"checkpoint {ck.hash[:12]} is already at step {ck.step}; nothing to resume up to {upto}",
+                       where="resume --steps", hint=f"ask for more steps, e.g. --steps {2 * ck.step}")
     kw = {k: v for k, v in kw.items() if v is not None}
     kw.setdefault("device", ex.get("device"))
     kw.setdefault("tier", ex.get("tier"))

@@ -15,6 +15,7 @@ over all weights, and |a - b| / max(|b|, 1) per loss or metric value.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -95,6 +96,18 @@ def _options(d: dict | None):
     return StepOptions.from_description(d)
 
 
+def check_tolerance(tolerance: float) -> float:
+    """`tolerance` as a float, refused unless finite and >= 0: an infinite one would pass anything."""
+    try:
+        tol = float(tolerance)
+    except (TypeError, ValueError):
+        tol = float("nan")
+    if not (math.isfinite(tol) and tol >= 0):
+        raise VerifyError(f"tolerance must be a finite relative error >= 0, got {tolerance!r}", where="verify",
+                          hint="pass a relative error such as 1e-5, or none for the rule of the run's tier")
+    return tol
+
+
 def verify(run_id: str, store=None, device: str = "reference", tolerance: float | None = None) -> Verification:
     """Re-execute run `run_id` of `store` on `device` (the reference path) and compare with its record.
 
@@ -126,9 +139,7 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
     exact = same_backend and rec.tier == "debug"
     tol = determinism.trajectory_tolerance(rec.tier, 1, cross_device=not same_backend)    # per step
     if tolerance is not None:
-        if not tolerance >= 0:
-            raise VerifyError(f"tolerance must be a relative error >= 0, got {tolerance!r}", where="verify")
-        tol = float(tolerance)
+        tol = check_tolerance(tolerance)
         exact = exact and tol == 0.0
     out = Verification(rec.id, False, "exact" if exact else "tolerance", 0.0 if exact else tol,
                        f"{dev.backend}:{dev.name}")
@@ -150,18 +161,24 @@ def verify(run_id: str, store=None, device: str = "reference", tolerance: float 
     add("spec", spec.hash == rec.spec_hash, f"hash {spec.hash[:12]}" + (
         "" if spec.hash == rec.spec_hash else f", recorded {str(rec.spec_hash)[:12]}"))
 
-    # every recorded checkpoint re-hashes; the one the run resumed from is its starting point
-    bad, gone = [], []
+    # every recorded checkpoint re-hashes; the one the run resumed from is its starting point. gc may
+    # collect intermediate checkpoints, never a run's final one: that one missing is a failure
+    bad, gone, lost = [], [], []
     for c in rec.checkpoints:
         try:
             st.load_checkpoint(c["hash"])
         except ScellisError as e:
-            (gone if e.diagnostic.code in ("store-unknown", "store-missing") else bad).append(
-                f"{c['hash'][:12]} (step {c['step']}): {e.diagnostic.message}")
-    note = f"{len(rec.checkpoints) - len(bad) - len(gone)} of {len(rec.checkpoints)} re-hashed"
+            missing = e.diagnostic.code in ("store-unknown", "store-missing")
+            if missing and c["hash"] == rec.last_checkpoint:
+                lost.append(f"final checkpoint {c['hash'][:12]} (step {c['step']}): {e.diagnostic.message}")
+            else:
+                (gone if missing else bad).append(f"{c['hash'][:12]} (step {c['step']}): {e.diagnostic.message}")
+    note = f"{len(rec.checkpoints) - len(bad) - len(gone) - len(lost)} of {len(rec.checkpoints)} re-hashed"
     if gone:
         note += f"; {len(gone)} collected by gc"
-    add("checkpoints", not bad, note + ("; corrupt: " + "; ".join(bad) if bad else ""))
+    if lost:
+        note += "; missing (gc never collects a run's final checkpoint): " + "; ".join(lost)
+    add("checkpoints", not bad and not lost, note + ("; corrupt: " + "; ".join(bad) if bad else ""))
     start = None
     if ex.get("resumed_from"):
         try:

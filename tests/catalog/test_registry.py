@@ -205,11 +205,32 @@ def test_a_failing_load_keeps_the_previous_version(clean_registry):
     catalog.load_source(textwrap.dedent(ENTRY.format(name="cell_metric", summary="good")), "c1")
     with pytest.raises(CatalogError) as e:
         catalog.load_source(textwrap.dedent(ENTRY.format(name="cell_metric", summary="new")) + "\n1/0\n", "c1")
-    assert "ZeroDivisionError" in e.value.diagnostic.message and e.value.diagnostic.where == "<cell:c1>"
+    assert "ZeroDivisionError" in e.value.diagnostic.message and e.value.diagnostic.where.startswith("<cell:c1>:")
     assert catalog.get("metric", "cell_metric").summary == "good"
     with pytest.raises(CatalogError) as e:                              # another cell cannot take its name
         catalog.load_source(textwrap.dedent(ENTRY.format(name="cell_metric", summary="x")), "c2")
     assert "<cell:c1>" in str(e.value)
+
+
+@pytest.mark.parametrize("fail, kind", [("import sys\nsys.exit(3)\n", "SystemExit"),
+                                        ("raise BaseException('odd')\n", "BaseException"),
+                                        ("1/0\n", "ZeroDivisionError")])
+def test_any_exception_from_a_cell_is_a_diagnostic_naming_its_line(clean_registry, fail, kind):
+    """sys.exit in a cell must not escape the loader (it would end a script, or leave the magic)."""
+    catalog.load_source(textwrap.dedent(ENTRY.format(name="cell_metric", summary="good")), "c3")
+    text = textwrap.dedent(ENTRY.format(name="cell_metric", summary="new")) + "\n" + fail
+    failing = len(text.splitlines())                                   # the last line raises
+    with pytest.raises(CatalogError) as e:
+        catalog.load_source(text, "c3")
+    d = e.value.diagnostic
+    assert d.where == f"<cell:c3>:{failing}" and kind in d.message, d.format()
+    assert catalog.get("metric", "cell_metric").summary == "good"       # the previous version stays
+
+
+def test_a_syntax_error_in_a_cell_names_its_line(clean_registry):
+    with pytest.raises(CatalogError) as e:
+        catalog.load_source("x = 1\ny = (\n", "c4")
+    assert e.value.diagnostic.where.startswith("<cell:c4>:2") and "SyntaxError" in e.value.diagnostic.message
 
 
 def test_load_folder_layouts(tmp_path, clean_registry):

@@ -16,6 +16,8 @@ import pytest
 from scellis_jupyter.data import DataError, load_dataset
 from scellis_jupyter.data.info import DatasetInfo, dataset_info
 
+from fixtures.fifo import call_beside_fifo, make_fifo
+
 
 def _r(v) -> str:
     return repr(float(v))        # shortest round-tripping text of the float64
@@ -263,3 +265,20 @@ def test_file_hashes_cover_bytes_and_options(tmp_path, table):
     assert load_dataset(str(tmp_path / "copy.csv")).content_hash() == h1   # bytes, not the path
     p.write_bytes(p.read_bytes()[:-2] + (b"2\n" if p.read_bytes()[-2:] != b"2\n" else b"1\n"))
     assert load_dataset(str(p)).content_hash() != h1
+
+
+@pytest.mark.parametrize("name", ["pipe.csv", "pipe.npy", "pipe.parquet"])
+def test_a_fifo_is_refused_not_opened(tmp_path, name):
+    """Opening a named pipe to read waits for a writer forever: only regular files (and folders) are data."""
+    fifo = make_fifo(tmp_path / name)
+    err = call_beside_fifo(lambda: load_dataset(str(fifo)), fifo)
+    assert isinstance(err, DataError), err
+    d = err.diagnostic
+    assert d.where == str(fifo) and "not a regular file" in d.message and "FIFO" in d.message, d.format()
+
+
+def test_a_fifo_as_the_npy_target_is_refused_not_opened(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((4, 2)))
+    fifo_y = make_fifo(tmp_path / "y.npy")                    # an .npy's target file too
+    err = call_beside_fifo(lambda: load_dataset(str(tmp_path / "x.npy"), {"target": "y.npy"}), fifo_y)
+    assert isinstance(err, DataError) and err.diagnostic.where == str(fifo_y), err

@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 
 from scellis_jupyter.data import DataError, load_dataset, split
-from scellis_jupyter.data.text import TextDataset, load_tokenizer, pydoc_sentences_dataset
+from scellis_jupyter.data.text import TextDataset, load_tokenizer, pydoc_sentences_dataset, text_file_dataset
 from scellis_jupyter.spec import Spec, SpecError, dataset_info
 from scellis_jupyter.data.info import PYDOC_GROUPS, pydoc_sentences
+
+from fixtures.fifo import call_beside_fifo, make_fifo
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -179,3 +181,10 @@ def test_spec_errors(tok, data, key, needle):
     assert needle in d.message + " " + d.hint, d.message
     line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith(key))
     assert e.value.where.startswith(f"s.toml:{line}:"), (e.value.where, line)
+
+
+def test_a_fifo_text_dataset_is_refused_not_opened(tmp_path, tok):
+    fifo = make_fifo(tmp_path / "p.csv")
+    err = call_beside_fifo(lambda: text_file_dataset(fifo, tok), fifo)
+    assert isinstance(err, DataError) and "FIFO" in err.diagnostic.message, err
+    assert err.diagnostic.where == str(fifo)

@@ -92,7 +92,7 @@ def test_the_ledger_only_grows_and_refuses_overspending(tmp_path):
 def test_beyond_own_without_dp_is_refused_and_consortium_needs_secure_aggregation(pool):
     with pytest.raises(sc.FederatedError, match="consortium federation without differential privacy is refused"):
         Federation(pool, SPEC, data3(), trust="consortium")
-    with pytest.raises(sc.FederatedError, match="open federation without differential privacy"):
+    with pytest.raises(sc.FederatedError, match="an open federation without differential privacy"):
         Federation(pool, SPEC, data3(), trust="open")
     with pytest.raises(sc.FederatedError, match="without secure aggregation is refused"):
         Federation(pool, SPEC, data3(), trust="consortium", privacy=Privacy(4.0, 1e-5), secure=False)

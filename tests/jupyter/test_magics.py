@@ -258,6 +258,15 @@ class CellSGD:
     assert "registered no loss" in msg
 
 
+def test_a_catalog_cell_that_exits_is_a_diagnostic_naming_the_cell_line(ip, cell):
+    code = "%%scellis catalog optimizer x\nimport sys\n\nsys.exit(3)\n"
+    msg = _usage(cell(code))                      # SystemExit does not escape the magic
+    assert msg.startswith("error[catalog] at cell x, line 4:") and "SystemExit: 3" in msg, msg
+    assert "sys.exit(3)" in msg                   # the line itself, as a spec mistake shows it
+    msg = _usage(cell("%%scellis catalog optimizer y\nx = 1\nraise RuntimeError('no')\n"))
+    assert msg.startswith("error[catalog] at cell y, line 3:") and "RuntimeError: no" in msg, msg
+
+
 def test_profile_lr_find_runs_show_catalog(ip, cell):
     cell(DATA)
     cell(MLP)

@@ -110,6 +110,27 @@ def test_tampering_is_detected(ledger, attack, match):
     assert e.value.diagnostic.code == "ledger"
 
 
+def test_an_out_of_sequence_receipt_names_both_numbers(ledger):
+    """It read 'receipt 2 is out of sequence (expected 2)' when the row was in place but held another body."""
+    tamper(ledger, "UPDATE receipts SET seq = -2 WHERE seq = 2", "UPDATE receipts SET seq = 2 WHERE seq = 3",
+           "UPDATE receipts SET seq = 3 WHERE seq = -2",          # rows renumbered, bodies (seq inside) kept
+           "CREATE TABLE t AS SELECT * FROM receipts ORDER BY seq", "DELETE FROM receipts",
+           "INSERT INTO receipts SELECT * FROM t", "DROP TABLE t")   # and stored in the new order
+    with pytest.raises(sc.LedgerError) as e:
+        verify(ledger)
+    msg = e.value.diagnostic.message
+    assert msg.startswith("receipt 2 is out of sequence: its signed body says receipt 3 "), msg
+    assert "(expected 2)" not in msg
+    db = sqlite3.connect(ledger)                                      # a gap: receipt 3 where 2 belongs
+    db.execute("DELETE FROM receipts WHERE seq = 2")
+    db.commit()
+    db.close()
+    with pytest.raises(sc.LedgerError) as e:
+        verify(ledger)
+    msg = e.value.diagnostic.message
+    assert msg.startswith("receipt 3 is out of sequence: it stands where receipt 2 belongs"), msg
+
+
 def test_a_swapped_public_key_is_caught_when_pinned(ledger, tmp_path):
     pinned = Ledger(ledger, readonly=True).public_key
     other = tmp_path / "other.sqlite"

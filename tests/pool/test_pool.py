@@ -153,6 +153,16 @@ def test_unreachable_address_is_a_clear_error_in_bounded_time():
     assert str(e.value).startswith("error[pool-unreachable] at Pool:")
 
 
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1.0, 0.0])
+def test_a_timeout_that_is_not_positive_and_finite_is_refused_before_dask(timeout):
+    """Dask's own error for nan/inf is a KeyError on a time unit; a negative one read 'within -1 s'."""
+    with pytest.raises(sc.PoolError) as e:
+        Pool(address="tcp://127.0.0.1:9", timeout=timeout)
+    d = e.value.diagnostic
+    assert type(e.value) is sc.PoolError and d.where == "Pool" and "timeout" in d.message and d.hint
+    assert f"{timeout:g}" in d.message and "within" not in d.message
+
+
 def test_a_failing_shard_without_verification_is_a_diagnostic(pool3):
     def boom(x):
         raise ZeroDivisionError("no")

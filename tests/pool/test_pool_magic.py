@@ -59,6 +59,10 @@ def test_parsing_the_pool_line():
         parse_line("pool --workers 0")
     with pytest.raises(sc.MagicError, match="invalid choice"):
         parse_line("pool --trust everyone")
+    for bad in ("nan", "inf", "-1", "0"):                      # Dask's KeyError on 'nan', or 'within -1 s'
+        with pytest.raises(sc.MagicError, match="positive, finite number of seconds"):
+            parse_line(f"pool --address tcp://127.0.0.1:9 --timeout {bad}")
+    assert parse_line("pool --address tcp://127.0.0.1:9 --timeout 2.5").timeout == 2.5
 
 
 def test_the_pool_magic_shows_workers_devices_and_the_dashboard(ip):

@@ -84,7 +84,7 @@ REFUSALS_OPEN = [
     (dict(classification="confidential"), "input 'items' is a confidential dataset"),
     (dict(classification={"items": "public", "model": "confidential"}), "model is confidential"),
     (dict(classification={"items": "public"}), "model is undeclared"),
-    (dict(verify="none"), "verifies every job; this one declares verify='none'"),
+    (dict(verify="none"), "an open pool verifies every job; this one declares verify='none'"),
     (dict(verify="spot", fraction=0.0), "checks nothing"),
     (dict(fn=square), "only an own pool may ship Python callables; square is one"),
     (dict(fn=lambda x: x), "only an own pool may ship Python callables"),

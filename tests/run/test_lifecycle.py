@@ -99,6 +99,12 @@ def test_resume_refuses_nothing_to_do_and_detach_refuses_python_objects(tmp_path
     with pytest.raises(RunError) as e:
         sc.resume(run.run_id, store=tmp_path / "s", steps=4, progress=False)
     assert "already at step 4" in e.value.diagnostic.message and "--steps 8" in e.value.diagnostic.hint
+    past = sc.train(SPEC, steps=run.horizon + 3, device="reference", progress=False, store=tmp_path / "s")
+    with pytest.raises(RunError) as e:                       # no --steps: the run's target, reached, is named
+        sc.resume(past.run_id, store=tmp_path / "s", progress=False)
+    msg = e.value.diagnostic.message
+    assert f"already at step {run.horizon + 3}" in msg and f"the run's target ({run.horizon + 3} steps)" in msg, msg
+    assert f"step {run.horizon}" not in msg                  # not the recipe's horizon
     with pytest.raises(RunError) as e:
         sc.train(SPEC, store=tmp_path / "s", detach=True, options=object())
     assert "options=" in e.value.diagnostic.message and "steps" in e.value.diagnostic.hint

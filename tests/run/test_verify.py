@@ -175,3 +175,40 @@ def test_unfinished_runs_are_bad_input(project, capsys):
     assert main(["verify", refused.id, "--store", str(st)]) == 2
     assert capsys.readouterr().err.startswith("error[verify] at run ")
     assert main(["verify", "run-none", "--store", str(st)]) == 2
+
+
+def test_a_missing_final_checkpoint_does_not_verify(project, capsys):
+    """gc never collects a run's final checkpoint, so its weights object gone is a failure, not 'collected'."""
+    spec, csv, st = project
+    run = sc.train(str(spec), store=st, device="reference", progress=False, checkpoint_every=5)
+    store = Store.open(st)
+    store.gc(grace_s=0)                                          # intermediates go: still verifies
+    v = sc.verify(run.run_id, store=st)
+    (ck,) = [c for c in v.checks if c.name == "checkpoints"]
+    assert v.ok and "collected by gc" in ck.detail, v.lines()
+    rec = store.get_run(run.run_id)
+    final = rec.checkpoints[-1]
+    m = store.get_json(final["hash"])["weights"]
+    (st / "objects" / m[:2] / m[2:]).unlink()
+    assert main(["verify", run.run_id, "--store", str(st)]) == 1
+    out = capsys.readouterr().out
+    (line,) = [l for l in out.splitlines() if "checkpoints:" in l]
+    assert "FAIL" in line and f"final checkpoint {final['hash'][:12]} (step {final['step']})" in line, line
+    assert f"{len(rec.checkpoints) - 1} collected by gc;" in line      # the final one is not counted as collected
+
+
+@pytest.mark.parametrize("tol", ["inf", "1e309"])
+def test_a_tolerance_that_is_not_finite_is_bad_input(project, capsys, tol):
+    """An infinite tolerance would pass anything: the command line and the API refuse it before re-executing."""
+    spec, csv, st = project
+    run = sc.train(str(spec), store=st, device="reference", progress=False, steps=3)
+    capsys.readouterr()
+    assert main(["verify", run.run_id, "--store", str(st), "--tolerance", tol]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error[usage] at scellis verify: argument --tolerance:") and "finite" in err, err
+    with pytest.raises(VerifyError) as e:
+        sc.verify(run.run_id, store=st, tolerance=float(tol))
+    assert "finite" in e.value.diagnostic.message and e.value.diagnostic.where == "verify"
+    from scellis_jupyter.jupyter.records import verify_notebook
+    with pytest.raises(VerifyError):                           # the notebook form: refused up front too
+        verify_notebook(spec.parent / "none.ipynb", store=st, tolerance=float(tol))
