@@ -3,11 +3,12 @@
     python -m scellis_jupyter.quickstart [--store DIR] [--epochs N]
 
 It prints the memory plan (verdict, peak, breakdown) before any compute, trains with one line per
-epoch, saves the final checkpoint into the store (default `.scellis/`), and says how to resume it.
+epoch, saves the final checkpoint into the store (default `.scellis/`), and says how to continue it.
 """
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from . import settings
@@ -68,7 +69,10 @@ def main(argv: list[str] | None = None) -> dict:
           f"{r['metrics'].get('test_accuracy', float('nan')):.4f}, test f1 {r['metrics'].get('test_f1', float('nan')):.4f}")
     print(f"memory: measured peak {r['measured_peak_bytes']} bytes, planned {r['predicted_peak_bytes']}")
     print(f"checkpoint {r['final_checkpoint']} in {store} (run {r['run']})")
-    print(f"  resume:  scellis resume {r['run']} --store {store}\n  runs:    scellis runs --store {store}")
+    # the run went to its spec's end: resuming it means asking for more steps (here twice as many)
+    q = shlex.quote(str(store))
+    print(f"  continue: scellis resume {r['run']} --steps {2 * r['steps']} --store {q}\n"
+          f"  runs:     scellis runs --store {q}")
     return r
 
 

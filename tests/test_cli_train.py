@@ -89,6 +89,19 @@ def test_train_readable_progress(spec_file, tmp_path):
                                                                  for l in lines)
 
 
+
+def test_resuming_a_finished_run_without_steps_names_what_was_typed(spec_file, tmp_path):
+    """A run that went to its spec's end, resumed with no --steps: the refusal points at `resume RUN` (not at a
+    --steps the user never gave), and its hint says how to continue the run."""
+    store = tmp_path / "st"
+    r = ok_json(cli("train", str(spec_file), "--store", str(store), "--epochs", "1", "--json"))
+    out = cli("resume", r["run"], "--store", str(store))
+    assert out.returncode == 2, out.stdout + out.stderr
+    first = out.stderr.strip().splitlines()[0]
+    assert first.startswith(f"error[run] at resume {r['run']}:") and "--steps" not in first, first
+    assert f"--steps {2 * r['steps']}" in out.stderr
+    assert "Traceback" not in out.stderr
+
 @pytest.mark.parametrize("device", ["reference", pytest.param("wgpu", marks=needs_wgpu)])
 def test_exact_resume_in_new_processes(spec_file, whole, tmp_path, device):
     if device == "reference":
