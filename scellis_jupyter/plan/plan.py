@@ -69,6 +69,9 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
                spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe(),
                evaluation=ev, spec_obj=spec)
+    if spec.recipe.get("default_metrics"):
+        out.notes.append(f"metrics: {', '.join(spec.recipe['metrics'])}, the default for a classification recipe "
+                         "(set [recipe] metrics = [...] to choose, [] for none)")
     if opts.checkpointing == "activations" and opts.relay[1] == 1:
         note, cost = _recompute_cost(st, at(bs, _replace(opts, checkpointing="none")))
         out.notes.append(note)

@@ -75,6 +75,17 @@ def test_peak_grows_with_batch_and_verdicts_follow_capacity():
     assert red.capacity_source == "declared"
 
 
+def test_a_defaulted_metric_is_said_in_the_plan_and_planned():
+    """plan_mlp sets no metrics: as a classification recipe it gets accuracy, the plan says so, and plans the
+    validation passes it brings."""
+    p = sc.plan(_spec(MLP), device="reference")
+    assert any(n.startswith("metrics: accuracy") and "default" in n for n in p.notes), p.notes
+    assert "note: metrics: accuracy" in p.table()
+    assert p.evaluation == {"parts": None, "in_loop": True}
+    chosen = sc.plan(_spec(MLP.replace("clip_grad_norm", 'metrics = ["f1"]\nclip_grad_norm')), device="reference")
+    assert not any(n.startswith("metrics:") for n in chosen.notes)
+
+
 def test_batch_fix_is_a_replanned_peak_and_the_largest_that_fits_with_headroom():
     s = _spec(MLP)
     cap = sc.plan(s, device="reference", batch_size=256).peak_bytes     # batch 256 is red here
