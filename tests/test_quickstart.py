@@ -8,7 +8,8 @@ def test_quickstart_plans_trains_and_checkpoints(run_python, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert out.startswith("device: reference:numpy")
-    assert "verdict   YELLOW" in out and "optimizer_state" in out      # the plan, before training
+    assert "verdict   GREEN" in out and "optimizer_state" in out       # the plan, before training: it fits
+    assert "  device    the CPU (numpy reference path), not a GPU" in out        # and the device line says the CPU
     losses = [float(x) for x in re.findall(r"epoch +\d+ +step +\d+ +loss (\d+\.\d+)", out)]
     assert len(losses) == 30 and losses[-1] < 0.3 * losses[0]
     acc = float(re.search(r"test accuracy (\d\.\d+)", out).group(1))

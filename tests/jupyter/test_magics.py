@@ -75,8 +75,8 @@ def test_a_spec_cell_binds_a_model_and_shows_graph_and_plan(ip, cell):
     assert m.spec.dataset.n_rows == 1797 and m.spec.input["shape"] == (64,)
     assert 'data-node="hidden"' in c.html
     assert "2,410 parameters" in c.html                   # 64*32+32 + 32*10+10
-    assert 'data-verdict="yellow"' in c.html and "reference device" in c.html    # yellow says why (the CPU path)
-    assert "PlanView YELLOW" in c.text and "GraphView: 3 nodes" in c.text   # the widgets' own text forms
+    assert 'data-verdict="green"' in c.html and "the CPU (numpy reference path)" in c.html   # fits; the device line
+    assert "PlanView GREEN" in c.text and "GraphView: 3 nodes" in c.text   # the widgets' own text forms
 
 
 @pytest.mark.parametrize("body, token, words", [
@@ -304,7 +304,7 @@ def test_widgets_get_the_objects_and_callbacks_when_installed(ip, cell, monkeypa
     cell(DATA)
     assert cell(MLP).error is None
     (plan,), kw = got["PlanView"]
-    assert plan.verdict == "yellow" and callable(kw["on_fix"])
+    assert plan.verdict == "green" and callable(kw["on_fix"])
     (info,), kw = got["GraphView"]
     assert [n["id"] for n in info["nodes"]] == ["hidden", "1.relu", "logits"]
     new_info, text = kw["on_edit"]({"action": "set", "node": "hidden", "key": "out", "value": 48})
