@@ -16,6 +16,7 @@ from .backends.device import device as pick_device
 from .backends.device import ensure_xdg_runtime_dir
 from .errors import EXIT_ERROR, EXIT_REFUSED, PlanRefused, ScellisError
 from .plan import plan as make_plan
+from .run.records import fmt_value
 from .run.run import Run
 
 SPEC = """
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None) -> dict:
     for step in run:
         if step.step % per_epoch == 0:
             m = step.metrics
-            print(f"epoch {step.step // per_epoch:3d}  step {step.step:5d}  loss {step.loss:.4f}  lr {step.lr:.2e}"
-                  + (f"  val accuracy {m['accuracy']:.4f}" if "accuracy" in m else ""), flush=True)
+            print(f"epoch {step.step // per_epoch:3d}  step {step.step:5d}  loss {fmt_value(step.loss)}  lr {step.lr:.2e}"
+                  + (f"  val accuracy {fmt_value(m['accuracy'])}" if "accuracy" in m else ""), flush=True)
     r = run.result()
     print(f"finished {r['steps']} steps on {dev.backend}:{dev.name} (tier {r['tier']}): test accuracy "
           f"{r['metrics'].get('test_accuracy', float('nan')):.4f}, test f1 {r['metrics'].get('test_f1', float('nan')):.4f}")

@@ -90,6 +90,21 @@ def test_train_readable_progress(spec_file, tmp_path):
 
 
 
+def test_progress_lines_and_show_count_epochs_alike(spec_file, tmp_path):
+    """Training's last progress line and `show`'s line for the final checkpoint name the same epoch (1-based:
+    step 24 of 22-step epochs is in epoch 2)."""
+    import re
+    store = tmp_path / "st"
+    out = cli("train", str(spec_file), "--store", str(store), "--steps", "24")
+    assert out.returncode == 0, out.stderr
+    last = [ln for ln in out.stdout.splitlines() if ln.startswith("step ")][-1]
+    trained = int(re.search(r"epoch (\d+)", last).group(1))
+    run = re.search(r"(run-[0-9]{8}-[0-9]{6}-[0-9a-f]+)", out.stdout).group(1)
+    shown = cli("show", run, "--store", str(store))
+    assert shown.returncode == 0, shown.stderr
+    assert int(re.search(r"step 24 +epoch (\d+)", shown.stdout).group(1)) == trained == 2, (last, shown.stdout)
+
+
 def test_resuming_a_finished_run_without_steps_names_what_was_typed(spec_file, tmp_path):
     """A run that went to its spec's end, resumed with no --steps: the refusal points at `resume RUN` (not at a
     --steps the user never gave), and its hint says how to continue the run."""
