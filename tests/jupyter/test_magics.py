@@ -391,6 +391,29 @@ def test_one_click_resume_in_the_panel_is_followed_by_the_curve(ip, cell):
     assert panel.extra_mime[RUN_MIME]["run"] == nb.run_id and panel.extra_mime[RUN_MIME]["state"] == "finished"
 
 
+def test_model_cells_say_the_cpu_banner_and_the_tier_note_once(ip, cell, monkeypatch):
+    """On a machine without a GPU adapter, three model cells (one asking for the reference device by name) say
+    the not-a-GPU banner and the default-tier note once between them, and the tier note is a whole sentence."""
+    import importlib
+    dev = importlib.import_module("scellis_jupyter.backends.device")
+    det = importlib.import_module("scellis_jupyter.determinism")
+    monkeypatch.setattr(dev, "_CACHE", {"all": [dev._reference()]})      # no wgpu adapter: auto takes the CPU
+    monkeypatch.setitem(det._state, "told", False)
+    monkeypatch.delenv("SCELLIS_DEVICE", raising=False)
+    cell(DATA)
+    notes = []
+    for code in (MLP, MLP.replace("%%scellis mlp", "%%scellis other"),
+                 MLP.replace("%%scellis mlp", "%%scellis named") + '[plan]\ndevice = "reference"\n'):
+        c = cell(code)
+        assert c.error is None, c.error
+        notes += [o["text/plain"] for o in c.outputs if "scellis-note" in o.get("text/html", "")]
+    banners = [n for n in notes if "NOT a GPU" in n]
+    tiers = [n for n in notes if "no determinism tier named" in n]
+    assert len(banners) == 1 and len(tiers) == 1, notes
+    assert not tiers[0].rstrip().endswith("..."), tiers[0]
+    assert 'determinism = "prod"' in tiers[0] and "--tier" in tiers[0] and "sc.set_tier" in tiers[0], tiers[0]
+
+
 def test_the_not_a_gpu_banner_is_a_note_in_a_notebook_and_stderr_after_unload(ip, cell, monkeypatch, capsys):
     """In a kernel, stderr renders as a red error box; the CPU-path banner is information, so with the extension
     loaded it is a displayed note (text/plain + neutral text/html), and back on stderr once unloaded."""
