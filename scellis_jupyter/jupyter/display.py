@@ -82,8 +82,7 @@ def plan_html(p) -> str:
             f'<div style="margin:4px 0">peak <b>{_mib(p.peak_bytes)}</b> of {_mib(p.capacity_bytes)} '
             f'({html.escape(p.capacity_source)}) = {pct:.1f}% &middot; batch {p.batch_size} &middot; '
             f'{html.escape(p.backend)}:{html.escape(p.device)} ({html.escape(p.adapter_type)}) &middot; tier {p.tier}</div>'
-            + (f'<div class="scellis-device">device: {html.escape(p.device_note)}</div>'
-               if getattr(p, "device_note", "") else ""))
+            + (f'<div class="scellis-device">device: {html.escape(p.device_note)}</div>' if p.device_note else ""))
     scale = max(p.capacity_bytes, p.peak_bytes, 1)
     segs = []
     for k in CATEGORIES:
