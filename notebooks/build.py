@@ -55,8 +55,8 @@ NOTEBOOKS = {
     ],
     "memory_plans": [
         "# Memory plans: green, yellow, red\n\nThe plan is the training step's own allocation plan, read before any "
-        "compute. Below, one model is planned against three capacities. (On the CPU path a green plan reads "
-        "yellow: the plan says the device is not a GPU.)",
+        "compute. Below, one model is planned against three capacities. (The verdict answers \"does it fit\" "
+        "alone; on the CPU path the plan's device line says it is the slow CPU path.)",
         "%load_ext scellis_jupyter\nimport scellis_jupyter as sc\nfrom scellis_jupyter.spec.edit import apply_fix",
         "%%scellis wide --no-plan\n[data]\ndataset = \"digits\"\n\n[model]\nnodes = [\n"
         "  { op = \"linear\", out = 512 }, { op = \"relu\" },\n  { op = \"linear\", out = 512 }, { op = \"relu\" },\n"

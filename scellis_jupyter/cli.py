@@ -247,7 +247,8 @@ def cmd_show(args) -> int:
         print(f"{'resume':16} {rec.resume_hint}")
     print(f"checkpoints      {len(rec.checkpoints)}")
     for c in rec.checkpoints:
-        print(f"  step {c['step']:<8} epoch {c['epoch']:<5} {c['hash']}")
+        # 1-based, as training's progress lines count (the record keeps the 0-based epoch index)
+        print(f"  step {c['step']:<8} epoch {c['epoch'] + 1:<5} {c['hash']}")
     return EXIT_OK
 
 

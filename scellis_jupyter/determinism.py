@@ -62,5 +62,6 @@ def resolve(tier: str | None) -> tuple[str, str]:
     if not _state["told"]:
         _state["told"] = True
         notice(f"scellis: no determinism tier named; using '{DEFAULT}' (bit-identical reruns on one device). "
-               f"Name one with sc.set_tier('debug'|'prod'|'fast') or tier=...")
+               "Name one in the spec ([recipe] determinism = \"prod\"; or \"debug\", \"fast\"), with --tier on "
+               "train, or for the whole process with sc.set_tier(\"prod\").")
     return DEFAULT, "default"

@@ -3,11 +3,12 @@
     python -m scellis_jupyter.quickstart [--store DIR] [--epochs N]
 
 It prints the memory plan (verdict, peak, breakdown) before any compute, trains with one line per
-epoch, saves the final checkpoint into the store (default `.scellis/`), and says how to resume it.
+epoch, saves the final checkpoint into the store (default `.scellis/`), and says how to continue it.
 """
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from . import settings
@@ -15,6 +16,7 @@ from .backends.device import device as pick_device
 from .backends.device import ensure_xdg_runtime_dir
 from .errors import EXIT_ERROR, EXIT_REFUSED, PlanRefused, ScellisError
 from .plan import plan as make_plan
+from .run.records import fmt_value
 from .run.run import Run
 
 SPEC = """
@@ -61,14 +63,17 @@ def main(argv: list[str] | None = None) -> dict:
     for step in run:
         if step.step % per_epoch == 0:
             m = step.metrics
-            print(f"epoch {step.step // per_epoch:3d}  step {step.step:5d}  loss {step.loss:.4f}  lr {step.lr:.2e}"
-                  + (f"  val accuracy {m['accuracy']:.4f}" if "accuracy" in m else ""), flush=True)
+            print(f"epoch {step.step // per_epoch:3d}  step {step.step:5d}  loss {fmt_value(step.loss)}  lr {step.lr:.2e}"
+                  + (f"  val accuracy {fmt_value(m['accuracy'])}" if "accuracy" in m else ""), flush=True)
     r = run.result()
     print(f"finished {r['steps']} steps on {dev.backend}:{dev.name} (tier {r['tier']}): test accuracy "
           f"{r['metrics'].get('test_accuracy', float('nan')):.4f}, test f1 {r['metrics'].get('test_f1', float('nan')):.4f}")
     print(f"memory: measured peak {r['measured_peak_bytes']} bytes, planned {r['predicted_peak_bytes']}")
     print(f"checkpoint {r['final_checkpoint']} in {store} (run {r['run']})")
-    print(f"  resume:  scellis resume {r['run']} --store {store}\n  runs:    scellis runs --store {store}")
+    # the run went to its spec's end: resuming it means asking for more steps (here twice as many)
+    q = shlex.quote(str(store))
+    print(f"  continue: scellis resume {r['run']} --steps {2 * r['steps']} --store {q}\n"
+          f"  runs:     scellis runs --store {q}")
     return r
 
 

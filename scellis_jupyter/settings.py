@@ -161,8 +161,6 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("SCELLIS_EXAMPLE_STEPS", "int", None, "examples",
        "Cut the example notebooks' and scripts' training to this many steps (CI runs them short).",
        lo=1, unit="steps"),
-    _s("SCELLIS_JS_IN_SDIST", "text", None, "examples",
-       "Set to anything: building the source distribution also bundles the JS (read by `hatch_build.py`)."),
     _s("SCELLIS_TEST_SPEC", "text", None, "examples", "The spec file a test-suite fixture trains (tests only)."),
     _s("SCELLIS_CHROMIUM", "text", None, "examples", "The Chromium binary the browser tests drive (tests only)."),
 )}

@@ -89,6 +89,34 @@ def test_train_readable_progress(spec_file, tmp_path):
                                                                  for l in lines)
 
 
+
+def test_progress_lines_and_show_count_epochs_alike(spec_file, tmp_path):
+    """Training's last progress line and `show`'s line for the final checkpoint name the same epoch (1-based:
+    step 24 of 22-step epochs is in epoch 2)."""
+    import re
+    store = tmp_path / "st"
+    out = cli("train", str(spec_file), "--store", str(store), "--steps", "24")
+    assert out.returncode == 0, out.stderr
+    last = [ln for ln in out.stdout.splitlines() if ln.startswith("step ")][-1]
+    trained = int(re.search(r"epoch (\d+)", last).group(1))
+    run = re.search(r"(run-[0-9]{8}-[0-9]{6}-[0-9a-f]+)", out.stdout).group(1)
+    shown = cli("show", run, "--store", str(store))
+    assert shown.returncode == 0, shown.stderr
+    assert int(re.search(r"step 24 +epoch (\d+)", shown.stdout).group(1)) == trained == 2, (last, shown.stdout)
+
+
+def test_resuming_a_finished_run_without_steps_names_what_was_typed(spec_file, tmp_path):
+    """A run that went to its spec's end, resumed with no --steps: the refusal points at `resume RUN` (not at a
+    --steps the user never gave), and its hint says how to continue the run."""
+    store = tmp_path / "st"
+    r = ok_json(cli("train", str(spec_file), "--store", str(store), "--epochs", "1", "--json"))
+    out = cli("resume", r["run"], "--store", str(store))
+    assert out.returncode == 2, out.stdout + out.stderr
+    first = out.stderr.strip().splitlines()[0]
+    assert first.startswith(f"error[run] at resume {r['run']}:") and "--steps" not in first, first
+    assert f"--steps {2 * r['steps']}" in out.stderr
+    assert "Traceback" not in out.stderr
+
 @pytest.mark.parametrize("device", ["reference", pytest.param("wgpu", marks=needs_wgpu)])
 def test_exact_resume_in_new_processes(spec_file, whole, tmp_path, device):
     if device == "reference":

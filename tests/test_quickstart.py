@@ -8,7 +8,8 @@ def test_quickstart_plans_trains_and_checkpoints(run_python, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert out.startswith("device: reference:numpy")
-    assert "verdict   YELLOW" in out and "optimizer_state" in out      # the plan, before training
+    assert "verdict   GREEN" in out and "optimizer_state" in out       # the plan, before training: it fits
+    assert "  device    the CPU (numpy reference path), not a GPU" in out        # and the device line says the CPU
     losses = [float(x) for x in re.findall(r"epoch +\d+ +step +\d+ +loss (\d+\.\d+)", out)]
     assert len(losses) == 30 and losses[-1] < 0.3 * losses[0]
     acc = float(re.search(r"test accuracy (\d\.\d+)", out).group(1))
@@ -19,3 +20,21 @@ def test_quickstart_plans_trains_and_checkpoints(run_python, tmp_path):
     from scellis_jupyter.store import Store
     loaded = Store.open(tmp_path / "store").load_checkpoint(ck)
     assert loaded.step == 30 * 22
+
+
+def test_the_quickstarts_resume_hint_works_as_printed(run_python, tmp_path):
+    """The finished run's hint is a command that continues it (with --steps past its end), run as printed."""
+    import shlex
+    store = tmp_path / "store"
+    r = run_python(None, "--store", str(store), "--epochs", "2", module="scellis_jupyter.quickstart",
+                   SCELLIS_DEVICE="reference")
+    assert r.returncode == 0, r.stdout + r.stderr
+    hint = re.search(r"^  continue: +(scellis resume .*)$", r.stdout, re.M).group(1)
+    argv = shlex.split(hint)
+    assert argv[:2] == ["scellis", "resume"] and "--steps" in argv
+    steps = int(argv[argv.index("--steps") + 1])
+    assert steps > 2 * 22
+    c = run_python(None, *argv[1:], "--json", module="scellis_jupyter.cli", SCELLIS_DEVICE="reference")
+    assert c.returncode == 0, c.stdout + c.stderr
+    import json
+    assert json.loads(c.stdout)["steps"] == steps

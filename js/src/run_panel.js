@@ -2,7 +2,7 @@ import "./lib/common.css";
 import "./run_panel.css";
 import { button, h } from "./lib/cell.js";
 import { withFallback } from "./lib/fallback.js";
-import { rate, eta, formatDuration, pushSample } from "./lib/eta.js";
+import { rate, eta, formatDuration, pushSample, fmtValue } from "./lib/eta.js";
 import { allowed } from "./lib/run_actions.js";
 
 const LABELS = { stop: "Stop", pause: "Pause", resume: "Resume", checkpoint: "Checkpoint now",
@@ -95,7 +95,7 @@ function render({ model, el }) {
       h("span", "sc-steps", `step ${step}${total ? ` / ${total}` : ""}${total ? ` (${(100 * frac).toFixed(0)}%)` : ""}`),
       h("span", "sc-rate", r != null ? `${r.toFixed(r < 10 ? 2 : 0)} steps/s` : "– steps/s"),
       h("span", "sc-eta", s === "finished" ? "done" : (s === "running" || s === "paused") && left != null ? `ETA ${formatDuration(left)}` : ""),
-      h("span", "sc-loss sc-muted", model.get("last_loss") != null ? `loss ${Number(model.get("last_loss")).toPrecision(4)}` : ""));
+      h("span", "sc-loss sc-muted", model.get("last_loss") != null ? `loss ${fmtValue(model.get("last_loss"))}` : ""));
     reason.textContent = model.get("reason") ? `${s}: ${model.get("reason")}` : "";
     el.dataset.unreachable = String(unreachable);
     for (const [a, b] of Object.entries(btn)) {

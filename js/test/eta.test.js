@@ -1,5 +1,5 @@
 import { describe, it, expect } from "vitest";
-import { rate, eta, formatDuration, pushSample } from "../src/lib/eta.js";
+import { rate, eta, formatDuration, pushSample, fmtValue } from "../src/lib/eta.js";
 import { allowed } from "../src/lib/run_actions.js";
 import { verdictWords, barSegments } from "../src/lib/plan_words.js";
 import { layered, parseValue } from "../src/lib/layout.js";
@@ -94,4 +94,14 @@ it("a constant learning rate gets a range from 0 to above it", () => {
   expect(lrRange(null, 0.005, 0.005)).toEqual([0, 0.005 * 1.15]);
   expect(lrRange(null, 0, 0)).toEqual([0, 1]);
   expect(lrRange(null, -1, 2)[0]).toBeLessThan(-1);
+});
+
+describe("a loss or metric as the run panel says it", () => {
+  it("keeps a tiny loss's digits (4.7e-7 is not 0.000) and reads usual values as before", () => {
+    expect(fmtValue(4.7e-7)).toBe("4.700e-7");
+    expect(fmtValue(0.0673)).toBe("0.0673");
+    expect(fmtValue(1.4469)).toBe("1.4469");
+    expect(fmtValue(0)).toBe("0");
+    expect(fmtValue(null)).toBe("");
+  });
 });

@@ -342,6 +342,15 @@ def devices() -> list[Device]:
     return _CACHE["all"]
 
 
+def _not_a_gpu(d: Device, why: str) -> None:
+    """The not-a-GPU banner, said once per device and process: asking for the same device by another name
+    (auto, then "reference") is no news, and a notebook would repeat it in every model cell."""
+    told = _CACHE.setdefault("not-a-gpu told", set())
+    if str(d) not in told:
+        told.add(str(d))
+        notice(f"scellis: running on {d} - NOT a GPU ({why}); results are correct but slow.")
+
+
 def device(name: str | None = None) -> Device:
     """The device to run on: by name ('wgpu', 'reference', or part of an adapter's name), else the best.
 
@@ -361,7 +370,7 @@ def device(name: str | None = None) -> Device:
     if name == "reference":
         d = _CACHE.setdefault("ref", _reference())
         d.choice = "asked for reference; not a GPU (as asked)"
-        notice(f"scellis: running on {d} - NOT a GPU (as asked); results are correct but slow.")
+        _not_a_gpu(d, "as asked")
         _CACHE[key] = d
         return d
     all_ = devices()
@@ -397,7 +406,7 @@ def device(name: str | None = None) -> Device:
             why = "no GPU adapter found"
         else:
             why = "no GPU adapter found; " + d.choice.removeprefix("auto: the ")
-        notice(f"scellis: running on {d} - NOT a GPU ({why}); results are correct but slow.")
+        _not_a_gpu(d, why)
         d.choice += f"; not a GPU ({'as asked' if name is not None else 'no GPU adapter found'})"
     _CACHE[key] = d
     return d

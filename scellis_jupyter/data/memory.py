@@ -220,13 +220,41 @@ def _as_array(v, where: str, what: str) -> np.ndarray:
     return np.ascontiguousarray(a.astype(features_dtype(a.dtype), copy=False))
 
 
+LABEL_NAMES = ("target", "label", "labels", "class", "y", "species", "category")
+
+
+def _target_hint(target: str, df) -> str:
+    """A close spelling; else the columns that look like labels (a known name, or few whole or text values),
+    then the columns, a long list cut with '...' and a count, so the one needed is never silently left out."""
+    cols = [str(c) for c in df.columns]
+    close = did_you_mean(target, cols)
+    if close:
+        return close
+
+    def label_like(c) -> bool:
+        v = np.asarray(df[c])
+        return str(c).lower() in LABEL_NAMES or (v.dtype.kind in "iubOUS" and len(_distinct(v)) <= 50)
+
+    labels = sorted((str(c) for c in df.columns if label_like(c)), key=lambda c: c.lower() not in LABEL_NAMES)
+    shown = ", ".join(cols) if len(cols) <= 16 else ", ".join(cols[:10]) + f", ... ({len(cols) - 10} more)"
+    lead = f"a column that looks like labels: {', '.join(repr(c) for c in labels[:3])}; " if labels else ""
+    return f"{lead}its {len(cols)} columns: {shown}"
+
+
+def _distinct(v: np.ndarray) -> np.ndarray:
+    """Distinct values of a column, text included (np.unique sorts, which mixed objects refuse)."""
+    try:
+        return np.unique(v)
+    except TypeError:
+        return np.asarray(list(dict.fromkeys(v.tolist())), dtype=object)
+
+
 def _frame_classes(frames: dict, target: str, where: str) -> list | None:
     """Sorted class names when the target column holds text (the same ids for every part), else None."""
     for part, df in frames.items():
         if target not in df.columns:
-            cols = [str(c) for c in df.columns]
             raise DataError(f"the {part} DataFrame has no column {target!r}", where=where,
-                            hint=did_you_mean(target, cols) or f"its columns: {', '.join(cols[:12])}")
+                            hint=_target_hint(target, df))
     col = frames["train"][target] if "train" in frames else next(iter(frames.values()))[target]
     if np.asarray(col).dtype.kind in "biuf":
         return None

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .._version import __version__
+from ..run.records import fmt_value
 
 RUN_MIME = "application/vnd.scellis.run+json"
 PIN_FORMAT = "scellis.run/1"
@@ -80,7 +81,8 @@ def plan_html(p) -> str:
             f'<span>{html.escape(words)}</span></div>'
             f'<div style="margin:4px 0">peak <b>{_mib(p.peak_bytes)}</b> of {_mib(p.capacity_bytes)} '
             f'({html.escape(p.capacity_source)}) = {pct:.1f}% &middot; batch {p.batch_size} &middot; '
-            f'{html.escape(p.backend)}:{html.escape(p.device)} ({html.escape(p.adapter_type)}) &middot; tier {p.tier}</div>')
+            f'{html.escape(p.backend)}:{html.escape(p.device)} ({html.escape(p.adapter_type)}) &middot; tier {p.tier}</div>'
+            + (f'<div class="scellis-device">device: {html.escape(p.device_note)}</div>' if p.device_note else ""))
     scale = max(p.capacity_bytes, p.peak_bytes, 1)
     segs = []
     for k in CATEGORIES:
@@ -225,7 +227,7 @@ def run_panel_html(br) -> str:
     rate = br.step / el if br.step else 0.0
     eta = (total - br.step) / rate if rate and total and br.state in ("running", "paused") else None
     col = STATE_COLOUR.get(br.state, "#57606a")
-    last = f" &middot; loss {steps[-1]['loss']:.4g}" if steps else ""
+    last = f" &middot; loss {fmt_value(steps[-1]['loss'])}" if steps else ""
     eta_t = f" &middot; ETA {eta:.0f} s" if eta is not None else ""
     resume = (f'<div>resume: <code>%scellis resume {html.escape(br.name)}</code></div>'
               if br.state == "interrupted" else "")
@@ -359,7 +361,7 @@ def record_output(rec, store, result: dict | None = None) -> Static:
     pin = run_pin(rec, store)
     series = series_of(r, None)
     col = STATE_COLOUR.get(rec.state, "#57606a")
-    metrics = "".join(f"<tr><td>{html.escape(k)}</td><td style='text-align:right'>{v:.4f}</td></tr>"
+    metrics = "".join(f"<tr><td>{html.escape(k)}</td><td style='text-align:right'>{fmt_value(v)}</td></tr>"
                       for k, v in pin["metrics"].items())
     dev = rec.device or {}
     inner = (f'<div><span data-state="{rec.state}" style="color:{col};font-weight:700">{rec.state}</span> '

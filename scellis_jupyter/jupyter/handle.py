@@ -4,12 +4,17 @@ Why a handle and not the bare Spec: a notebook works on one model over many cell
 wait, predict), and the handle remembers the cell's text (so a fix or a graph edit rewrites it), the
 namespace its data comes from, and the background run in progress (so a second `train` is refused).
 The same object works from Python: `mlp.train(steps=50)`, `mlp.run.wait()`, `mlp.predict(X)`.
+
+In a kernel, a mistake in a handle method shows as the magics' one-line diagnostic, never a traceback, and
+stays its own class (`except DataError` catches it).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tomllib
 import types
+from typing import Any, Callable, TypeVar
 
 from ..errors import ScellisError
 from ..plan.plan import Plan, plan as make_plan
@@ -21,8 +26,32 @@ from . import display
 from .parse import MagicError, cell_diagnostic
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _one_line(fn: F) -> F:
+    """A handle method whose ScellisError shows in a kernel as the one-line diagnostic, as a magic's does.
+
+    IPython renders an exception through its `_render_traceback_` when it has one (ipykernel too); set on
+    the instance, it changes nothing else: the error keeps its class, and %tb still has the traceback.
+    """
+    @functools.wraps(fn)
+    def method(*args, **kw):
+        try:
+            return fn(*args, **kw)
+        except ScellisError as e:
+            e._render_traceback_ = str(e).splitlines
+            raise
+    return method  # type: ignore[return-value]
+
+
 class Model:
-    """A spec from a cell (text, name, namespace), planned and trainable in the background."""
+    """A spec from a cell (text, name, namespace), planned and trainable in the background.
+
+    `model.run` is the latest run (a BackgroundRun: state, step, wait(), result()); after it ends,
+    `model.evaluate(part)` and `model.predict(X)` use its weights (X may be a DataFrame: its target column
+    is dropped, and the training rows' standardization applied).
+    """
 
     def __init__(self, name: str, text: str, namespace: dict | None = None, *, store=None, header: str | None = None):
         self.name = name
@@ -56,6 +85,7 @@ class Model:
             spec = dataclasses.replace(spec, name=self.name)
         return spec
 
+    @_one_line
     def set_text(self, text: str) -> Spec:
         """Re-parse the model from new cell text (a fix or graph edit); the old spec stays on error."""
         spec = self._parse(text)
@@ -70,12 +100,14 @@ class Model:
         return f"{self.header or '%%scellis ' + self.name}\n{self.text}"
 
     # ---- planning ---------------------------------------------------------------------------------------
+    @_one_line
     def plan(self, *, memory: int | None = None, batch_size: int | None = None, device=None) -> Plan:
         key = (memory, batch_size, device)
         if key not in self._plans:
             self._plans[key] = make_plan(self.spec, device, memory=memory, batch_size=batch_size)
         return self._plans[key]
 
+    @_one_line
     def apply_fix(self, i: int, *, memory: int | None = None) -> tuple[Plan, str]:
         """Apply the plan's fix number `i` to the spec text and re-plan (the PlanView's on_fix)."""
         p = self.plan(memory=memory)
@@ -85,6 +117,7 @@ class Model:
         self.set_text(apply_fix(self.text, p.fixes[i]))
         return self.plan(memory=memory), self.cell_text()
 
+    @_one_line
     def edit(self, e: dict) -> tuple[dict, str]:
         """Apply a graph edit to the spec text and rebuild (the GraphView's on_edit)."""
         self.set_text(apply_edit(self.text, e))
@@ -103,6 +136,7 @@ class Model:
                              f"{r.total_steps})", where=f"model {self.name}", code="magic-busy",
                              hint=f"wait for it (%scellis wait {self.name}) or stop it (%scellis stop {self.name})")
 
+    @_one_line
     def train(self, *, steps: int | None = None, store=None, **kw) -> BackgroundRun:
         """Start a run of this model in a kernel thread; returns its BackgroundRun at once."""
         self._refuse_if_training()
@@ -115,6 +149,7 @@ class Model:
         self.runs.append(br)
         return br
 
+    @_one_line
     def resume(self, *, steps: int | None = None, store=None, ref: str | None = None) -> BackgroundRun:
         """Continue this model's last interrupted run (or checkpoint/run `ref`) in the background."""
         from ..run.lifecycle import prepare_resume
@@ -151,11 +186,23 @@ class Model:
         from ..run.lifecycle import open_store
         return open_store(store if store is not None else self.store)
 
-    def predict(self, x, **kw):
+    @_one_line
+    def predict(self, x, **kw) -> Any:
+        """The last run's output for the rows of `x` (an array, or a DataFrame with or without its target)."""
         return self._last_run().predict(x, **kw)
 
-    def evaluate(self, part: str = "val", **kw) -> dict:
-        return self._last_run().evaluate(part, record=False, **kw)
+    @_one_line
+    def evaluate(self, part: str | None = None, **kw) -> dict:
+        """Loss and metrics of the last run's weights on `part`; by default on every held-out part the split has
+        (val and test, whichever were given or cut; train if neither), each key named by its part."""
+        run = self._last_run()
+        if part is not None:
+            return run.evaluate(part, record=False, **kw)
+        parts = [p for p in ("val", "test") if p in run.split.parts] or ["train"]
+        out: dict = {}
+        for p in parts:                     # Run.evaluate leaves val's keys bare; here every key says its part
+            out.update({k if p != "val" else f"val_{k}": v for k, v in run.evaluate(p, record=False, **kw).items()})
+        return out
 
     def _last_run(self) -> Run:
         r = self.run

@@ -21,7 +21,7 @@ import blake3
 
 from ..dtypes import nbytes as nb
 from .model import (CATEGORIES, GREEN_HEADROOM, Fix, Plan, _context, _device_warnings, _largest_green, _verdict,
-                    _verdicts, step_parts, step_peak)
+                    _verdicts, device_note, step_parts, step_peak)
 from ..program.adversarial import build_gan_steps
 from ..program.liveness import arena_slots
 
@@ -101,15 +101,15 @@ def plan_gan(spec, device=None, memory: int | None = None, batch_size: int | Non
 
     steps, peak, bd, ex, nets, deciding = at(bs)
     warnings = _device_warnings(dev, t, [s.program for s in steps.values()])
-    device_warned = bool(warnings)
     mem_verdict, verdict = _verdicts(peak, capacity, warnings)
     h = blake3.blake3(json.dumps({k: s.program.hash for k, s in steps.items()}, sort_keys=True).encode()).hexdigest()
     out = GANPlan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
                   spec.name, spec.hash, h, sum(len(s.program.steps) for s in steps.values()), ex, None,
                   {"kind": "gan", "loss": spec.recipe.get("loss"), "noise": spec.recipe.get("noise")},
                   networks=nets, deciding=deciding, steps=steps)
+    out.device_note = device_note(dev)
     if fixes and mem_verdict != "green":
-        out.fixes = _batch_fix(at, capacity, bs, peak, "yellow" if device_warned else "green", nets)
+        out.fixes = _batch_fix(at, capacity, bs, peak, "green", nets)
     return out
 
 

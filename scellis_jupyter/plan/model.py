@@ -63,6 +63,7 @@ class Plan:
     evaluation: dict | None = None               # what the run evaluates, as planned: {"parts", "in_loop"}
     spec_obj: object = field(default=None, repr=False, compare=False)
     implementation: str = ""                     # the WebGPU implementation and version ("dawn 0.32.0.4"); "" on numpy
+    device_note: str = ""                        # what the device is, plainly (the CPU path is said here)
 
     @property
     def fits(self) -> bool:
@@ -79,6 +80,7 @@ class Plan:
         lines = [f"plan for {self.spec!r} on {self.backend}:{self.device}{via} ({self.adapter_type}), batch {self.batch_size},"
                  f" tier {self.tier}",
                  f"  verdict   {self.verdict.upper()}",
+                 *([f"  device    {self.device_note}"] if self.device_note else []),
                  f"  peak      {mib(self.peak_bytes)}   of capacity {mib(self.capacity_bytes)} ({self.capacity_source})"
                  f"  = {100 * self.peak_bytes / max(self.capacity_bytes, 1):.1f}%",
                  "  breakdown"]
@@ -178,12 +180,19 @@ def _context(spec, device, memory, batch_size, tier):
     return dev, capacity, source, bs, t
 
 
-def _device_warnings(dev, t: str, programs) -> list[str]:
-    warnings = []
+def device_note(dev) -> str:
+    """The plan's device line: what runs the step, said plainly. The CPU path is slow, but that is not a
+    question of fit, so it is said here and never turns the verdict yellow."""
     if dev.backend == "reference":
-        warnings.append("reference device (numpy on the CPU): correct but slow; no GPU was chosen")
-    elif not dev.is_gpu:
-        warnings.append(f"{dev.adapter_type} adapter {dev.name!r}: not a GPU, runs are slow")
+        return "the CPU (numpy reference path), not a GPU: correct but slow"
+    if not dev.is_gpu:
+        return f"{dev.adapter_type} adapter {dev.name!r}, not a GPU: correct but slow"
+    return f"{dev.adapter_type} GPU {dev.name!r}"
+
+
+def _device_warnings(dev, t: str, programs) -> list[str]:
+    """What the user should know about this run's numbers and kernels (none of it changes the verdict)."""
+    warnings = []
     if t == "fast":
         warnings.append("tier 'fast': results are reproducible only within tolerance")
     limit = getattr(dev.impl, "binding_limit", None)
@@ -196,13 +205,12 @@ def _device_warnings(dev, t: str, programs) -> list[str]:
 
 
 def _verdicts(peak: int, capacity: int, warnings: list) -> tuple[str, str]:
-    """(memory verdict, overall verdict): green turns yellow when the device itself warns."""
-    mem_verdict = verdict = _verdict(peak, capacity)
-    if verdict == "green" and warnings:
-        verdict = "yellow"
-    elif verdict == "yellow":
+    """(memory verdict, overall verdict), the same: the verdict answers "does it fit" and nothing else (a slow
+    device is the device line's to say); a yellow one says why first among the warnings."""
+    verdict = _verdict(peak, capacity)
+    if verdict == "yellow":
         warnings.insert(0, f"little headroom: the peak is {100 * peak / capacity:.0f}% of capacity")
-    return mem_verdict, verdict
+    return verdict, verdict
 
 
 def _verdict(peak: int, capacity: int) -> str:

@@ -13,7 +13,7 @@ from ..program.evaluation import eval_programs
 from ..spec import Spec
 from .adversarial import plan_gan
 from .model import (CATEGORIES, GREEN_HEADROOM, LEAF_CATEGORY, Fix, Plan, _context, _device_warnings,  # noqa: F401
-                    _largest_green, _StandIn, _verdict, _verdicts, step_parts, step_peak)
+                    _largest_green, _StandIn, _verdict, _verdicts, device_note, step_parts, step_peak)
 from .whole_run import replay_run
 
 
@@ -64,11 +64,13 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
     ev = _evaluation_of(spec, evaluation)
     st, peak, bd, ex = at(bs)
     warnings = _device_warnings(dev, t, [st.program])
-    device_warned = bool(warnings)
     mem_verdict, verdict = _verdicts(peak, capacity, warnings)
     out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
                spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe(),
-               evaluation=ev, spec_obj=spec, implementation=dev.via)
+               evaluation=ev, spec_obj=spec, device_note=device_note(dev), implementation=dev.via)
+    if spec.recipe.get("default_metrics"):
+        out.notes.append(f"metrics: {', '.join(spec.recipe['metrics'])}, the default for a classification recipe "
+                         "(set [recipe] metrics = [...] to choose, [] for none)")
     if opts.checkpointing == "activations" and opts.relay[1] == 1:
         note, cost = _recompute_cost(st, at(bs, _replace(opts, checkpointing="none")))
         out.notes.append(note)
@@ -82,8 +84,7 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
             return plan(changed, dev, memory=memory, batch_size=batch_size, tier=tier, fixes=False,
                         options=None if options is None else _replace(options, **_options_of(changes)),
                         evaluation=evaluation).peak_bytes
-        out.fixes = _fixes(out, at, capacity, bs, peak, "yellow" if device_warned else "green", opts, dev, spec,
-                           replan)
+        out.fixes = _fixes(out, at, capacity, bs, peak, "green", opts, dev, spec, replan)
     return out
 
 
@@ -171,7 +172,7 @@ def _fixes(p: Plan, at, capacity: int, bs: int, peak: int, overall: str, opts, d
     verdict and the spec change that makes it (`changes`). A fix that helps but does not fit alone is
     offered red; when no single one fits, the smallest combination that does is offered too.
 
-    overall: the verdict a fix that fits with headroom gets (yellow when the device itself warns).
+    overall: the verdict a fix that fits with headroom gets (green: the device is not the verdict's question).
     replan(changes): the peak of the spec with `changes` applied to its text, planned for real.
     """
     from ..dtypes import nbytes as dt_nbytes

@@ -222,7 +222,7 @@ def prepare_resume(ref: str, *, store=None, spec=None, steps: int | None = None,
     run_id = run_id or new_run_id()
     # resumed_from: a run killed while still starting up is resumed from there too, never a dead end
     with _reserved(st, run_id, resumed_from=ck_hash, resumed_from_run=origin):
-        return _prepare_resume(st, ck_hash, origin, spec=spec, steps=steps, run_id=run_id, **kw)
+        return _prepare_resume(st, ck_hash, origin, spec=spec, steps=steps, run_id=run_id, ref=ref, **kw)
 
 
 class _reserved:
@@ -245,7 +245,7 @@ class _reserved:
 
 
 def _prepare_resume(st, ck_hash: str, origin: str | None, *, spec=None, steps: int | None = None,
-                    run_id: str | None = None, **kw) -> Run:
+                    run_id: str | None = None, ref: str | None = None, **kw) -> Run:
     if spec is None:
         spec, ck, _ = spec_of_checkpoint(st, ck_hash)
     else:
@@ -259,7 +259,7 @@ def _prepare_resume(st, ck_hash: str, origin: str | None, *, spec=None, steps: i
         up = (rec.extra or {}).get("resumed_from_run")
         rec = get_run(st, up) if up and st.index.run(up) is not None else None
     rex = (rec.extra or {}) if rec is not None else {}
-    given, target = steps is not None, None
+    given, target = steps is not None, None   # a refusal points at what the user gave: --steps, or only the run
     if steps is None:
         target = rex.get("target_steps")
         steps = int(target) if target and int(target) > ck.step else ex.get("horizon")
@@ -267,7 +267,8 @@ def _prepare_resume(st, ck_hash: str, origin: str | None, *, spec=None, steps: i
         # without --steps, a run that reached its own target is told so, not the recipe's horizon
         upto = (f"step {steps}" if given or not target else f"the run's target ({int(target)} steps)")
         raise RunError(f"checkpoint {ck.hash[:12]} is already at step {ck.step}; nothing to resume up to {upto}",
-                       where="resume --steps", hint=f"ask for more steps, e.g. --steps {2 * ck.step}")
+                       where="resume --steps" if given else f"resume {ref or ck.hash[:12]}",
+                       hint=f"ask for more steps, e.g. --steps {2 * ck.step}")
     kw = {k: v for k, v in kw.items() if v is not None}
     kw.setdefault("device", ex.get("device"))
     kw.setdefault("tier", ex.get("tier"))

@@ -90,6 +90,18 @@ def report_every(total_steps: int, steps_per_epoch: int) -> int:
     return max(1, min(int(steps_per_epoch), math.ceil(total_steps / 10)))
 
 
+def fmt_value(v: float) -> str:
+    """A loss or metric for people: four decimals in the usual range, scientific notation for small or huge
+    magnitudes (so a loss of 4.7e-7 never reads 0.0000), exact zero as 0. js/src/lib/eta.js fmtValue has
+    the same rule."""
+    v = float(v)
+    if v == 0:
+        return "0"
+    if not math.isfinite(v) or 1e-3 <= abs(v) < 1e5:
+        return f"{v:.4f}"
+    return f"{v:.3e}"
+
+
 def format_event(ev: dict) -> str | None:
     """One readable progress line for an event (None for events that print nothing)."""
     kind = ev.get("event")
@@ -105,15 +117,15 @@ def format_event(ev: dict) -> str | None:
         width = len(str(ev.get("total_steps", ev["step"])))
         line = f"step {ev['step']:>{width}}/{ev.get('total_steps', '?')}  epoch {ev['epoch'] + 1:<3} "
         if "d_loss" in ev:
-            line += (f"d_loss {ev['d_loss']:.4f}  g_loss {ev['g_loss']:.4f}  lr_d {ev['lr_d']:.2e}  "
+            line += (f"d_loss {fmt_value(ev['d_loss'])}  g_loss {fmt_value(ev['g_loss'])}  lr_d {ev['lr_d']:.2e}  "
                      f"lr_g {ev['lr_g']:.2e}")
         else:
-            line += f"loss {ev['loss']:.4f}  lr {ev['lr']:.2e}"
+            line += f"loss {fmt_value(ev['loss'])}  lr {ev['lr']:.2e}"
         if ev.get("skipped"):
             line += f"  skipped {ev['skipped']}"
         for k, v in (ev.get("metrics") or {}).items():       # validation metrics
             if isinstance(v, (int, float)):
-                line += f"  val {k} {v:.4f}"
+                line += f"  val {k} {fmt_value(v)}"
         return line
     if kind == "interrupt":
         return f"interrupted at step {ev['step']}: {ev['reason']}"
@@ -132,7 +144,7 @@ def summary_lines(r: dict, store_root: str | None = None) -> list[str]:
         lines.append(f"  error: {e.get('message', e) if isinstance(e, dict) else e}")
     metrics = {k: v for k, v in (r.get("metrics") or {}).items() if isinstance(v, (int, float)) and v is not None}
     if metrics:
-        lines.append("  " + "  ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+        lines.append("  " + "  ".join(f"{k} {fmt_value(v)}" for k, v in metrics.items()))
     if r.get("measured_peak_bytes") is not None:
         lines.append(f"  memory: measured peak {r['measured_peak_bytes']} bytes, "
                      f"planned {r.get('predicted_peak_bytes')}")

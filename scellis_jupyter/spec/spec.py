@@ -43,6 +43,9 @@ from ..catalog.regularizers import RegContext
 from ..catalog.registry import make
 
 DEFAULT_SPLIT = {"train": 0.8, "val": 0.1, "test": 0.1}
+# Losses on class scores against class ids, whose argmax is the predicted class: a classification recipe with
+# one of them and no `metrics` reports accuracy (a regression one reports its loss, as with no metrics at all).
+ACCURACY_LOSSES = ("cross_entropy", "nll", "multi_margin")
 SYNTHETIC_ONLY = ("n_rows", "n_features", "n_classes", "noise")
 
 
@@ -571,6 +574,8 @@ def _check_recipe(ck: Checker, v: Any, info: DatasetInfo | None) -> dict:
     r["clip_grad_norm"] = ck.number(t, "clip_grad_norm", path, 0.0, 1e6, None, lo_open=True)
     r["clip_grad_value"] = ck.number(t, "clip_grad_value", path, 0.0, 1e6, None, lo_open=True)
     r["metrics"] = _check_metrics(ck, t, path)
+    if "metrics" not in t and not gan and task == "classification" and r["loss"] in ACCURACY_LOSSES:
+        r["metrics"], r["default_metrics"] = ["accuracy"], True     # the plan says it was defaulted
     r["determinism"] = ck.choice(t, "determinism", path, TIERS, None, "determinism tier")
     r["seed"] = ck.integer(t, "seed", path, 0, 2 ** 63 - 1, 0)
     r["checkpointing"] = ck.choice(t, "checkpointing", path, CHECKPOINTING, "none", "checkpointing mode")

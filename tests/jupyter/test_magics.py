@@ -75,8 +75,8 @@ def test_a_spec_cell_binds_a_model_and_shows_graph_and_plan(ip, cell):
     assert m.spec.dataset.n_rows == 1797 and m.spec.input["shape"] == (64,)
     assert 'data-node="hidden"' in c.html
     assert "2,410 parameters" in c.html                   # 64*32+32 + 32*10+10
-    assert 'data-verdict="yellow"' in c.html and "reference device" in c.html    # yellow says why (the CPU path)
-    assert "PlanView YELLOW" in c.text and "GraphView: 3 nodes" in c.text   # the widgets' own text forms
+    assert 'data-verdict="green"' in c.html and "the CPU (numpy reference path)" in c.html   # fits; the device line
+    assert "PlanView GREEN" in c.text and "GraphView: 3 nodes" in c.text   # the widgets' own text forms
 
 
 @pytest.mark.parametrize("body, token, words", [
@@ -313,7 +313,7 @@ def test_widgets_get_the_objects_and_callbacks_when_installed(ip, cell, monkeypa
     cell(DATA)
     assert cell(MLP).error is None
     (plan,), kw = got["PlanView"]
-    assert plan.verdict == "yellow" and callable(kw["on_fix"])
+    assert plan.verdict == "green" and callable(kw["on_fix"])
     (info,), kw = got["GraphView"]
     assert [n["id"] for n in info["nodes"]] == ["hidden", "1.relu", "logits"]
     new_info, text = kw["on_edit"]({"action": "set", "node": "hidden", "key": "out", "value": 48})
@@ -398,6 +398,29 @@ def test_one_click_resume_in_the_panel_is_followed_by_the_curve(ip, cell):
     steps = arrays[(nb.run_id, "loss")][0]
     assert len(steps) > 0 and steps[-1] == 3000 and arrays[(br.run_id, "loss")][0][-1] < 3000
     assert panel.extra_mime[RUN_MIME]["run"] == nb.run_id and panel.extra_mime[RUN_MIME]["state"] == "finished"
+
+
+def test_model_cells_say_the_cpu_banner_and_the_tier_note_once(ip, cell, monkeypatch):
+    """On a machine without a GPU adapter, three model cells (one asking for the reference device by name) say
+    the not-a-GPU banner and the default-tier note once between them, and the tier note is a whole sentence."""
+    import importlib
+    dev = importlib.import_module("scellis_jupyter.backends.device")
+    det = importlib.import_module("scellis_jupyter.determinism")
+    monkeypatch.setattr(dev, "_CACHE", {"all": [dev._reference()]})      # no wgpu adapter: auto takes the CPU
+    monkeypatch.setitem(det._state, "told", False)
+    monkeypatch.delenv("SCELLIS_DEVICE", raising=False)
+    cell(DATA)
+    notes = []
+    for code in (MLP, MLP.replace("%%scellis mlp", "%%scellis other"),
+                 MLP.replace("%%scellis mlp", "%%scellis named") + '[plan]\ndevice = "reference"\n'):
+        c = cell(code)
+        assert c.error is None, c.error
+        notes += [o["text/plain"] for o in c.outputs if "scellis-note" in o.get("text/html", "")]
+    banners = [n for n in notes if "NOT a GPU" in n]
+    tiers = [n for n in notes if "no determinism tier named" in n]
+    assert len(banners) == 1 and len(tiers) == 1, notes
+    assert not tiers[0].rstrip().endswith("..."), tiers[0]
+    assert 'determinism = "prod"' in tiers[0] and "--tier" in tiers[0] and "sc.set_tier" in tiers[0], tiers[0]
 
 
 def test_the_not_a_gpu_banner_is_a_note_in_a_notebook_and_stderr_after_unload(ip, cell, monkeypatch, capsys):

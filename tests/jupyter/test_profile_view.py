@@ -3,7 +3,6 @@ dispatch over kernel time) with its top kernels; its static form draws the same 
 the Python layout (static form) and the JS layout (live view) agree block for block."""
 import json
 import re
-import shutil
 import subprocess
 from html import unescape
 from pathlib import Path
@@ -94,8 +93,7 @@ def test_no_timed_kernel_and_bad_input_say_so(prof):
         sc.profile(1.5)
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is needed to run the view's layout")
-def test_python_and_js_layouts_agree(prof, tmp_path):
+def test_python_and_js_layouts_agree(prof, node, tmp_path):
     w = ProfileView(prof)
     (tmp_path / "tl.json").write_text(json.dumps(w.timeline))
     labels = sorted({d["kernel"] for d in w.timeline} | {d["scope"] or "(other)" for d in w.timeline}) + ["fc1/bwd ∇"]
@@ -105,7 +103,7 @@ def test_python_and_js_layouts_agree(prof, tmp_path):
               f"const labels = {json.dumps(labels)};"
               "console.log(JSON.stringify({ blocks: icicle(tl).map(b => [b.level, b.label, b.i0, b.i1]),"
               " colors: labels.map(colorOf) }));")
-    r = subprocess.run(["node", "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([*node[0], "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert got["blocks"] == [[b["level"], b["label"], b["i0"], b["i1"]] for b in icicle(w.timeline)]

@@ -175,11 +175,17 @@ def test_plan_view_fix_replans_and_returns_cell_text():
     assert "fix 99 does not exist" in view.error and sent[-1][0]["text"] is None
 
 
-def test_plan_view_yellow_says_why():
+def test_plan_view_yellow_says_why_and_the_cpu_path_is_the_device_line_not_a_warning():
     p = sc.plan(MLP, device="reference")
-    assert p.verdict == "yellow"
-    words = PlanView(p)._static_text()
-    assert "Fits, with a warning: " in words and p.warnings[0] in words
+    assert p.verdict == "green" and p.warnings == []              # it fits: green, on the CPU too
+    view = PlanView(p)
+    assert view._static_text().startswith("PlanView GREEN: Fits: ")
+    html = view.static_bundle()[0]["text/html"]
+    assert p.device_note in view._static_text() and p.device_note in html and "not a GPU" in p.device_note
+    tight = sc.plan(MLP, device="reference", memory=int(p.peak_bytes / 0.9))
+    assert tight.verdict == "yellow"
+    words = PlanView(tight)._static_text()
+    assert "Fits, with a warning: little headroom" in words
 
 
 def test_run_panel_refuses_actions_on_a_finished_run_and_says_why():

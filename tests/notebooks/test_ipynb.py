@@ -138,8 +138,9 @@ def test_dataframe_notebook(tmp_path):
 def test_memory_plans_notebook(tmp_path):
     nb, _ = execute(NB / "memory_plans.ipynb", tmp_path, 1)
     roomy, tight, small = html(nb, 4), html(nb, 5), html(nb, 6)
-    # the CPU path cannot be green: the roomy plan is green memory-wise and yellow only for the device warning
-    assert 'data-verdict="yellow"' in roomy and "reference device" in roomy and "little headroom" not in roomy
+    # the verdict answers "does it fit": green on the CPU path too, whose device line says it is the CPU
+    assert 'data-verdict="green"' in roomy and "the CPU (numpy reference path)" in roomy
+    assert "little headroom" not in roomy and "warning" not in roomy
     assert 'data-verdict="yellow"' in tight and "little headroom" in tight
     assert 'data-verdict="red"' in small and "Fixes:" in small          # the PlanView's static form
     last = text(nb, 7)

@@ -67,12 +67,26 @@ def test_peak_grows_with_batch_and_verdicts_follow_capacity():
     small, big = sc.plan(s, device="reference", batch_size=8), sc.plan(s, device="reference", batch_size=512)
     assert big.peak_bytes > small.peak_bytes
     roomy = sc.plan(s, device="reference", memory=10 * big.peak_bytes)
-    assert roomy.verdict == "yellow" and any("reference device" in w for w in roomy.warnings)
+    # the verdict answers "does it fit" alone; the device line says it is the slow CPU path
+    assert roomy.verdict == "green" and roomy.warnings == []
+    assert "the CPU" in roomy.device_note and "not a GPU" in roomy.device_note and "slow" in roomy.device_note
+    assert f"  device    {roomy.device_note}" in roomy.table() and "verdict   GREEN" in roomy.table()
     tight = sc.plan(s, device="reference", memory=int(big.peak_bytes * 1.1), batch_size=512)
     assert tight.verdict == "yellow" and tight.warnings[0].startswith("little headroom")
     red = sc.plan(s, device="reference", memory=big.peak_bytes - 1, batch_size=512)
     assert red.verdict == "red" and not red.fits
     assert red.capacity_source == "declared"
+
+
+def test_a_defaulted_metric_is_said_in_the_plan_and_planned():
+    """plan_mlp sets no metrics: as a classification recipe it gets accuracy, the plan says so, and plans the
+    validation passes it brings."""
+    p = sc.plan(_spec(MLP), device="reference")
+    assert any(n.startswith("metrics: accuracy") and "default" in n for n in p.notes), p.notes
+    assert "note: metrics: accuracy" in p.table()
+    assert p.evaluation == {"parts": None, "in_loop": True}
+    chosen = sc.plan(_spec(MLP.replace("clip_grad_norm", 'metrics = ["f1"]\nclip_grad_norm')), device="reference")
+    assert not any(n.startswith("metrics:") for n in chosen.notes)
 
 
 def test_batch_fix_is_a_replanned_peak_and_the_largest_that_fits_with_headroom():
@@ -108,11 +122,12 @@ def test_plan_cli(tmp_path, run_python):
     f.write_text(MLP)
     r = run_python(None, "plan", str(f), "--device", "reference", module="scellis_jupyter.cli")
     assert r.returncode == 0, r.stderr
-    assert "verdict   YELLOW" in r.stdout and "optimizer_state" in r.stdout
+    assert "verdict   GREEN" in r.stdout and "optimizer_state" in r.stdout and "device    the CPU" in r.stdout
     r = run_python(None, "plan", str(f), "--device", "reference", "--json", "--batch-size", "32",
                    module="scellis_jupyter.cli")
     d = json.loads(r.stdout)
-    assert d["batch_size"] == 32 and d["verdict"] == "yellow" and set(d["breakdown"]) >= {"parameters", "activations"}
+    assert d["batch_size"] == 32 and d["verdict"] == "green" and set(d["breakdown"]) >= {"parameters", "activations"}
+    assert "not a GPU" in d["device_note"]
     assert d["peak_bytes"] == sum(d["breakdown"].values())
     r = run_python(None, "plan", str(f), "--device", "reference", "--memory", "100KB", module="scellis_jupyter.cli")
     assert r.returncode == 3 and "error[plan-red]" in r.stderr and "verdict   RED" in r.stdout

@@ -57,6 +57,19 @@ def test_progress_events_reach_the_callback_and_the_store(tmp_path):
     assert line.startswith("step 22/25  epoch 1") and "val accuracy" in line
 
 
+def test_a_tiny_loss_is_never_printed_as_zero():
+    """4.7e-7 is not 0.0000: progress lines and the summary keep small values' digits; usual ones read as before."""
+    from scellis_jupyter.run.lifecycle import summary_lines
+    line = format_event({"event": "step", "step": 660, "total_steps": 660, "epoch": 29, "loss": 4.7e-7, "lr": 1e-8,
+                         "metrics": {"accuracy": 0.9889, "loss": 3.2e-6}})
+    assert "loss 4.700e-07" in line and "val loss 3.200e-06" in line and "val accuracy 0.9889" in line, line
+    assert "0.0000" not in line
+    r = {"state": "finished", "run": "run-x", "steps": 660, "device": {"backend": "reference", "name": "numpy"},
+         "tier": "debug", "metrics": {"loss": 4.7e-7, "test_accuracy": 1.0, "zero": 0.0}}
+    text = "\n".join(summary_lines(r))
+    assert "loss 4.700e-07" in text and "test_accuracy 1.0000" in text and "  zero 0\n" in text, text
+
+
 def test_read_events_waits_for_complete_lines(tmp_path):
     p = tmp_path / "e.jsonl"
     p.write_text('{"event": "start"}\n{"event": "st')

@@ -147,6 +147,23 @@ def _poisoned(tmp_path, bad_rows):
     return NPZ.format(path=str(f))
 
 
+def test_a_classification_recipe_without_metrics_reports_accuracy(tmp_path):
+    """No `metrics` in the recipe: the run evaluates accuracy anyway (checked against scikit-learn)."""
+    from sklearn.datasets import load_iris
+    from sklearn.metrics import accuracy_score
+    X, y = load_iris(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(X))
+    X, y = X[order], y[order]
+    spec = ('[data]\nstandardize = true\n[model]\nnodes = [{ op = "linear", out = 16 }, { op = "relu" }, '
+            '{ op = "linear", out = 3 }]\n[recipe]\nbatch_size = 16\nsteps = 60\noptimizer = { name = "adam", lr = 0.01 }\n')
+    run = sc.train(spec, data={"train": (X[:100], y[:100]), "val": (X[100:125], y[100:125]), "test": (X[125:], y[125:])},
+                   device="reference", progress=False, store=tmp_path / "s")
+    ev = run.evaluate("test", record=False)
+    assert set(ev) == {"test_loss", "test_accuracy"}
+    assert ev["test_accuracy"] == accuracy_score(y[125:], run.predict(X[125:]).argmax(1))
+    assert {"val_accuracy", "test_accuracy"} <= set(run.result()["metrics"])
+
+
 def test_a_bad_batch_is_skipped_and_counted_and_training_goes_on(tmp_path):
     spec = _poisoned(tmp_path, [3])                 # one poisoned example: one skipped step per epoch
     run = Run(spec, device="reference")

@@ -112,6 +112,21 @@ def test_hash_is_blake3_of_canonical_json_and_ignores_layout():
     assert Spec.from_text(REFORMATTED).model == s.model
 
 
+def test_a_classification_recipe_without_metrics_gets_accuracy_and_a_regression_one_its_loss():
+    cls = Spec.from_text('[data]\ndataset = "iris"\n[model]\nnodes = [{ op = "linear", out = 3 }]\n')
+    assert cls.recipe["metrics"] == ["accuracy"] and cls.recipe["default_metrics"] is True
+    chosen = Spec.from_text('[data]\ndataset = "iris"\n[model]\nnodes = [{ op = "linear", out = 3 }]\n'
+                            '[recipe]\nmetrics = ["f1"]\n')
+    assert chosen.recipe["metrics"] == ["f1"] and not chosen.recipe.get("default_metrics")
+    none = Spec.from_text('[data]\ndataset = "iris"\n[model]\nnodes = [{ op = "linear", out = 3 }]\n'
+                          '[recipe]\nmetrics = []\n')                       # an explicit empty list: none
+    assert none.recipe["metrics"] == [] and not none.recipe.get("default_metrics")
+    reg = Spec.from_text('[data]\ndataset = "synthetic_regression"\nn_features = 7\n'
+                         '[model]\nnodes = [{ op = "linear", out = 1 }]\n')
+    assert reg.recipe["metrics"] == [] and not reg.recipe.get("default_metrics")
+    assert cls.hash == Spec.from_text(cls.text).hash and "metrics" not in cls.text        # the text is the text
+
+
 def test_minimal_spec_defaults_and_missing_determinism():
     s = Spec.from_text('[data]\ndataset = "iris"\n[model]\nnodes = [{ op = "linear", out = 3 }]\n')
     assert s.name == "spec"

@@ -33,3 +33,13 @@ export function pushSample(samples, t, step, windowSeconds = 10, max = 256) {
   while (out.length > 2 && (t - out[1].t > windowSeconds || out.length > max)) out.shift();
   return out;
 }
+
+/** A loss or metric as people read it: four decimals in the usual range, scientific notation for small or
+ * huge magnitudes (a loss of 4.7e-7 is not "0.000"), exact zero as "0". run/records.py fmt_value has the same rule. */
+export function fmtValue(v) {
+  if (v == null || Number.isNaN(Number(v))) return "";
+  const x = Number(v);
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  return !Number.isFinite(x) || (a >= 1e-3 && a < 1e5) ? x.toFixed(4) : x.toExponential(3);
+}

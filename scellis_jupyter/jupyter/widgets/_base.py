@@ -27,7 +27,7 @@ STATIC = Path(__file__).resolve().parents[2] / "static"
 
 _MISSING_ESM = """
 export default { render({ el }) {
-  el.textContent = "Scellis widget bundle %s.js is missing: reinstall the package (pip install -e .) with Node.js and npm on PATH.";
+  el.textContent = "Scellis widget bundle %s.js is missing: reinstall the package (pip install -e .).";
 } };
 """
 

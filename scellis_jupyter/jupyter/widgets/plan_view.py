@@ -90,6 +90,8 @@ class PlanView(ScellisWidget):
     def _static_text(self) -> str:
         p = self.plan
         lines = [f"PlanView {p.get('verdict', '?').upper()}: {verdict_words(p)}"]
+        if p.get("device_note"):
+            lines.append(f"  device: {p['device_note']}")
         for k in CATEGORIES:
             if p["breakdown"].get(k):
                 lines.append(f"  {k:16} {fmt_bytes(p['breakdown'][k])}")
@@ -121,10 +123,15 @@ class PlanView(ScellisWidget):
         fixes = "".join(f'<li>[{escape(f["kind"])}] {escape(f["description"])}{_after(f)}</li>'
                         for f in p.get("fixes") or [])
         notes = "".join(f'<div style="color:{FG2};font-size:11px">note: {escape(n)}</div>' for n in p.get("notes") or [])
+        if p.get("verdict") != "yellow":            # a yellow verdict's words already say its warnings
+            notes += "".join(f'<div style="color:{FG2};font-size:11px">warning: {escape(w)}</div>'
+                             for w in p.get("warnings") or [])
+        device = (f'<div class="scellis-device" style="color:{FG2};font-size:12px">device: '
+                  f'{escape(p["device_note"])}</div>' if p.get("device_note") else "")
         inner = (f'<div>{badge(p.get("verdict", "?").upper(), color, {"verdict": p.get("verdict", "?")})} <b>Plan for {escape(str(p.get("spec")))}</b> '
                  f'<span style="color:{FG2}">{escape(str(p.get("backend")))}:{escape(str(p.get("device")))} · batch '
                  f'{p.get("batch_size")} · tier {escape(str(p.get("tier")))}</span></div>'
                  f'<div class="scellis-verdict" style="margin:6px 0;font-weight:600;color:{color}">{escape(verdict_words(p))}</div>'
-                 f'{svg}<div style="font-size:11px">{"".join(legend)}<span>| capacity {fmt_bytes(cap)}</span></div>{notes}'
+                 f'{device}{svg}<div style="font-size:11px">{"".join(legend)}<span>| capacity {fmt_bytes(cap)}</span></div>{notes}'
                  + (f'<div style="margin-top:6px">Fixes:<ul style="margin:2px 0">{fixes}</ul></div>' if fixes else ""))
         return box(inner, "scellis-plan", color)

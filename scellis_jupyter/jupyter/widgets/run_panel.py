@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import traitlets as t
 
+from ...run.records import fmt_value
 from ._base import ScellisWidget, bundle, error_text
 from ._static import FG2, badge, box
 from ._throttle import Throttle
@@ -222,7 +223,7 @@ class RunPanel(ScellisWidget):
                  f'<div style="height:8px;width:{100 * frac:.1f}%;background:{color}"></div></div>'
                  f'<div>{escape(self._progress())}'
                  + (f" · {escape(self._speed())}" if self._speed() else "")
-                 + (f" · loss {self.last_loss:.4g}" if self.last_loss is not None else "") + "</div>"
+                 + (f" · loss {fmt_value(self.last_loss)}" if self.last_loss is not None else "") + "</div>"
                  + (f'<div style="color:{FG2};font-size:11px">{escape(self.state)}: {escape(self.reason)}</div>' if self.reason else "")
                  + (f'<div style="color:{FG2};font-size:11px">{escape(self.device_note)}</div>' if self.device_note else ""))
         return box(inner, "scellis-run", color)
