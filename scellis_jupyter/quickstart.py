@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"epoch {step.step // per_epoch:3d}  step {step.step:5d}  loss {fmt_value(step.loss)}  lr {step.lr:.2e}"
                   + (f"  val accuracy {fmt_value(m['accuracy'])}" if "accuracy" in m else ""), flush=True)
     r = run.result()
-    print(f"finished {r['steps']} steps on {dev.backend}:{dev.name} (tier {r['tier']}): test accuracy "
+    print(f"finished {r['steps']} steps on {dev.backend}:{dev.name}{' via ' + dev.via if dev.via else ''} (tier {r['tier']}): test accuracy "
           f"{r['metrics'].get('test_accuracy', float('nan')):.4f}, test f1 {r['metrics'].get('test_f1', float('nan')):.4f}")
     print(f"memory: measured peak {r['measured_peak_bytes']} bytes, planned {r['predicted_peak_bytes']}")
     print(f"checkpoint {r['final_checkpoint']} in {store} (run {r['run']})")

@@ -38,7 +38,7 @@ class BackgroundRun:
         self.step = int(run.step)
         self.total_steps: int | None = int(run.total_steps)
         dev = run.device
-        self.device_label = f"{dev.backend}:{dev.name}" + (" (CPU, not a GPU)" if _on_cpu(dev) else "")
+        self.device_label = f"{dev.backend}:{dev.name}" + (f" via {dev.via}" if getattr(dev, 'via', '') else "") + (" (CPU, not a GPU)" if _on_cpu(dev) else "")
         self.tier: str = run.tier
         self.started = time.time()
         self.error = None                       # the Diagnostic of a failed run
