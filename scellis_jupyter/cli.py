@@ -26,7 +26,7 @@ from . import settings
 from ._version import __version__
 from .backends.device import ensure_xdg_runtime_dir
 from .errors import (EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
-                     EXIT_TIMEOUT, ScellisError, UsageError, did_you_mean)
+                     EXIT_TIMEOUT, LedgerError, ScellisError, UsageError, did_you_mean)
 from .backends.device import device
 from .spec.schema import parse_bytes
 from .plan import plan
@@ -314,22 +314,32 @@ def _args_ledger(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["verify"], help="verify: re-check every receipt's hash, chain and signature")
     p.add_argument("path", nargs="?", default=None, metavar="PATH",
                    help="the ledger file (default: <store>/ledger.sqlite)")
+    p.add_argument("--key", default=None, metavar="KEY",
+                   help="the signer's Ed25519 public key (64 hex characters, or a PEM file) "
+                        "(default: the key pinned for this ledger in your key store)")
     _args_store(p)
 
 
 def cmd_ledger(args) -> int:
-    """Check a pool's receipt ledger: edits, deletions, insertions and reordering are reported."""
+    """Check a pool's receipt ledger against its pinned signer and head: edits, deletions, insertions,
+    reordering, re-signing and truncation are reported (exit 1); a ledger that cannot be read is exit 2."""
     from pathlib import Path
+    from .pool.keys import load_public
     from .pool.ledger import Ledger
     from .store.store import default_path
     path = Path(args.path) if args.path else Path(default_path(args.store)) / "ledger.sqlite"
+    pub = load_public(args.key) if args.key else None
     led = Ledger(path, readonly=True)
     try:
-        report = led.verify()
+        report = led.verify(public_key=pub)
+    except LedgerError as e:
+        print(e.diagnostic.format(), file=sys.stderr)
+        return EXIT_FAILED
     finally:
         led.close()
     print(json.dumps({"path": str(path), **report}) if args.json else
-          f"{path}: {report['receipts']} receipts, {report['work_units']} work units, chain and signatures verified")
+          f"{path}: {report['receipts']} receipts, {report['work_units']} work units, chain and signatures "
+          f"verified against key {report['public_key']}")
     return EXIT_OK
 
 

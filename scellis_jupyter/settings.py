@@ -103,6 +103,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _s("SCELLIS_CACHE_DIR", "text", None, "store",
        "Where per-machine caches live: device costs, matmul tuning (default `$XDG_CACHE_HOME/scellis`, "
        "else `~/.cache/scellis`)."),
+    _s("SCELLIS_KEY_DIR", "text", None, "store",
+       "The user's key store: the Ed25519 keys that sign receipt and privacy ledgers, and the pins (public key, "
+       "chain head) that `scellis ledger verify` checks them against (default `$XDG_CONFIG_HOME/scellis/keys`, "
+       "else `~/.config/scellis/keys`; folder 0700, files 0600; never inside a ledger's or store's folder)."),
     # compiled programs
     _s("SCELLIS_FUSION", "flag", True, "program",
        "Off: no elementwise fusion, no matmul epilogues, no folded transposes (one dispatch per op)."),
@@ -251,6 +255,14 @@ def cache_dir() -> Path:
     if d:
         return Path(d).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scellis"
+
+
+def key_dir() -> Path:
+    """The user's key store: $SCELLIS_KEY_DIR, else $XDG_CONFIG_HOME/scellis/keys, else ~/.config/scellis/keys."""
+    d = text("SCELLIS_KEY_DIR")
+    if d:
+        return Path(d).expanduser()
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "scellis" / "keys"
 
 
 def unknown(environ=None) -> list[str]:

@@ -4,6 +4,8 @@ import pytest
 
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 os.environ.setdefault("SCELLIS_DEVICE", "reference")
+# signing keys and ledger pins go to a key store of this session, never the user's ~/.config/scellis/keys
+os.environ.setdefault("SCELLIS_KEY_DIR", __import__("tempfile").mkdtemp(prefix="scellis-keys-"))
 
 # ---- wgpu tests without an adapter: loud locally, a failure in CI ------------------------------------------
 # Tests of the wgpu backend skip when this machine has no adapter, with a reason starting "no wgpu"

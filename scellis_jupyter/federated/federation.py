@@ -51,6 +51,7 @@ class RoundResult:
     seconds: float = 0.0
     staleness: list = field(default_factory=list)   # asynchronous: (site, version trained on, tau) per arrival
     metrics: dict = field(default_factory=dict)
+    privacy_head: dict | None = None  # the privacy ledger's signer and head after this round (a kept ledger)
 
 
 class Protect:
@@ -112,14 +113,16 @@ class Federation:
     hyperparameters. `local_steps` optimizer steps per site per round
     (`batch_size`: the spec's, another, or "full" for a site's whole partition). `privacy` (a `Privacy`) engages DP;
     `secure=True` secure aggregation. `quorum` sites must answer within `timeout` seconds, else the round
-    fails with SiteUnavailable; by default every site must.
+    fails with SiteUnavailable; by default every site must. `privacy_ledger` (a path) keeps the budget
+    spent; `privacy_key` (hex) pins its signer in the federation's configuration, and each round record keeps
+    the ledger's head, so a dropped or rewritten line is refused when the ledger is reopened.
     """
 
     def __init__(self, pool, spec, sites: dict, *, strategy: "str | Strategy" = "fedavg", params: dict | None = None,
                  local_steps: int = 10, trust: str | None = None, privacy: Privacy | None = None,
                  privacy_ledger: "PrivacyLedger | str | None" = None, secure: bool | None = None,
                  quorum: int | None = None, timeout: float = 120.0, threshold: int | None = None, seed: int = 0,
-                 batch_size: "int | str | None" = None):
+                 batch_size: "int | str | None" = None, privacy_key: str | None = None):
         from ..spec import Spec
         self.pool, self.client = pool, pool.client
         if isinstance(spec, Spec):
@@ -171,7 +174,7 @@ class Federation:
         self.privacy = privacy
         if privacy is not None:
             self.ledger = privacy_ledger if isinstance(privacy_ledger, PrivacyLedger) else \
-                PrivacyLedger(privacy.epsilon, privacy.delta, privacy_ledger)
+                PrivacyLedger(privacy.epsilon, privacy.delta, privacy_ledger, public_key=privacy_key)
         else:
             self.ledger = None
         self.local_steps = int(local_steps)
@@ -400,7 +403,8 @@ class Federation:
         self.version += 1
         self._receipts(n, model, metas, "secure" if protect.secure is not None else "clear")
         r = RoundResult(n, self.version, sorted(done), sorted(dropped), {s: m["loss"] for s, m in metas.items()},
-                        self.ledger.spent if self.ledger else None, time.perf_counter() - t0)
+                        self.ledger.spent if self.ledger else None, time.perf_counter() - t0,
+                        privacy_head=self.ledger.head() if self.ledger else None)
         self.rounds.append(r)
         return r
 
@@ -508,7 +512,8 @@ class Federation:
                     made += 1
                     r = RoundResult(rno, self.version, [m[0] for m in metas], [], {m[0]: m[2] for m in metas},
                                     self.ledger.spent if self.ledger else None, time.perf_counter() - t0,
-                                    staleness=[(m[0], m[4], m[1]) for m in metas])
+                                    staleness=[(m[0], m[4], m[1]) for m in metas],
+                                    privacy_head=self.ledger.head() if self.ledger else None)
                     self.rounds.append(r)
                     buf, metas, t0 = [], [], time.perf_counter()
                     yield r

@@ -20,9 +20,13 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+import blake3
 import numpy as np
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ..errors import FederatedError, PrivacyBudgetExceeded
+from ..errors import FederatedError, LedgerError, PrivacyBudgetExceeded
+from ..pool import keys
 
 
 @dataclass(frozen=True)
@@ -65,34 +69,103 @@ def epsilon_of(noise_multipliers: list[float], delta: float) -> float:
     return float(acc.get_epsilon(float(delta))) if noise_multipliers else 0.0
 
 
+GENESIS = "0" * 64
+_BODY = ("seq", "what", "noise_multiplier", "delta", "epsilon", "prev", "signer")
+
+
+def entry_hash(e: dict) -> str:
+    """BLAKE3 of an entry's canonical body (everything but its hash and signature)."""
+    return blake3.blake3(json.dumps({k: e[k] for k in _BODY}, sort_keys=True, separators=(",", ":")).encode()
+                         ).hexdigest()
+
+
 class PrivacyLedger:
     """The (eps, delta) spent so far against a declared budget; entries are only ever appended.
 
     `path` (optional) keeps the entries as JSON lines, appended and fsynced; reopening replays them, so a
-    budget spent in an earlier session stays spent.
+    budget spent in an earlier session stays spent. Why a chain, a signer and a pin: a line dropped or a
+    multiplier rewritten would refund the budget. Each line names the previous line's hash and is signed
+    with the user's key (`key`, default the key store's `federation` key); the signer's public key and the
+    head (count, last hash) are pinned in the key store, and `public_key` or `heads` (from a federation's
+    round records) pin them where the trust decision lives. eps is recomputed from the recorded noise
+    multipliers on every open; the eps a line records is only checked against it.
     """
 
-    def __init__(self, epsilon: float, delta: float, path: str | os.PathLike | None = None):
+    def __init__(self, epsilon: float, delta: float, path: str | os.PathLike | None = None, *,
+                 key: Ed25519PrivateKey | None = None, public_key: str | None = None, heads: tuple | list = ()):
         self.epsilon, self.delta = float(epsilon), float(delta)
         self.path = Path(path) if path is not None else None
+        self._key = key
         self.entries: list[dict] = []
-        if self.path is not None and self.path.exists():
-            last = 0.0
-            for i, line in enumerate(self.path.read_text().splitlines(), start=1):
-                try:
-                    e = json.loads(line)
-                    z = float(e["noise_multiplier"])
-                except (ValueError, KeyError, TypeError):
-                    raise FederatedError(f"privacy ledger line {i} is not readable", where=str(self.path),
-                                         hint="the ledger was edited; a spent budget cannot be restored") from None
-                self.entries.append(e)
-                if float(e["epsilon"]) + 1e-9 < last:
-                    raise FederatedError(f"privacy ledger line {i} spends less than line {i - 1}: it was edited",
-                                         where=str(self.path), hint="a privacy ledger only grows")
-                last = float(e["epsilon"])
-            if self.entries and abs(self.spent - last) > 1e-6 * max(1.0, last):
-                raise FederatedError("the privacy ledger's recorded epsilon does not match its own events",
-                                     where=str(self.path), hint="the ledger was edited")
+        if self.path is None:
+            return
+        where = str(self.path)
+        pin = keys.read_pin(self.path)
+        expected = public_key or (pin["public_key"] if pin else keys.public_hex(self.key))
+        if pin is not None and pin["public_key"] != expected:
+            pin = None                                 # a named signer overrides this machine's pin and its head
+        self._signer = expected
+        lines = self.path.read_text().splitlines() if self.path.exists() else []
+        prev, last, hashes = GENESIS, 0.0, []
+        pub = Ed25519PublicKey.from_public_bytes(bytes.fromhex(expected))
+        for i, line in enumerate(lines, start=1):
+            try:
+                e = json.loads(line)
+                z, eps = float(e["noise_multiplier"]), float(e["epsilon"])
+                h, sig, seq = str(e["hash"]), bytes.fromhex(e["signature"]), e["seq"]
+                body_ok = entry_hash(e) == h
+            except (ValueError, KeyError, TypeError):
+                raise FederatedError(f"privacy ledger line {i} is not readable", where=where,
+                                     hint="the ledger was edited; a spent budget cannot be restored") from None
+            if not body_ok:
+                raise FederatedError(f"privacy ledger line {i} does not match its hash: it was edited", where=where,
+                                     hint="a spent budget cannot be restored; restore the ledger from a copy")
+            if seq != i or e["prev"] != prev:
+                raise FederatedError(f"privacy ledger line {i} does not chain to line {i - 1} "
+                                     "(deleted, inserted or reordered)", where=where,
+                                     hint="restore the ledger from a copy")
+            if e["signer"] != expected:
+                raise FederatedError(f"privacy ledger line {i} is signed by key {e['signer']}, expected {expected}",
+                                     where=where, hint="a privacy ledger signed by any other key is refused")
+            try:
+                pub.verify(sig, h.encode())
+            except InvalidSignature:
+                raise FederatedError(f"privacy ledger line {i}'s signature does not verify", where=where,
+                                     hint="the line was re-made without the federation's key") from None
+            if float(e["delta"]) != self.delta or not (z > 0 and np.isfinite(z)):
+                raise FederatedError(f"privacy ledger line {i} records delta={e['delta']}, noise_multiplier={z} "
+                                     f"for a budget at delta={self.delta:g}", where=where,
+                                     hint="open the ledger with the budget it was spent against")
+            if eps + 1e-9 < last:
+                raise FederatedError(f"privacy ledger line {i} spends less than line {i - 1}: it was edited",
+                                     where=where, hint="a privacy ledger only grows")
+            self.entries.append(e)
+            prev, last = h, eps
+            hashes.append(h)
+        try:
+            keys.check_head(where, pin, hashes, "rounds")
+            for hd in heads:
+                keys.check_head(where, {"count": int(hd["count"]), "head": str(hd["head"])}, hashes, "rounds",
+                                kept="a round record")
+        except LedgerError as e:
+            raise FederatedError(e.diagnostic.message, where=where, hint=e.diagnostic.hint) from None
+        if self.entries and abs(self.spent - last) > 1e-6 * max(1.0, last):
+            raise FederatedError("the privacy ledger's recorded epsilon does not match its own events",
+                                 where=where, hint="the ledger was edited")
+
+    @property
+    def key(self) -> Ed25519PrivateKey:
+        if self._key is None:
+            keys.check_outside(self.path)
+            self._key = keys.signing_key("federation")
+        return self._key
+
+    def head(self) -> dict | None:
+        """The signer and chain head, as a federation's round records keep them (None for an in-memory ledger)."""
+        if self.path is None:
+            return None
+        return {"public_key": self._signer, "count": len(self.entries),
+                "head": self.entries[-1]["hash"] if self.entries else GENESIS}
 
     @property
     def noise_multipliers(self) -> list[float]:
@@ -124,10 +197,19 @@ class PrivacyLedger:
         after = self.check(noise_multiplier, what)
         e = {"what": what, "noise_multiplier": float(noise_multiplier), "epsilon": after, "delta": self.delta}
         if self.path is not None:
+            mine = keys.public_hex(self.key)
+            if mine != self._signer:
+                raise FederatedError(f"this privacy ledger is signed by key {self._signer}, not by yours ({mine})",
+                                     where=str(self.path), hint="charge it with the key that made it")
+            e.update(seq=len(self.entries) + 1, prev=self.entries[-1]["hash"] if self.entries else GENESIS,
+                     signer=mine)
+            e["hash"] = entry_hash(e)
+            e["signature"] = self.key.sign(e["hash"].encode()).hex()
             with open(self.path, "a") as f:
                 f.write(json.dumps(e, sort_keys=True) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
+            keys.write_pin(self.path, mine, e["seq"], e["hash"])
         self.entries.append(e)
         return e
 

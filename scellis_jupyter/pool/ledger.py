@@ -3,7 +3,9 @@
 Why a chain and a signature: each receipt's BLAKE3 hash covers its body, which names the previous
 receipt's hash, so an edit, deletion, insertion or reordering breaks the chain; the signature (the pool
 owner's key) stops someone re-chaining edited rows. A signed head (count, last hash) catches a truncated
-tail. The public key is kept in the file; `verify(public_key=...)` pins it against a swapped key.
+tail. The key that signs lives in the user's key store, never beside the ledger, and its public key and the
+chain's head are pinned there (`keys`): `verify` checks against the pin (or a key the user names), never
+against the public key the file carries, so a re-signed, re-keyed or emptied ledger is refused.
 """
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ from pathlib import Path
 
 import blake3
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ..errors import LedgerError
+from . import keys
 
 GENESIS = "0" * 64
 _SCHEMA = """
@@ -58,7 +60,7 @@ def _head_text(count: int, last: str) -> bytes:
 
 
 class Ledger:
-    """Open (or create) the ledger at `path`; `key` signs new receipts (default: `<path>.key`, made 0600)."""
+    """Open (or create) the ledger at `path`; `key` signs new receipts (default: the key store's `ledger` key)."""
 
     def __init__(self, path: str | os.PathLike, key: Ed25519PrivateKey | None = None, *, readonly: bool = False):
         self.path = Path(path)
@@ -78,24 +80,20 @@ class Ledger:
             raise LedgerError(f"cannot open the ledger: {e}", where=str(self.path),
                               hint="give the path of a receipt ledger (SQLite)") from e
         pub = self._meta("public_key")
+        mine = keys.public_hex(self.key)
         if pub is None:
-            k = self.key
-            raw = k.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-            self.db.execute("INSERT INTO meta VALUES ('public_key', ?)", (raw.hex(),))
+            self.db.execute("INSERT INTO meta VALUES ('public_key', ?)", (mine,))
             self._set_head(0, GENESIS)
+            keys.write_pin(self.path, mine, 0, GENESIS)
+        elif pub != mine:
+            raise LedgerError(f"this ledger is signed by key {pub}, not by yours ({mine})", where=str(self.path),
+                              hint="append with the key that made it, or start a new ledger")
 
     @property
     def key(self) -> Ed25519PrivateKey:
         if self._key is None:
-            kp = Path(str(self.path) + ".key")
-            if kp.exists():
-                self._key = serialization.load_pem_private_key(kp.read_bytes(), password=None)
-            else:
-                self._key = Ed25519PrivateKey.generate()
-                fd = os.open(kp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(self._key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                    serialization.NoEncryption()))
+            keys.check_outside(self.path)
+            self._key = keys.signing_key("ledger")
         return self._key
 
     def _meta(self, key: str) -> str | None:
@@ -127,6 +125,7 @@ class Ledger:
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
+        keys.write_pin(self.path, keys.public_hex(self.key), seq, h)
         return Receipt(**d, hash=h, signature=sig)
 
     def receipts(self) -> list[Receipt]:
@@ -135,14 +134,41 @@ class Ledger:
             out.append(Receipt(**json.loads(body), hash=h, signature=bytes(sig)))
         return out
 
-    def verify(self, public_key: Ed25519PublicKey | None = None) -> dict:
-        """Re-check every receipt: body hash, chain, sequence, signature, and the signed head.
+    @property
+    def pin(self) -> dict | None:
+        """This ledger's pin in the key store (signer and head), or None where it was never pinned here."""
+        return keys.read_pin(self.path)
 
-        Returns {"receipts": n, "work_units": total}; raises LedgerError naming the first bad receipt.
+    def head(self) -> dict:
+        """The signer and chain head as a run record keeps them: {"public_key", "count", "head"}."""
+        row = self.db.execute("SELECT seq, hash FROM receipts ORDER BY seq DESC LIMIT 1").fetchone()
+        count, last = row if row else (0, GENESIS)
+        return {"public_key": self._meta("public_key"), "count": int(count), "head": last}
+
+    def verify(self, public_key: Ed25519PublicKey | None = None, heads: tuple | list = ()) -> dict:
+        """Re-check every receipt against the pinned key (or `public_key`): body hash, chain, sequence,
+        signature, the signed head, the pinned head (count and last hash), and each of `heads` (the heads
+        run records kept: {"count", "head"}), so a truncation or rewrite behind a record is caught too.
+
+        Returns {"receipts": n, "work_units": total, "head": hash, "public_key": hex}; raises LedgerError naming
+        the first bad receipt, or the key found and the one expected.
         """
-        pub = public_key or self.public_key
-        prev, n, work = GENESIS, 0, 0
         where = str(self.path)
+        pin = self.pin
+        if public_key is None and pin is None:
+            raise LedgerError("no key is pinned for this ledger in your key store, and none was named", where=where,
+                              hint="name the signer's public key: scellis ledger verify PATH --key HEX (or a PEM file)")
+        expected = keys.public_hex(public_key) if public_key is not None else pin["public_key"]
+        found = self._meta("public_key")
+        if found != expected:
+            raise LedgerError(f"the ledger is signed by key {found}, expected {expected}", where=where,
+                              hint="a ledger signed by any other key is refused; name the right key with --key "
+                                   "only if you trust it")
+        pub = Ed25519PublicKey.from_public_bytes(bytes.fromhex(expected))
+        if pin is not None and pin["public_key"] != expected:
+            pin = None                                 # a named key overrides this machine's pin and its head
+        prev, n, work = GENESIS, 0, 0
+        hashes = []
         rows = self.db.execute("SELECT seq, body, hash, signature FROM receipts ORDER BY rowid").fetchall()
         for i, (seq, body, h, sig) in enumerate(rows, start=1):
             try:
@@ -169,6 +195,7 @@ class Ledger:
                 raise LedgerError(f"receipt {seq}'s signature does not verify", where=where,
                                   hint="the receipt was re-made without the pool's key", seq=seq) from None
             prev, n, work = h, i, work + int(d["work_units"])
+            hashes.append(h)
         head = self._meta("head")
         try:
             count, last, hsig = json.loads(head)
@@ -179,7 +206,11 @@ class Ledger:
         if count != n or last != prev:
             raise LedgerError(f"the ledger holds {n} receipts but its signed head says {count}", where=where,
                               hint="receipts were deleted from (or added to) the end")
-        return {"receipts": n, "work_units": work, "head": prev}
+        keys.check_head(where, pin, hashes)
+        for h in heads:
+            keys.check_head(where, {"count": int(h["count"]), "head": str(h["head"])}, hashes,
+                             kept="a run record")
+        return {"receipts": n, "work_units": work, "head": prev, "public_key": expected}
 
     def close(self) -> None:
         self.db.close()

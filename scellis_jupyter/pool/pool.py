@@ -25,6 +25,7 @@ from .checks import agree, freivalds, spot_pick
 from .datashard import DataProgram, open_result, run_data_shard, shard_header
 from .governor import Governor
 from .job import Job, Shard, content_hash
+from .keys import load_public
 from .ledger import Ledger, Receipt
 from .tree import pairwise
 from .trust import admit, check_regime, check_security
@@ -118,6 +119,7 @@ class JobResult:
     checked: int = 0                                    # shards whose result was independently checked
     canaries: int = 0                                   # canary shards planted (never reduced, no receipt)
     revoked: list = field(default_factory=list)         # shard indices re-run because their peer failed a canary
+    ledger: dict | None = None                          # the receipt ledger's signer and head after this job
 
     def __repr__(self) -> str:
         return (f"JobResult(job={self.job[:12]}, shards={len(self.receipts)}, rejected={len(self.rejected)}, "
@@ -139,7 +141,9 @@ def _check_timeout(timeout: Any) -> None:
 class Pool:
     """`Pool()`: one in-process worker, no network. `Pool(workers=N)`: N local worker processes
     (`processes=False` keeps them in-process). `Pool(address="tcp://host:8786")`: join a running cluster,
-    refusing in `timeout` seconds if it does not answer. `ledger` (a path or Ledger) receives receipts.
+    refusing in `timeout` seconds if it does not answer. `ledger` (a path or Ledger) receives receipts;
+    `ledger_key` (the signer's public key, hex) pins it in the pool's configuration: a ledger signed by any other
+    key, or failing its checks, is refused before the pool starts.
 
     `trust` is "own" (default), "consortium" (TLS with certificates: `security=distributed.Security(...)`) or
     "open"; pool/trust.py says what each refuses. `governor` (pool/governor.py) caps each peer's share;
@@ -148,8 +152,16 @@ class Pool:
 
     def __init__(self, workers: int | None = None, *, address: str | None = None, processes: bool | None = None,
                  threads_per_worker: int = 1, timeout: float = 10.0, ledger: "str | os.PathLike | Ledger | None" = None,
-                 trust: str = "own", security: Any = None, governor: Governor | None = None):
+                 trust: str = "own", security: Any = None, governor: Governor | None = None,
+                 ledger_key: str | None = None):
         _check_timeout(timeout)                        # before Dask, whose error for nan/inf is a KeyError
+        self.ledger = ledger if isinstance(ledger, Ledger) or ledger is None else Ledger(ledger)
+        self.ledger_key = ledger_key
+        if ledger_key is not None:
+            if self.ledger is None:
+                raise PoolError("ledger_key= pins the signer of a ledger, but no ledger= was given", where="Pool",
+                                hint="give ledger=PATH with it")
+            self.ledger.verify(public_key=load_public(ledger_key))
         from distributed import Client, LocalCluster   # dask.distributed: ~0.5 s to import, only when a pool starts
         self.trust = check_regime(trust)
         check_security(trust, security, address)
@@ -196,7 +208,6 @@ class Pool:
                                 cause=str(e)) from None
             self.client = self._client_class(Client)(self.cluster, set_as_default=False, security=security,
                                                      **self._deserializers())
-        self.ledger = ledger if isinstance(ledger, Ledger) or ledger is None else Ledger(ledger)
 
     def _deserializers(self) -> dict:
         """A pool that is not ours sends back only bytes and plain messages: the client unpickles none of
@@ -454,6 +465,7 @@ class Pool:
                 res.receipts.append(self.ledger.mint(job=job.hash, shard=shards[idx].hash, peer=w,
                                                      result=content_hash(value), method=method,
                                                      work_units=units[idx]))
+            res.ledger = self.ledger.head()
         if self.trust == "own":
             res.value = self._tree_reduce(job.reduction, {i: (a[1], a[4]) for i, a in accepted.items()})
             return res

@@ -2,6 +2,7 @@
 and refuses overspending, and the refusals of a federation beyond `own` without DP."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -85,7 +86,7 @@ def test_the_ledger_only_grows_and_refuses_overspending(tmp_path):
     lines = path.read_text().splitlines()
     edited = tmp_path / "edited.jsonl"
     edited.write_text(lines[-1] + "\n" + lines[0] + "\n")
-    with pytest.raises(sc.FederatedError, match="spends less|does not match"):
+    with pytest.raises(sc.FederatedError, match="spends less|does not match|does not chain"):
         PrivacyLedger(3.0, 1e-5, edited)
 
 
@@ -164,3 +165,104 @@ def test_under_secure_aggregation_the_sites_add_the_noise(pool, monkeypatch):
     # three site shares of std z C / sqrt(quorum): any 2 survivors sum to variance >= (z C)^2; none central
     assert stds == pytest.approx([1.2 * 0.5 / math.sqrt(2)] * 3)
     assert f.ledger.spent == pytest.approx(epsilon_of([1.2], 1e-5))
+
+
+# ---- forgeries (issue 36, item 8): the budget cannot be spent again, nor its accounting rewritten ------------
+def _spend(path, rounds=3, z=1.5, budget=10.0):
+    led = PrivacyLedger(budget, 1e-5, path)
+    for _ in range(rounds):
+        led.charge(z)
+    return led
+
+
+def _reopen(path, budget=10.0, **kw):
+    return PrivacyLedger(budget, 1e-5, path, **kw)
+
+
+def test_dropping_the_last_line_does_not_refund_it(tmp_path):
+    path = tmp_path / "budget.jsonl"
+    _spend(path)
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+    with pytest.raises(sc.ScellisError, match="holds 2 rounds but its pin says 3"):
+        _reopen(path)
+
+
+@pytest.mark.parametrize("how", ["emptied", "deleted"])
+def test_dropping_every_line_does_not_refund_the_budget(tmp_path, how):
+    path = tmp_path / "budget.jsonl"
+    _spend(path)
+    path.write_text("") if how == "emptied" else path.unlink()
+    with pytest.raises(sc.ScellisError, match="holds 0 rounds but its pin says 3"):
+        _reopen(path)
+
+
+def test_noise_multipliers_rewritten_with_matching_epsilons_are_refused(tmp_path):
+    path = tmp_path / "budget.jsonl"
+    spent = _spend(path).spent
+    lines, zs = [json.loads(x) for x in path.read_text().splitlines()], []
+    for e in lines:                                   # the forger's edit keeps each line self-consistent
+        zs.append(50.0)
+        e.update(noise_multiplier=50.0, epsilon=epsilon_of(zs, 1e-5))
+    path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in lines))
+    assert epsilon_of(zs, 1e-5) < spent / 10
+    with pytest.raises(sc.ScellisError, match="line 1"):
+        _reopen(path)
+
+
+def _resign(path, key):
+    """The forger's full tool: rewrite the multipliers, recompute eps, re-chain and re-sign every line."""
+    from scellis_jupyter.pool.keys import public_hex
+    from scellis_jupyter.federated.privacy import entry_hash
+    out, prev, zs = [], "0" * 64, []
+    for e in (json.loads(x) for x in path.read_text().splitlines()):
+        zs.append(50.0)
+        e.update(noise_multiplier=50.0, epsilon=epsilon_of(zs, 1e-5), prev=prev, signer=public_hex(key))
+        e.pop("hash"), e.pop("signature")
+        h = entry_hash(e)
+        out.append(dict(e, hash=h, signature=key.sign(h.encode()).hex()))
+        prev = h
+    path.write_text("".join(json.dumps(e, sort_keys=True) + "\n" for e in out))
+
+
+def test_a_resigned_privacy_ledger_is_refused_by_its_pinned_signer_and_head(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from scellis_jupyter import settings
+    path = tmp_path / "budget.jsonl"
+    _spend(path)
+    _resign(path, Ed25519PrivateKey.generate())       # a forger's key: the signer is not the pinned one
+    with pytest.raises(sc.ScellisError, match="line 1 is signed by key [0-9a-f]{64}, expected [0-9a-f]{64}"):
+        _reopen(path)
+    path2 = tmp_path / "budget2.jsonl"                 # the holder of the key itself: the pinned head differs
+    _spend(path2)
+    own = serialization.load_pem_private_key((settings.key_dir() / "federation.key").read_bytes(), password=None)
+    _resign(path2, own)
+    with pytest.raises(sc.ScellisError, match="entry 3 is not the one its head names"):
+        _reopen(path2)
+
+
+def test_the_accounting_is_recomputed_from_the_mechanism_on_open(tmp_path):
+    path = tmp_path / "budget.jsonl"
+    led = _spend(path)
+    again = _reopen(path)
+    assert again.spent == pytest.approx(epsilon_of([1.5] * 3, 1e-5)) == pytest.approx(led.spent)
+    assert again.head() == led.head() and again.head()["count"] == 3
+
+
+def test_a_federation_pins_its_privacy_signer_and_each_round_keeps_the_head(pool, tmp_path, monkeypatch):
+    path = tmp_path / "budget.jsonl"
+    p = Privacy(epsilon=50.0, delta=1e-5, clip=0.5, noise_multiplier=2.0)
+    f = Federation(pool, SPEC, data3(), privacy=p, privacy_ledger=str(path), batch_size="full", local_steps=1)
+    rs = f.fit(2)
+    head = rs[-1].privacy_head
+    assert head == f.ledger.head() and head["count"] == 2 and rs[0].privacy_head["count"] == 1
+    with pytest.raises(sc.FederatedError, match=f"signed by key {head['public_key']}, expected {'1' * 64}"):
+        Federation(pool, SPEC, data3(), privacy=p, privacy_ledger=str(path), privacy_key="1" * 64)
+    f2 = Federation(pool, SPEC, data3(), privacy=p, privacy_ledger=str(path), privacy_key=head["public_key"])
+    assert f2.ledger.spent == pytest.approx(epsilon_of([2.0, 2.0], 1e-5))
+    # elsewhere (no pin in this key store): the round record's head still refuses a dropped last line
+    path.write_text(path.read_text().splitlines(keepends=True)[0])
+    monkeypatch.setenv("SCELLIS_KEY_DIR", str(tmp_path.parent / (tmp_path.name + "-elsewhere")))
+    assert PrivacyLedger(50.0, 1e-5, path, public_key=head["public_key"]).spent > 0
+    with pytest.raises(sc.FederatedError, match="holds 1 rounds but a round record says 2"):
+        PrivacyLedger(50.0, 1e-5, path, public_key=head["public_key"], heads=[head])
