@@ -82,7 +82,10 @@ function render({ model, el }) {
         axes: [{ stroke: axisStroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, label: "step" },
           { stroke: axisStroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, size: 56,
             values: tickValues, space: g === "lr" ? 16 : 30 }],      // the short lr panel still gets 3+ ticks
-        legend: { live: true, markers: { width: 2, dash: (u, i) => (u.series[i].dash ? "dashed" : "solid") } },
+        legend: { live: true, markers: { width: 2, dash: (u, i) => {
+          const d = u.series[i].dash;                  // the legend's marker says the line's dash too
+          return !d ? "solid" : d[0] <= 3 ? "dotted" : "dashed";
+        } } },
         cursor: { drag: { x: true, y: false } },
         series: [{ label: "step" }, ...list.map((s, i) => ({
           label: styles[i].label, stroke: styles[i].stroke, dash: styles[i].dash || undefined,
@@ -91,7 +94,10 @@ function render({ model, el }) {
           points: { show: splitOf(s.name).split !== "train" ? true : (u) => u.data[0].length < 60 },
           value: (u, v) => (v == null ? "–" : Number(v).toPrecision(5)),
         }))],
-        hooks: { draw: [(u) => drawSkipped(u, list)] },
+        hooks: { draw: [(u) => drawSkipped(u, list), (u) => {          // the drawn ranges (what tests read)
+          box.dataset.x = `${u.scales.x.min},${u.scales.x.max}`;
+          box.dataset.y = `${u.scales.y.min},${u.scales.y.max}`;
+        }] },
       };
       const u = new uPlot(opts, align(list), box);
       plots.push({ u, g, log, keys: list.map((s) => `${s.run}\u0000${s.name}`) });

@@ -3,7 +3,7 @@ import "./round_monitor.css";
 import { h } from "./lib/cell.js";
 import { withFallback } from "./lib/fallback.js";
 import { siteProgress, curve, budget } from "./lib/rounds.js";
-import { fmtTick } from "./lib/ticks.js";
+import { fmtTicks } from "./lib/ticks.js";
 
 const NS = "http://www.w3.org/2000/svg";
 const W = 360, H = 120, PAD = 24, LEFT = 44;       // LEFT: room for the y tick labels
@@ -51,11 +51,12 @@ function render({ model, el }) {
     g.append(svg("line", { class: "sc-axis", x1: LEFT, y1: H - PAD, x2: W - PAD, y2: H - PAD }),
       svg("line", { class: "sc-axis", x1: LEFT, y1: PAD, x2: LEFT, y2: H - PAD }));
     if (c) {
-      for (const { v, y } of c.yticks) {            // the y axis's ticks: a mark, a label, a faint grid line
+      const labels = fmtTicks(c.yticks.map((t) => t.v));
+      for (const [i, { y }] of c.yticks.entries()) {            // the y axis's ticks: a mark, a label, a faint grid line
         g.append(svg("line", { class: "sc-grid", x1: LEFT, y1: y.toFixed(1), x2: W - PAD, y2: y.toFixed(1) }),
           svg("line", { class: "sc-axis", x1: LEFT - 4, y1: y.toFixed(1), x2: LEFT, y2: y.toFixed(1) }));
         const lab = svg("text", { class: "sc-ytick", x: LEFT - 6, y: (y + 3).toFixed(1), "text-anchor": "end" });
-        lab.textContent = fmtTick(v);
+        lab.textContent = labels[i];
         g.append(lab);
       }
       g.append(svg("polyline", { class: "sc-line", points: c.points }));

@@ -48,6 +48,7 @@ describe("axis ranges", () => {
   it("log ranges enclose the data's decades and log panels grow with them", () => {
     expect(logRange(0.3, 2.3)).toEqual([0.1, 10]);
     expect(logRange(1e-7, 1)).toEqual([1e-7, 1]);
+    expect(logRange(Math.fround(1e-8), 1)).toEqual([1e-8, 1]);   // a float32 value is not a decade lower
     expect(logRange(0.5, 0.5)).toEqual([0.1, 1]);
     expect(logHeight(0.3, 2.3)).toBe(200);
     expect(logHeight(1e-8, 1)).toBeGreaterThanOrEqual(8 * 32 + 100);
@@ -62,5 +63,14 @@ describe("nice ticks", () => {
     expect(t.every((v) => v >= 0.62 && v <= 0.91)).toBe(true);
     expect(t.length).toBeGreaterThanOrEqual(3);
     expect(new Set(t.map(String)).size).toBe(t.length);
+  });
+});
+
+describe("tick labels", () => {
+  it("take as many digits as distinct ticks need", async () => {
+    const { fmtTicks } = await import("../src/lib/ticks.js");
+    expect(fmtTicks([299, 299.5, 300, 300.5, 301])).toEqual(["299", "299.5", "300", "300.5", "301"]);
+    expect(fmtTicks([0.1, 0.2])).toEqual(["0.1", "0.2"]);
+    expect(fmtTicks([1e-4, 1.5e-4])).toEqual(["1.0e-4", "1.5e-4"]);
   });
 });

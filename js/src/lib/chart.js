@@ -70,7 +70,7 @@ export function yRange(min, max) {
 /** A log y range: the enclosing decades of the positive values ([min, max]); one decade at least. */
 export function logRange(min, max) {
   if (!(min > 0) || !(max > 0)) return [0.1, 10];
-  let lo = Math.floor(Math.log10(min) + 1e-9), hi = Math.ceil(Math.log10(max) - 1e-9);
+  let lo = Math.floor(Math.log10(min) + 1e-6), hi = Math.ceil(Math.log10(max) - 1e-6);
   if (hi <= lo) hi = lo + 1;
   return [10 ** lo, 10 ** hi];
 }
