@@ -4,6 +4,7 @@ repeat a label."""
 import re
 
 import numpy as np
+import pytest
 
 from scellis_jupyter.jupyter.widgets import LossCurve
 from scellis_jupyter.jupyter.widgets._static import (fmt_ticks, line_chart, log_height, log_range, nice_ticks,
@@ -72,3 +73,21 @@ def test_ticks_never_repeat_a_label():
                        "color": "#000"}])
     xl = [v for v in _labels(svg) if re.fullmatch(r"\d{3}(\.\d+)?", v)]
     assert len(xl) >= 3 and len(set(xl)) == len(xl), xl
+
+
+def test_the_static_plan_bar_spans_the_box_and_marks_capacity_where_the_live_view_does():
+    """The live bar (js/src/plan_view.js) spans its box with the marker at capacity / max(peak, capacity);
+    the static forms say the same (the old one drew a 600 px bar in a wider box: its right end, the capacity
+    of a green plan, sat near the middle of the box)."""
+    import scellis_jupyter as sc
+    from scellis_jupyter.jupyter.display import plan_html
+    from scellis_jupyter.jupyter.widgets import PlanView
+    green = sc.plan("benchmarks/specs/mlp.toml", device="reference")
+    red = sc.plan("benchmarks/specs/mlp.toml", device="reference", memory=green.peak_bytes // 2)
+    for p, frac in ((green, 1.0), (red, red.capacity_bytes / red.peak_bytes)):
+        svg = re.search(r'<svg[^>]*aria-label="memory breakdown".*?</svg>', PlanView(p)._static_html()).group(0)
+        assert "max-width" not in svg.split(">")[0] and 'width="100%"' in svg
+        assert float(re.search(r'class="scellis-capacity" data-capacity="([\d.]+)"', svg).group(1)) == \
+            pytest.approx(frac, abs=1e-3)
+        assert float(re.search(r'class="scellis-capacity" data-capacity="([\d.]+)"', plan_html(p)).group(1)) == \
+            pytest.approx(frac, abs=1e-3)
