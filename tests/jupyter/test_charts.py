@@ -91,3 +91,12 @@ def test_the_static_plan_bar_spans_the_box_and_marks_capacity_where_the_live_vie
             pytest.approx(frac, abs=1e-3)
         assert float(re.search(r'class="scellis-capacity" data-capacity="([\d.]+)"', plan_html(p)).group(1)) == \
             pytest.approx(frac, abs=1e-3)
+
+
+def test_the_static_round_curve_has_y_ticks_and_a_narrow_band_for_one_value():
+    from scellis_jupyter.jupyter.widgets.round_monitor import rounds_svg
+    svg = rounds_svg([{"round": 1, "metric": 0.5}, {"round": 2, "metric": 0.75}], "acc")
+    assert re.findall(r'class="scellis-ytick"[^>]*>([^<]*)<', svg) == ["0.5", "0.6", "0.7"]
+    one = [float(v) for v in re.findall(r'class="scellis-ytick"[^>]*>([^<]*)<', rounds_svg([{"round": 1, "metric": 0.9}], "acc"))]
+    assert len(one) >= 2 and all(0.8 < v < 1.0 for v in one), one
+    assert "no acc yet" in rounds_svg([], "acc")
