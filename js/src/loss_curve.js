@@ -8,8 +8,8 @@ import { throttle } from "./lib/throttle.js";
 import { h } from "./lib/cell.js";
 import { withFallback } from "./lib/fallback.js";
 import { lrRange, tickValues } from "./lib/ticks.js";
+import { seriesStyles, splitOf, stepRange, yRange, logRange, logHeight } from "./lib/chart.js";
 
-const RUN_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 const GROUPS = [["loss", "Loss"], ["metrics", "Metrics"], ["lr", "Learning rate"]];
 
 function css(name, fallback) {
@@ -33,16 +33,33 @@ function render({ model, el }) {
   el.append(root);
   let plots = [];
 
-  const runsOf = (series) => [...new Set(series.map((s) => s.run))];
+  // the last width measured while laid out: a rebuild while JupyterLab swaps its theme's CSS (the output
+  // has no width for a moment) keeps it instead of a guess, and fit() re-measures on the next frame
+  let lastWidth = 0;
+  const widthNow = () => {
+    const w = el.clientWidth || root.clientWidth;
+    if (w) lastWidth = Math.max(240, w - 24);
+    return lastWidth || 576;
+  };
+  function fit() {
+    if (!el.clientWidth) return;
+    const w = widthNow();
+    for (const p of plots) if (Math.abs(p.u.width - w) > 4) p.u.setSize({ width: w, height: p.u.height });
+  }
+  // the y extent of a panel's finite (and, on a log axis, positive) values
+  function extentOf(list, log) {
+    let lo = Infinity, hi = -Infinity;
+    for (const s of list) for (const v of s.values) if (Number.isFinite(v) && (!log || v > 0)) { if (v < lo) lo = v; if (v > hi) hi = v; }
+    return [lo, hi];
+  }
 
   function build() {
+    const width = widthNow();
     for (const p of plots) p.u.destroy();
     plots = [];
     el.dataset.builds = String((Number(el.dataset.builds) || 0) + 1);
     panels.replaceChildren();
     const series = st.series;
-    const runs = runsOf(series);
-    const width = Math.max(240, (el.clientWidth || root.clientWidth || 600) - 24);
     const axisStroke = css("--jp-ui-font-color2", "#666");
     const grid = css("--jp-border-color2", "#ddd");
     for (const [g, label] of GROUPS) {
@@ -52,28 +69,38 @@ function render({ model, el }) {
       box.dataset.group = g;
       panels.append(box);
       const log = model.get("log_y") && g === "loss";     // metrics and the lr schedule stay linear (warm-up starts at 0)
+      const styles = seriesStyles(list);
+      box.dataset.series = JSON.stringify(styles);
+      const height = log ? logHeight(...extentOf(list, true)) : g === "lr" ? 150 : 200;
       const opts = {
-        width, height: g === "lr" ? 150 : 200, title: label,
-        // a learning rate is often constant: from 0 up, so a flat series still gets ticks on its axis
-        scales: { x: { time: false }, y: log ? { distr: 3 } : g === "lr" ? { range: lrRange } : {} },
+        width, height, title: label,
+        // every panel spans the run's steps (one evaluation point does not stretch its own x axis); a
+        // learning rate is often constant: from 0 up, so a flat series still gets ticks on its axis
+        scales: { x: { time: false, range: () => stepRange(st.series) || [0, 1] },
+          y: log ? { distr: 3, range: (u, lo, hi) => logRange(lo, hi) } : g === "lr" ? { range: lrRange }
+            : { range: (u, lo, hi) => yRange(lo, hi) } },
         axes: [{ stroke: axisStroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, label: "step" },
           { stroke: axisStroke, grid: { stroke: grid, width: 0.5 }, ticks: { stroke: grid, width: 0.5 }, size: 56,
             values: tickValues, space: g === "lr" ? 16 : 30 }],      // the short lr panel still gets 3+ ticks
-        legend: { live: true },
+        legend: { live: true, markers: { width: 2, dash: (u, i) => {
+          const d = u.series[i].dash;                  // the legend's marker says the line's dash too
+          return !d ? "solid" : d[0] <= 3 ? "dotted" : "dashed";
+        } } },
         cursor: { drag: { x: true, y: false } },
-        series: [{ label: "step" }, ...list.map((s) => ({
-          label: runs.length > 1 ? `${s.run}: ${s.name}` : s.name,
-          stroke: RUN_COLORS[runs.indexOf(s.run) % RUN_COLORS.length],
-          dash: s.name.startsWith("val") ? [6, 4] : undefined,
-          width: 1.5, spanGaps: true,
+        series: [{ label: "step" }, ...list.map((s, i) => ({
+          label: styles[i].label, stroke: styles[i].stroke, dash: styles[i].dash || undefined,
+          width: styles[i].width, spanGaps: true,
           // sparse series (evaluations) always show their points; dense ones only while short
-          points: { show: s.name.startsWith("val") ? true : (u) => u.data[0].length < 60 },
+          points: { show: splitOf(s.name).split !== "train" ? true : (u) => u.data[0].length < 60 },
           value: (u, v) => (v == null ? "–" : Number(v).toPrecision(5)),
         }))],
-        hooks: { draw: [(u) => drawSkipped(u, list)] },
+        hooks: { draw: [(u) => drawSkipped(u, list), (u) => {          // the drawn ranges (what tests read)
+          box.dataset.x = `${u.scales.x.min},${u.scales.x.max}`;
+          box.dataset.y = `${u.scales.y.min},${u.scales.y.max}`;
+        }] },
       };
       const u = new uPlot(opts, align(list), box);
-      plots.push({ u, g, keys: list.map((s) => `${s.run}\u0000${s.name}`) });
+      plots.push({ u, g, log, keys: list.map((s) => `${s.run}\u0000${s.name}`) });
     }
     info.textContent = countText(series);
   }
@@ -115,6 +142,10 @@ function render({ model, el }) {
     for (const p of plots) {
       const list = p.keys.map((k) => series.find((s) => `${s.run}\u0000${s.name}` === k));
       p.u.setData(align(list));
+      if (p.log) {                                     // more decades: a taller panel
+        const hgt = logHeight(...extentOf(list, true));
+        if (hgt !== p.u.height) p.u.setSize({ width: p.u.width, height: hgt });
+      }
     }
     info.textContent = countText(series);
   }, { interval: 200, immediate: 3 });
@@ -125,13 +156,10 @@ function render({ model, el }) {
   logBtn.addEventListener("click", () => { model.set("log_y", !model.get("log_y")); model.save_changes(); });
   model.on("change:log_y", onLog);
   model.on("change:title", () => { title.textContent = model.get("title") || "Training curves"; });
-  const ro = new ResizeObserver(() => {
-    const w = Math.max(240, el.clientWidth - 24);
-    for (const p of plots) if (Math.abs(p.u.width - w) > 4) p.u.setSize({ width: w, height: p.u.height });
-  });
+  const ro = new ResizeObserver(fit);
   ro.observe(el);
   // JupyterLab's theme switch changes the CSS variables the canvas colours were read from: redraw
-  const mo = new MutationObserver(() => build());
+  const mo = new MutationObserver(() => { build(); requestAnimationFrame(fit); });
   mo.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light", "data-jp-theme-name"] });
   logBtn.classList.toggle("sc-primary", !!model.get("log_y"));
   // ask the kernel for a fresh snapshot (points appended before this view existed are in the model store

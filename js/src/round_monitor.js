@@ -3,9 +3,10 @@ import "./round_monitor.css";
 import { h } from "./lib/cell.js";
 import { withFallback } from "./lib/fallback.js";
 import { siteProgress, curve, budget } from "./lib/rounds.js";
+import { fmtTicks } from "./lib/ticks.js";
 
 const NS = "http://www.w3.org/2000/svg";
-const W = 360, H = 120, PAD = 24;
+const W = 360, H = 120, PAD = 24, LEFT = 44;       // LEFT: room for the y tick labels
 
 function svg(tag, attrs) {
   const e = document.createElementNS(NS, tag);
@@ -45,17 +46,25 @@ function render({ model, el }) {
     }
     root.append(grid);
     // the metric per round
-    const c = curve(rounds, W, H, PAD);
+    const c = curve(rounds, W, H, PAD, LEFT);
     const g = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${metric} per round` });
-    g.append(svg("line", { class: "sc-axis", x1: PAD, y1: H - PAD, x2: W - PAD, y2: H - PAD }),
-      svg("line", { class: "sc-axis", x1: PAD, y1: PAD, x2: PAD, y2: H - PAD }));
+    g.append(svg("line", { class: "sc-axis", x1: LEFT, y1: H - PAD, x2: W - PAD, y2: H - PAD }),
+      svg("line", { class: "sc-axis", x1: LEFT, y1: PAD, x2: LEFT, y2: H - PAD }));
     if (c) {
+      const labels = fmtTicks(c.yticks.map((t) => t.v));
+      for (const [i, { y }] of c.yticks.entries()) {            // the y axis's ticks: a mark, a label, a faint grid line
+        g.append(svg("line", { class: "sc-grid", x1: LEFT, y1: y.toFixed(1), x2: W - PAD, y2: y.toFixed(1) }),
+          svg("line", { class: "sc-axis", x1: LEFT - 4, y1: y.toFixed(1), x2: LEFT, y2: y.toFixed(1) }));
+        const lab = svg("text", { class: "sc-ytick", x: LEFT - 6, y: (y + 3).toFixed(1), "text-anchor": "end" });
+        lab.textContent = labels[i];
+        g.append(lab);
+      }
       g.append(svg("polyline", { class: "sc-line", points: c.points }));
-      const t = svg("text", { x: PAD, y: 12 });
+      const t = svg("text", { x: LEFT, y: 12 });
       t.textContent = `${metric} ${c.lo.toFixed(3)}..${c.hi.toFixed(3)}, last ${c.last.toFixed(4)}`;
       g.append(t);
     } else {
-      const t = svg("text", { x: PAD + 6, y: H / 2 });
+      const t = svg("text", { x: LEFT + 6, y: H / 2 });
       t.textContent = `no ${metric} yet`;
       g.append(t);
     }

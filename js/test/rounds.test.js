@@ -35,6 +35,17 @@ describe("round monitor", () => {
     expect([c.lo, c.hi, c.last]).toEqual([0.5, 0.75, 0.75]);
     expect(curve([{ round: 1, metric: null }], 360, 120)).toBe(null);
   });
+  it("gives the y axis ticks inside the box, with room on the left for their labels", () => {
+    const c = curve(STATE.rounds, 360, 120, 24, 44);
+    const xy = c.points.split(" ").map((p) => p.split(",").map(Number));
+    expect(xy[0][0]).toBe(44);
+    expect(c.yticks.map((t) => t.v)).toEqual([0.5, 0.6, 0.7].map((v) => expect.closeTo(v, 12)));
+    expect(c.yticks[0].y).toBeCloseTo(96, 6);          // 0.5, the lowest value, at the bottom
+    for (const t of c.yticks) expect(t.y >= 24 && t.y <= 96).toBe(true);
+    const one = curve([{ round: 1, metric: 0.9 }], 360, 120, 24, 44);   // a single value: a band around it
+    expect(one.yticks.length).toBeGreaterThanOrEqual(2);
+    expect(one.yticks.every((t) => t.v > 0.8 && t.v < 1)).toBe(true);
+  });
   it("clamps the budget fraction and has none without DP", () => {
     expect(budget(STATE.privacy).frac).toBeCloseTo(0.25, 12);
     expect(budget({ spent: 9, epsilon: 6, delta: 1e-5 }).frac).toBe(1);

@@ -76,7 +76,8 @@ class RoundMonitor:
                 f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>'
                 f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#999"/>{body}</svg>')
 
-    def _repr_html_(self) -> str:
+    def _repr_html_(self, chart: str | None = None) -> str:
+        """The summary, the privacy meter, the metric chart (`chart`, else svg()) and the per-round table."""
         s = self.state()
         p = s["privacy"]
         meter = ""
@@ -94,6 +95,6 @@ class RoundMonitor:
         head = "".join(f"<th>{html.escape(n)}</th>" for n in s["sites"])
         return (f'<div class="scellis-round-monitor"><b>{html.escape(s["strategy"])}</b> on {len(s["sites"])} sites, '
                 f'trust {html.escape(s["trust"])}, secure aggregation {"on" if s["secure"] else "off"}, '
-                f'model version {s["version"]}{meter}{self.svg()}'
+                f'model version {s["version"]}{meter}{self.svg() if chart is None else chart}'
                 f'<table><tr><th>round</th><th>{html.escape(self.metric)}</th><th>eps</th>{head}</tr>{rows}</table>'
                 f'</div>')

@@ -91,8 +91,11 @@ def plan_html(p) -> str:
             segs.append(f'<div title="{k}: {_mib(v)}" style="width:{100 * v / scale:.3f}%;background:'
                         f'{CATEGORY_COLOUR[k]}"></div>')
     cap = 100 * p.capacity_bytes / scale
+    marker = (f'<div class="scellis-capacity" data-capacity="{cap / 100:.4f}" title="capacity {_mib(p.capacity_bytes)}" '
+              f'style="position:absolute;top:0;bottom:0;left:calc({min(cap, 100):.3f}% - 2px);width:2px;'
+              'background:var(--jp-ui-font-color0,#000)"></div>')
     bar = ('<div style="position:relative;height:16px;background:var(--jp-layout-color2,#eaeef2);border-radius:3px;'
-           f'display:flex;overflow:hidden;margin:6px 0">{"".join(segs)}</div>'
+           f'display:flex;overflow:hidden;margin:6px 0">{"".join(segs)}{marker}</div>'
            + (f'<div style="font-size:11px">capacity at {cap:.0f}% of the bar</div>' if cap < 100 else ""))
     rows = "".join(f'<tr><td><span style="display:inline-block;width:10px;height:10px;background:{CATEGORY_COLOUR[k]}">'
                    f'</span> {k}</td><td style="text-align:right">{_mib(p.breakdown.get(k, 0))}</td>'

@@ -1,3 +1,4 @@
+import { niceTicks } from "./chart.js";
 // What the RoundMonitor view draws, from the kernel's state (federated/monitor.py RoundMonitor.state()):
 // per-site progress, the metric curve as SVG polyline points, and the privacy budget spent.
 
@@ -23,16 +24,20 @@ export function siteProgress(state, planned = 0, live = null) {
   });
 }
 
-/** The evaluated rounds as polyline points in a width x height box with `pad`; null before the first. */
-export function curve(rounds, width, height, pad = 24) {
+/** The evaluated rounds as polyline points in a width x height box with `pad` (`left`: the room kept for the
+ * y tick labels), and the y axis's ticks [{v, y}] over the metric's range; null before the first. */
+export function curve(rounds, width, height, pad = 24, left = pad) {
   const pts = (rounds || []).filter((r) => r.metric != null && Number.isFinite(r.metric)).map((r) => [r.round, r.metric]);
   if (!pts.length) return null;
   const n = Math.max(...pts.map((p) => p[0]));
-  let lo = Math.min(...pts.map((p) => p[1])), hi = Math.max(...pts.map((p) => p[1]));
-  const span = hi - lo || 1;
-  const xy = pts.map(([x, y]) => [pad + ((x - 1) / Math.max(1, n - 1)) * (width - 2 * pad),
-    height - pad - ((y - lo) / span) * (height - 2 * pad)]);
-  return { points: xy.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" "), lo, hi, last: pts[pts.length - 1][1], n: pts.length };
+  const lo = Math.min(...pts.map((p) => p[1])), hi = Math.max(...pts.map((p) => p[1]));
+  // the y range: the metric's, or a small band around a single value
+  const [y0, y1] = hi > lo ? [lo, hi] : [lo - Math.max(Math.abs(lo) * 0.05, 1e-3), hi + Math.max(Math.abs(hi) * 0.05, 1e-3)];
+  const Y = (y) => height - pad - ((y - y0) / (y1 - y0)) * (height - 2 * pad);
+  const xy = pts.map(([x, y]) => [left + ((x - 1) / Math.max(1, n - 1)) * (width - left - pad), Y(y)]);
+  const yticks = niceTicks(y0, y1, 3).map((v) => ({ v, y: Y(v) }));
+  return { points: xy.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" "), lo, hi, last: pts[pts.length - 1][1],
+    n: pts.length, yticks };
 }
 
 /** The budget: spent, declared (eps, delta) and the fraction spent (clamped to 1); null without DP. */

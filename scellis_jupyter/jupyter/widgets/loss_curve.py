@@ -19,7 +19,7 @@ import traitlets as t
 
 from ._base import ScellisWidget, bundle
 from ._series import SeriesStore
-from ._static import FG2, RUN_COLORS, box, line_chart
+from ._static import FG2, box, line_chart, series_styles
 from ._throttle import Throttle
 
 TERMINAL = ("finished", "failed", "interrupted", "refused")
@@ -121,13 +121,19 @@ class LossCurve(ScellisWidget):
 
     # ---- static form --------------------------------------------------------------------------------
     def _groups(self) -> dict[str, list]:
+        """Per panel, its series as line_chart wants them: one hue per metric, a dash per split, runs by shade
+        and width (js/src/lib/chart.js seriesStyles)."""
         arrays = self.store.arrays()
-        runs = list(dict.fromkeys(r for r, _ in arrays))
+        keys: dict[str, list] = {}
+        for r, n in arrays:
+            if len(arrays[(r, n)][0]):
+                keys.setdefault(group_of(n), []).append((r, n))
         out: dict[str, list] = {}
-        for (r, n), (s, v, k) in arrays.items():
-            out.setdefault(group_of(n), []).append(
-                {"label": f"{r}: {n}" if len(runs) > 1 else n, "x": s, "y": v, "skipped": k,
-                 "color": RUN_COLORS[runs.index(r) % len(RUN_COLORS)], "dashed": n.startswith("val")})
+        for g, ks in keys.items():
+            for (r, n), st in zip(ks, series_styles(ks)):
+                s, v, k = arrays[(r, n)]
+                out.setdefault(g, []).append({"label": st["label"], "x": s, "y": v, "skipped": k, "color": st["color"],
+                                              "dash": st["dash"], "width": st["width"], "name": n})
         return out
 
     def _static_text(self) -> str:
@@ -141,13 +147,15 @@ class LossCurve(ScellisWidget):
 
     def _static_html(self) -> str:
         groups = self._groups()
+        steps = [float(x) for ss in groups.values() for s in ss for x in (s["x"][0], s["x"][-1])]
+        span = (min(steps), max(steps)) if steps else None      # every panel spans the run's steps
         charts = []
         for g, label in (("loss", "Loss"), ("metrics", "Metrics"), ("lr", "Learning rate")):
             if g in groups:
                 marks = [int(x) for s in groups[g] for x in s["skipped"]] if g == "loss" else []
                 charts.append(line_chart(groups[g], title=label, log_y=self.log_y and g == "loss",
-                                         height=140 if g == "lr" else 200, marks_x=marks))
-        n = sum(len(s["x"]) for s in groups.get("loss", []) if s["label"].endswith("loss") and not s["dashed"])
+                                         height=140 if g == "lr" else 200, marks_x=marks, x_range=span))
+        n = sum(len(s["x"]) for s in groups.get("loss", []) if s["name"] == "loss")
         head = (f'<div style="font-weight:600">{escape(self.title or "Training curves")} '
                 f'<span style="color:{FG2};font-weight:400">{n} steps</span></div>')
         return box(head + ("".join(charts) or f'<div style="color:{FG2}">no points yet</div>'), "scellis-curve")

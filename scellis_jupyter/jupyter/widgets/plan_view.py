@@ -116,10 +116,14 @@ class PlanView(ScellisWidget):
                           f'height:10px;background:{COLORS.get(k, "#888")};margin-right:4px"></i>{k.replace("_", " ")} {fmt_bytes(v)}</span>')
             x += v
         capx = w * cap / scale
-        svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {hgt}" width="100%" style="max-width:{w}px;'
-               f'display:block;margin:6px 0 2px" role="img" aria-label="memory breakdown">'
+        # the bar spans the box, as the live view's does (js/src/plan_view.js): a bar capped at 600 px in a
+        # wider box put a capacity marker at its right end near the middle of the box
+        svg = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {hgt}" width="100%" height="{hgt}" '
+               f'preserveAspectRatio="none" style="display:block;margin:6px 0 2px" role="img" '
+               f'aria-label="memory breakdown">'
                f'<rect width="{w}" height="{hgt}" fill="{BORDER}"/>{"".join(rects)}'
-               f'<rect x="{max(capx - 2, 0):.1f}" width="2" height="{hgt}" fill="currentColor"/></svg>')
+               f'<rect class="scellis-capacity" data-capacity="{cap / scale:.4f}" x="{min(max(capx - 1, 0), w - 2):.1f}" '
+               f'width="2" height="{hgt}" fill="var(--jp-ui-font-color0, #000)"><title>capacity {fmt_bytes(cap)}</title></rect></svg>')
         fixes = "".join(f'<li>[{escape(f["kind"])}] {escape(f["description"])}{_after(f)}</li>'
                         for f in p.get("fixes") or [])
         notes = "".join(f'<div style="color:{FG2};font-size:11px">note: {escape(n)}</div>' for n in p.get("notes") or [])

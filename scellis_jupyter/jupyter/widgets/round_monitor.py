@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 import threading
+from html import escape
 from typing import Any
 
 import traitlets as t
 
 from ...federated.monitor import RoundMonitor
 from ._base import ScellisWidget, WidgetError, bundle
+from ._static import BORDER, FG2, fmt_ticks, nice_ticks, y_range
 
 
 def _plain(v: Any) -> Any:
@@ -29,6 +31,34 @@ def _plain(v: Any) -> Any:
     if hasattr(v, "item") and callable(v.item):          # numpy scalars
         return _plain(v.item())
     return v
+
+
+def rounds_svg(rounds: list[dict], metric: str, width: int = 360, height: int = 120) -> str:
+    """The metric per round with a y axis of ticks (js/src/lib/rounds.js curve and round_monitor.js say the
+    same); a single value gets a narrow band around it."""
+    pad, left = 24, 44
+    pts = [(r["round"], r["metric"]) for r in rounds if r.get("metric") is not None and math.isfinite(r["metric"])]
+    axes = (f'<line x1="{left}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="{BORDER}"/>'
+            f'<line x1="{left}" y1="{pad}" x2="{left}" y2="{height - pad}" stroke="{BORDER}"/>')
+    body = f'<text x="{left + 6}" y="{height / 2}" font-size="10" fill="{FG2}">no {escape(metric)} yet</text>'
+    if pts:
+        n = max(p[0] for p in pts)
+        lo, hi = min(p[1] for p in pts), max(p[1] for p in pts)
+        y0, y1 = (lo, hi) if hi > lo else y_range(lo, hi)
+
+        def y(v: float) -> float:
+            return height - pad - (v - y0) / (y1 - y0) * (height - 2 * pad)
+        ticks = nice_ticks(y0, y1, 3)
+        body = "".join(
+            f'<line x1="{left - 4}" x2="{width - pad}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="{BORDER}" stroke-width="0.5"/>'
+            f'<text class="scellis-ytick" x="{left - 6}" y="{y(v) + 3:.1f}" text-anchor="end" font-size="10" '
+            f'fill="{FG2}">{label}</text>' for v, label in zip(ticks, fmt_ticks(ticks)))
+        body += (f'<polyline fill="none" stroke="#2a6fdb" stroke-width="2" points="'
+                 + " ".join(f"{left + (x - 1) / max(1, n - 1) * (width - left - pad):.1f},{y(v):.1f}" for x, v in pts)
+                 + f'"/><text x="{left}" y="12" font-size="10" fill="{FG2}">{escape(metric)} {lo:.3f}..{hi:.3f}, '
+                 f'last {pts[-1][1]:.4f}</text>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+            f'role="img" aria-label="{escape(metric)} per round">{axes}{body}</svg>')
 
 
 class RoundMonitorView(ScellisWidget):
@@ -84,4 +114,4 @@ class RoundMonitorView(ScellisWidget):
         return repr(self.monitor)
 
     def _static_html(self) -> str:
-        return self.monitor._repr_html_()
+        return self.monitor._repr_html_(chart=rounds_svg(self.state.get("rounds") or [], self.metric))
