@@ -54,7 +54,10 @@ def test_batched_update_is_one_dispatch_per_kind_and_matches_float64(shapes):
     outs = execute(prog, [store[id(l)] for l in leaves], impl)
     got = impl.read_many(outs)
     n_odd = sum(s in ODD for s in shapes)
-    assert impl.dispatches - before == 2 * (1 + n_odd)                 # one per kind, plus the odd one each
+    if impl.unalias:     # Dawn: one tensor at a time, each in-place input copied apart first (WebGPU's aliasing rule)
+        assert impl.dispatches - before >= 2 * len(shapes)
+    else:
+        assert impl.dispatches - before == 2 * (1 + n_odd)             # one per kind, plus the odd one each
     for k, (w, m, g) in enumerate(zip(ws, ms, gs)):
         nm, nw = _want(0.01, data[id(w)], data[id(m)], data[id(g)])
         np.testing.assert_allclose(got[2 * k], nm, rtol=1e-6, atol=1e-7)
