@@ -279,7 +279,8 @@ def _args_gc(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-final", action=argparse.BooleanOptionalAction, default=True,
                    help="keep each run's final checkpoint (default: yes)")
     p.add_argument("--grace", type=_nonnegative, default=60.0, metavar="SECONDS",
-                   help="keep objects younger than this, a concurrent writer may not have named them yet (60)")
+                   help="keep objects younger than this, a concurrent writer may not have named them yet (60); "
+                   "whatever it says, objects younger than the oldest live writer's lease stay")
 
 
 def cmd_gc(args) -> int:
@@ -290,7 +291,9 @@ def cmd_gc(args) -> int:
     else:
         print(f"freed {len(report.freed_objects)} objects ({report.freed_bytes} bytes), "
               f"{len(report.removed_checkpoints)} checkpoints, {report.removed_temp_files} temp files; "
-              f"kept {report.kept_objects} objects")
+              f"kept {report.kept_objects} objects"
+              + (f", {report.kept_for_lease} of them younger than the oldest live writer's lease "
+                 f"({report.live_leases} live)" if report.kept_for_lease else ""))
     return EXIT_OK
 
 

@@ -3,6 +3,7 @@
 Tolerance: none (exact fields and states).
 """
 import json
+import os
 import sqlite3
 import time
 
@@ -35,6 +36,9 @@ def populated(tmp_path):
     c = sqlite3.connect(s.root / "index.sqlite")
     c.execute("UPDATE runs SET host = 'gone-host', heartbeat = ? WHERE id = ?", (time.time() - 3600, lost.id))
     c.commit()
+    for lease in (s.root / "leases").glob("*.json"):       # the silent host's writer lease: an hour stale
+        lease.write_text(json.dumps(dict(json.loads(lease.read_text()), host="gone-host")))
+        os.utime(lease, (time.time() - 3600, time.time() - 3600))
     return s, done.id, lost.id, parent, h
 
 

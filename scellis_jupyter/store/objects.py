@@ -99,6 +99,7 @@ class ObjectStore:
         final = self.path(h)
         try:
             if final.is_file() and final.stat().st_size == len(data) and hash_bytes(final.read_bytes()) == h:
+                os.utime(final)                         # written again: as young as a new one (gc's grace, leases)
                 return h                                # already there and intact; a damaged copy is replaced
         except OSError:
             pass

@@ -180,8 +180,9 @@ def _jsonable(d: dict) -> dict:
 class RunHandle:
     """The live side of a run: owned by the process that trains; every change writes a new record."""
 
-    def __init__(self, store: "Store", record: RunRecord):
+    def __init__(self, store: "Store", record: RunRecord, lease: Any = None):
         self.store, self.record, self._lock = store, record, threading.RLock()
+        self._lease = lease            # the writer lease (store.leases) held until the run ends
 
     @property
     def id(self) -> str:
@@ -205,6 +206,8 @@ class RunHandle:
         with self._lock:
             now, pid = time.time(), os.getpid()
             beat = dict(heartbeat=now, pid=pid, host=socket.gethostname(), proc_start=_proc_start(pid))
+            if self._lease is not None:
+                self._lease.refresh()
             row = self.store.index.run(self.id)
             if row is not None and row["state"] == "interrupted" and self.record.state in ("running", "interrupted"):
                 self.record.state, self.record.resume_from, self.record.error = "running", None, None
@@ -254,6 +257,8 @@ class RunHandle:
             if state != "interrupted":
                 self.record.resume_from = None
             self._write(heartbeat=time.time())
+            if self._lease is not None:
+                self._lease.release()
             return self.record
 
     def _revive(self) -> None:
@@ -308,16 +313,22 @@ def start_run(store: "Store", **fields: Any) -> RunHandle:
                     updated=now, host=socket.gethostname(), pid=pid)
     _set_fields(rec, fields)
     rec.heartbeat = now
-    h = store.put_json(rec.to_json(), kind="run-record")
-    rec.record_hash = h
-    if adopt:
-        store.index.update_run(run_id, state="running", spec_hash=rec.spec_hash, updated=now, heartbeat=now,
-                               pid=pid, host=rec.host, proc_start=_proc_start(pid), record=h, last_checkpoint=None)
-    else:
-        store.index.insert_run(id=run_id, state="running", spec_hash=rec.spec_hash, created=now, updated=now,
-                               heartbeat=now, pid=pid, host=rec.host, proc_start=_proc_start(pid), record=h,
-                               last_checkpoint=None)
-    return RunHandle(store, rec)
+    lease = store.lease()          # a running run writes checkpoints before it names them: gc must wait
+    try:
+        h = store.put_json(rec.to_json(), kind="run-record")
+        rec.record_hash = h
+        if adopt:
+            store.index.update_run(run_id, state="running", spec_hash=rec.spec_hash, updated=now, heartbeat=now,
+                                   pid=pid, host=rec.host, proc_start=_proc_start(pid), record=h,
+                                   last_checkpoint=None)
+        else:
+            store.index.insert_run(id=run_id, state="running", spec_hash=rec.spec_hash, created=now, updated=now,
+                                   heartbeat=now, pid=pid, host=rec.host, proc_start=_proc_start(pid), record=h,
+                                   last_checkpoint=None)
+    except BaseException:
+        lease.release()
+        raise
+    return RunHandle(store, rec, lease)
 
 
 def reserve_run(store: "Store", run_id: str, *, pid: int, **fields: Any) -> bool:

@@ -7,6 +7,7 @@ every run, pinned and named objects, run records and everything they name stay.
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .checkpoint import check_spec
 from .runs import start_run
 from .runs import list_runs
 from .runs import get_run
+from .leases import DEFAULT_EXPIRY, Lease, live_leases
 from .. import settings
 from ..errors import did_you_mean
 
@@ -41,11 +43,14 @@ class GcReport:
     removed_checkpoints: list[str] = field(default_factory=list)
     removed_temp_files: int = 0
     kept_objects: int = 0
+    kept_for_lease: int = 0           # collectable but younger than the oldest live writer's lease
+    live_leases: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"freed_objects": self.freed_objects, "freed_bytes": self.freed_bytes,
                 "removed_checkpoints": self.removed_checkpoints, "removed_temp_files": self.removed_temp_files,
-                "kept_objects": self.kept_objects}
+                "kept_objects": self.kept_objects, "kept_for_lease": self.kept_for_lease,
+                "live_leases": self.live_leases}
 
 
 def default_path(path: str | os.PathLike | None = None) -> Path:
@@ -63,6 +68,7 @@ class Store:
         self.root = Path(root)
         self.objects = ObjectStore(self.root)
         self.index = Index(self.root / "index.sqlite", store=str(self.root))
+        self._leases: list[Lease] = []
         self.dropped_rows = self._drop_dangling()
 
     def _drop_dangling(self) -> list[str]:
@@ -107,9 +113,19 @@ class Store:
         """Store bytes; returns their BLAKE3 hash. The file comes first (durable), then its index row, so a
         kill in between leaves an unnamed file (gc removes it), never a row naming nothing."""
         data = bytes(data)
+        for lease in self._leases:
+            lease.refresh()
         h = self.objects.write(data)
         self.index.add_object(h, kind, len(data))
         return h
+
+    def lease(self, *, expiry: float = DEFAULT_EXPIRY) -> Lease:
+        """Register this process as a writer until the returned lease is released (use it as a `with`):
+        gc keeps every object younger than the oldest live lease, so what a writer has written but not
+        yet named survives any `--grace`. Writes through this handle refresh it."""
+        lease = Lease(self.root, expiry=expiry, on_release=lambda x: x in self._leases and self._leases.remove(x))
+        self._leases.append(lease)
+        return lease
 
     def get_bytes(self, ref: str) -> bytes:
         """Bytes of an object (full hash or unique prefix), verified against the hash."""
@@ -296,7 +312,9 @@ class Store:
         (a concurrent writer may not have named it yet). Only checkpoint objects and superseded run
         records are ever deleted: datasets, specs and user blobs stay. Leftover temp files of killed
         writers, and object files no index row names (a writer killed between file and row: nobody got
-        their hash), older than `grace_s` go too.
+        their hash), older than `grace_s` go too. Whatever `grace_s` says, nothing younger than the start
+        of the oldest live writer's lease (`Store.lease`, held by every running run) is deleted: that
+        writer may not have named it yet (`kept_for_lease` counts them); dead leases are removed.
         """
         runs = list_runs(self, timeout=timeout)            # settles dead runs first
         keep: set[str] = set()
@@ -314,8 +332,19 @@ class Store:
                 keep |= self._closure(rec.last_checkpoint)
         cutoff = time.time() - grace_s
         report = GcReport()
+        leases = live_leases(self.root, drop_dead=True)     # read after the runs: a writer seen now was
+        report.live_leases = len(leases)                    # registered before anything it has not named
+        # 1 s of slack: a file system may round an mtime down below the lease's start
+        floor = min((lease["started"] for lease in leases), default=math.inf) - 1.0
+
+        def leased(*times: float) -> bool:
+            young = max(times) >= floor
+            report.kept_for_lease += young
+            return young
+
         doomed = [row for row in self.index.objects()
-                  if row["kind"] in COLLECTABLE_KINDS and row["hash"] not in keep and row["created"] < cutoff]
+                  if row["kind"] in COLLECTABLE_KINDS and row["hash"] not in keep and row["created"] < cutoff
+                  and not leased(row["created"], self._mtime(row["hash"]))]
         # rows first, then files: a kill in between leaves unnamed files (removed below next time), never
         # rows that name nothing
         self.index.remove_objects([row["hash"] for row in doomed])
@@ -330,17 +359,19 @@ class Store:
         for h in self.objects:                  # files no row names (a writer killed between file and row)
             if h not in indexed and h not in keep:
                 try:
-                    if self.objects.path(h).stat().st_mtime >= cutoff:
-                        continue                # a concurrent writer may be about to add its row
+                    mtime = self.objects.path(h).stat().st_mtime
                 except OSError:
                     continue
+                if mtime >= cutoff or leased(mtime):
+                    continue                    # a concurrent writer may be about to add its row
                 freed = self.objects.delete(h)
                 report.freed_bytes += freed
                 if freed:
                     report.freed_objects.append(h)
         for p in self.objects.temp_files():
             try:
-                if p.stat().st_mtime < cutoff:
+                mtime = p.stat().st_mtime
+                if mtime < cutoff and not leased(mtime):
                     report.freed_bytes += p.stat().st_size
                     p.unlink()
                     report.removed_temp_files += 1
@@ -348,6 +379,12 @@ class Store:
                 pass
         report.kept_objects = sum(1 for _ in self.objects)
         return report
+
+    def _mtime(self, h: str) -> float:
+        try:
+            return self.objects.path(h).stat().st_mtime
+        except OSError:
+            return 0.0
 
     def _closure(self, h: str | None) -> set[str]:
         """`h` plus what it names when it is a checkpoint (its tensors, not its parent) or a run record."""

@@ -108,15 +108,30 @@ def test_keep_final_false(store):
     assert store.load_checkpoint(phs[-1]).step == 2 and not store.has(phs[0])
 
 
+def _backdate(store, h, seconds):
+    """Make checkpoint `h` (manifest and tensors) look written `seconds` ago, in its files and index rows."""
+    then = time.time() - seconds
+    for f in _files(store, h):
+        os.utime(store.root / "objects" / f[:2] / f[2:], (then, then))
+        with store.index.tx() as c:
+            c.execute("UPDATE objects SET created = ? WHERE hash = ?", (then, f))
+
+
 def test_running_run_keeps_its_checkpoints(store):
+    orphan = _ckpt(store, 99)                               # saved by nobody's run, before the run began
+    _backdate(store, orphan, 10)
     run = store.start_run(spec_hash="spec")
     a = _ckpt(store, 1)
     run.checkpoint(a, 1, 0)
     b = _ckpt(store, 2, parent=a)
     run.checkpoint(b, 2, 0)
-    orphan = _ckpt(store, 99)                               # saved by nobody's run
-    store.gc(grace_s=0)
+    young = _ckpt(store, 98)            # unnamed, younger than the running run's writer lease: it may be the run's
+    rep = store.gc(grace_s=0)
     assert store.load_checkpoint(a) and store.load_checkpoint(b) and not store.has(orphan)
+    assert store.load_checkpoint(young) and rep.kept_for_lease >= 3 and rep.live_leases == 1   # + old records
+    run.finish()                                            # the lease goes with the run
+    rep = store.gc(grace_s=0)
+    assert young in rep.freed_objects and rep.live_leases == 0, rep
 
 
 def test_temp_files_removed(store):
