@@ -6,8 +6,8 @@ One function per subcommand (`cmd_<name>(args) -> exit code`) plus one that decl
 missing argument) come out in the same diagnostic format, with a did-you-mean where one is close.
 
 Exit codes: 0 ok / finished / verified; 1 a run failed (diverged, NaN storm, an error mid-run: its record is
-printed, as JSON with --json) or was interrupted, verify found differences, or fsck found problems (left
-unrepaired); 2 bad input; 3 refused (red plan); 124 `wait --timeout` ran out; 130 interrupted in the
+printed, as JSON with --json) or was interrupted, verify found differences, fsck found problems (left
+unrepaired), or `runs` found run records it cannot read (named on stderr; the rest is listed); 2 bad input; 3 refused (red plan); 124 `wait --timeout` ran out; 130 interrupted in the
 foreground; 141 stdout's reader went away (`| head`).
 """
 from __future__ import annotations
@@ -195,15 +195,22 @@ def _args_runs(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_runs(args) -> int:
-    """List the runs of a store (a run whose process died shows as interrupted, with its last checkpoint)."""
+    """List the runs of a store (a run whose process died shows as interrupted, with its last checkpoint).
+
+    A run whose record object is missing or corrupt is named on stderr (one diagnostic each) and the
+    others are listed; the exit code is then 1, as `fsck` exits when it finds damage."""
     store = _open_store(args)
-    rows = [_run_summary(r, store) for r in store.list_runs()]
+    runs = store.list_runs()
+    rows = [_run_summary(r, store) for r in runs]
+    rc = EXIT_FAILED if runs.unreadable else EXIT_OK
+    for d in runs.diagnostics():
+        print(d.format(), file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
-        return EXIT_OK
+        return rc
     if not rows:
-        print("no runs")
-        return EXIT_OK
+        print("no runs" if not runs.unreadable else "no readable runs")
+        return rc
     table = [("RUN", "STATE", "LAST CHECKPOINT", "STEP", "CREATED", "UPDATED")]
     for r in rows:
         table.append((r["run"], r["state"], (r["last_checkpoint"] or "-")[:12],
@@ -214,7 +221,7 @@ def cmd_runs(args) -> int:
     for r in rows:
         if r["resume"]:
             print(f"{r['run']}: {r['resume']}")
-    return EXIT_OK
+    return rc
 
 
 def _args_show(p: argparse.ArgumentParser) -> None:

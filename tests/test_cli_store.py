@@ -108,3 +108,25 @@ def test_bad_input_exits_2(populated, capsys, tmp_path):
     assert "error[usage] at scellis gc: argument --grace: '-1' is not a number of seconds" in capsys.readouterr().err
     assert main(["show"]) == 2
     assert "error[usage] at scellis show: the following arguments are required: RUN" in capsys.readouterr().err
+
+
+def test_runs_with_an_unreadable_record_lists_the_rest_and_fsck_repair_fixes_it(populated, capsys):
+    s, done, lost, final, lost_ck = populated
+    s.list_runs()                                            # settle `lost` first (its record is final now)
+    rec = s.index.run(done)["record"]
+    (s.root / "objects" / rec[:2] / rec[2:]).write_bytes(b"garbage")
+    assert main(["runs", "--store", str(s.root), "--json"]) == 1           # 1: listed, some records unreadable
+    out, err = capsys.readouterr()
+    assert [r["run"] for r in json.loads(out)] == [lost]
+    assert f"error[store-corrupt] at run {done}:" in err and "fsck --repair" in err
+    assert main(["runs", "--store", str(s.root)]) == 1
+    out, err = capsys.readouterr()
+    assert lost in out and done not in out and done in err
+    assert main(["fsck", "--store", str(s.root), "--repair"]) == 0
+    assert "record rebuilt" in capsys.readouterr().out
+    assert main(["runs", "--store", str(s.root), "--json"]) == 0
+    out, err = capsys.readouterr()
+    rows = {r["run"]: r for r in json.loads(out)}
+    assert set(rows) == {done, lost} and err == ""
+    assert rows[done]["state"] == "finished" and rows[done]["last_checkpoint"] == final
+    assert main(["fsck", "--store", str(s.root)]) == 0

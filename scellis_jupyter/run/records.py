@@ -32,7 +32,8 @@ def open_store(store=None, *, create: bool = True):
 
 
 def runs(store=None) -> list:
-    """Every run in the store (oldest first) as RunRecords; a run whose process died reads `interrupted`."""
+    """Every run in the store (oldest first) as RunRecords; a run whose process died reads `interrupted`.
+    Runs whose record cannot be read are named in the result's `.unreadable` (id, record, code, problem)."""
     return open_store(store, create=False).list_runs()
 
 

@@ -22,6 +22,7 @@ import blake3
 from .checkpoint import FORMAT, load_checkpoint
 from .errors import StoreError
 from .objects import HASH_LEN, hash_bytes
+from .runs import RunRecord
 from .store import Store, default_path
 
 QUARANTINE = "quarantine"
@@ -38,7 +39,9 @@ KINDS = {
     "broken-checkpoint": "a checkpoint does not load: a malformed manifest or missing/corrupt tensors "
                          "(repair: the manifest is moved to quarantine/, its rows dropped)",
     "dangling-ref": "a ref or pin names no object (repair: the ref is dropped)",
-    "missing-run-record": "a run's current record object is gone (not repaired)",
+    "missing-run-record": "a run's current record object is gone or corrupt (repair: a new record from the run's "
+                          "newest intact earlier record, else from its index rows; what only the lost one held is "
+                          "gone, and the record says it was rebuilt)",
     "dangling-last-checkpoint": "a run's last checkpoint does not load (repair: the newest one that loads, or none)",
 }
 
@@ -157,6 +160,36 @@ def _kind_of(data: bytes) -> str:
     return "checkpoint" if isinstance(m, dict) and m.get("format") == FORMAT else "json"
 
 
+def _rebuild_record(st: Store, row, records: set[str]) -> str:
+    """A new record for run `row` whose record object is lost, so `scellis runs` and resume work again:
+    its newest intact earlier version (records are immutable versions), else one made from the index
+    rows (state, spec, times, host, checkpoints). The index row's state wins; returns what was done."""
+    base, src = None, None
+    for h in records:
+        try:
+            d = st.get_json(h)
+        except StoreError:
+            continue
+        if isinstance(d, dict) and d.get("id") == row["id"] and (base is None or d.get("updated", 0) > base.get("updated", 0)):
+            base, src = d, h
+    if base is not None:
+        try:
+            rec = RunRecord.from_json(base)
+        except StoreError:
+            base = None
+    if base is None:
+        rec = RunRecord(id=row["id"], state=row["state"], spec_hash=row["spec_hash"], created=row["created"],
+                        host=row["host"] or "", pid=row["pid"])
+        rec.checkpoints = [{"hash": c["hash"], "step": c["step"], "epoch": c["epoch"]}
+                           for c in st.index.checkpoints(row["id"]) if st.has(c["hash"])]
+    how = f"its earlier record {src[:12]}" if src else "the index"
+    rec.state, rec.updated = row["state"], row["updated"]
+    rec.extra = dict(rec.extra or {}, rebuilt=f"record {row['record'][:12]} was lost; fsck rebuilt it from {how}")
+    h = st.put_json(rec.to_json(), kind="run-record")
+    st.index.update_run(row["id"], record=h)
+    return f"record rebuilt from {how} as {h[:12]}"
+
+
 def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False) -> FsckReport:
     """Check every object, the index (both ways) and every checkpoint of `store`; with `repair`, fix what can
     be fixed without losing data. Returns the report; raises StoreError only when there is no store."""
@@ -257,8 +290,11 @@ def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False) -
         index.remove_objects(sorted(drop))             # object and checkpoint rows of what is gone or quarantined
     for r in runs:
         if r["record"] and r["record"] not in present:
-            problems.append(Problem("missing-run-record", f"run {r['id']}", f"record {r['record'][:12]} is not stored "
-                                    "intact"))
+            p = Problem("missing-run-record", f"run {r['id']}", f"record {r['record'][:12]} is not stored intact")
+            problems.append(p)
+            if repair:
+                p.repaired = _rebuild_record(st, r, {h for h in present if rows.get(h) is not None
+                                                     and rows[h]["kind"] == "run-record"})
         last = r["last_checkpoint"]
         if last and last not in present:
             p = Problem("dangling-last-checkpoint", f"run {r['id']}", f"last checkpoint {last[:12]} does not load")

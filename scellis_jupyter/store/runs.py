@@ -24,6 +24,7 @@ from .._version import __version__
 from ..errors import Diagnostic, ScellisError, did_you_mean
 from .errors import CorruptObject, StoreError
 from .checkpoint import load_checkpoint
+from .objects import load_json
 
 if TYPE_CHECKING:
     from .store import Store
@@ -408,7 +409,10 @@ class HeartbeatThread(threading.Thread):
 
 # ---- reading ------------------------------------------------------------------------------------------
 def _load(store: "Store", row) -> RunRecord:
-    rec = RunRecord.from_json(store.get_json(row["record"]), where=f"run {row['id']}")
+    h, where = row["record"], f"run {row['id']}"
+    if not h:
+        raise StoreError(f"run {row['id']} has no record object", where=where, code="store-missing")
+    rec = RunRecord.from_json(load_json(store.objects.read(h), name=h, where=where), where=where)
     rec.state, rec.record_hash, rec.heartbeat = row["state"], row["record"], row["heartbeat"]
     return rec
 
@@ -483,9 +487,33 @@ def mark_resumed(store: "Store", run_id: str, by: str) -> None:
     store.index.update_run(run_id, expect_state=row["state"], record=h, updated=rec.updated)
 
 
-def list_runs(store: "Store", *, timeout: float = DEFAULT_TIMEOUT) -> list[RunRecord]:
-    """Every run, oldest first; runs whose process is gone are marked `interrupted` (persisted) first."""
-    return [_settle(store, row, timeout) for row in store.index.runs()]
+class RunList(list):
+    """The runs whose records read (a list of RunRecord), plus `.unreadable`: one dict per run whose
+    record cannot be read ({"run", "state", "record", "code", "problem"}), so one damaged record never
+    hides every other run. `diagnostics()` gives them in the project's one format."""
+
+    def __init__(self, records: list[RunRecord] = (), unreadable: list[dict[str, Any]] = ()):
+        super().__init__(records)
+        self.unreadable: list[dict[str, Any]] = list(unreadable)
+
+    def diagnostics(self) -> list[Diagnostic]:
+        return [Diagnostic(u["code"], f"the record {(u['record'] or '-')[:12]} of run {u['run']} cannot be read: "
+                           f"{u['problem']}", where=f"run {u['run']}",
+                           hint="`scellis fsck --repair` rebuilds it from the run's earlier record or its index "
+                           "row; the other runs are listed") for u in self.unreadable]
+
+
+def list_runs(store: "Store", *, timeout: float = DEFAULT_TIMEOUT) -> RunList:
+    """Every run whose record reads, oldest first (runs whose process is gone are marked `interrupted`,
+    persisted, first); runs whose record is missing or corrupt are named in `.unreadable`, not raised."""
+    out = RunList()
+    for row in store.index.runs():
+        try:
+            out.append(_settle(store, row, timeout))
+        except StoreError as e:
+            out.unreadable.append({"run": row["id"], "state": row["state"], "record": row["record"],
+                                   "code": e.diagnostic.code, "problem": e.diagnostic.message.split("\n")[0]})
+    return out
 
 
 def resolve_run(store: "Store", prefix: str) -> str:

@@ -330,6 +330,11 @@ class Store:
                     keep |= self._closure(row["hash"])
             elif keep_final and rec.last_checkpoint:
                 keep |= self._closure(rec.last_checkpoint)
+        for u in runs.unreadable:           # a run whose record cannot be read: keep all it may name
+            keep.add(u["record"])
+            row = self.index.run(u["run"])
+            for h in [c["hash"] for c in self.index.checkpoints(u["run"])] + [row and row["last_checkpoint"]]:
+                keep |= self._closure(h)
         cutoff = time.time() - grace_s
         report = GcReport()
         leases = live_leases(self.root, drop_dead=True)     # read after the runs: a writer seen now was

@@ -147,3 +147,18 @@ def test_cli_fsck(store, capsys):
     assert cli.main(["fsck", "--store", str(store.root), "--repair"]) == 0
     assert "moved to quarantine/" in capsys.readouterr().out
     assert cli.main(["fsck", "--store", str(store.root)]) == 0
+
+
+
+def test_lost_run_record_is_rebuilt_from_the_index_when_no_version_is_left(store):
+    last = store.index.checkpoints(store.run_id)[-1]["hash"]
+    for row in store.index.objects("run-record"):            # every version of the record is gone
+        (store.root / "objects" / row["hash"][:2] / row["hash"][2:]).unlink()
+    assert [u["run"] for u in store.list_runs().unreadable] == [store.run_id]
+    r = fsck(store.root, repair=True)
+    [p] = [p for p in r.problems if p.kind == "missing-run-record"]
+    assert p.repaired.startswith("record rebuilt from the index")
+    runs = Store.open(store.root).list_runs()
+    assert not runs.unreadable and [x.id for x in runs] == [store.run_id]
+    assert runs[0].state == "finished" and runs[0].last_checkpoint == last and len(runs[0].checkpoints) == 3
+    assert "rebuilt" in runs[0].extra["rebuilt"] and fsck(store.root).ok

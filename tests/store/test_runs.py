@@ -188,3 +188,31 @@ def test_mark_resumed_notes_the_successor_and_keeps_the_state(store):
     assert rec.last_checkpoint is not None
     mark_resumed(store, b.id, "run-x")                       # a running run is left alone
     assert get_run(store, b.id).resumed_by is None and _row(store, b.id)["state"] == "running"
+
+
+def _damage_record(store, run_id, how):
+    """Corrupt (overwrite bytes) or delete the object holding a run's current record."""
+    h = _row(store, run_id)["record"]
+    p = store.root / "objects" / h[:2] / h[2:]
+    if how == "corrupt":
+        p.write_bytes(b"not the record")
+    else:
+        p.unlink()
+    return h
+
+
+def test_list_runs_lists_what_reads_and_names_what_does_not(store):
+    ids = []
+    for _ in range(3):
+        r = store.start_run(spec_hash="s")
+        r.finish()
+        ids.append(r.id)
+    bad = _damage_record(store, ids[0], "corrupt")
+    _damage_record(store, ids[2], "delete")
+    runs = list_runs(store)
+    assert [r.id for r in runs] == [ids[1]]
+    named = {u["run"]: u for u in runs.unreadable}
+    assert set(named) == {ids[0], ids[2]}
+    assert named[ids[0]]["record"] == bad and named[ids[0]]["code"] == "store-corrupt"
+    assert named[ids[2]]["code"] == "store-missing" and "missing" in named[ids[2]]["problem"]
+    assert store.gc(grace_s=0) is not None                  # gc is not stopped by them either
