@@ -316,6 +316,22 @@ class Store:
         of the oldest live writer's lease (`Store.lease`, held by every running run) is deleted: that
         writer may not have named it yet (`kept_for_lease` counts them); dead leases are removed.
         """
+        # The order matters: the cutoff, then the leases, then what is named. A writer whose lease is gone
+        # when the leases are read named its objects before that, so the refs and runs read next see them;
+        # a live lease is covered by the floor; a writer that registers later writes after the cutoff (a
+        # rewrite of existing bytes refreshes the file's mtime), which the grace covers.
+        cutoff = time.time() - grace_s
+        report = GcReport()
+        leases = live_leases(self.root, drop_dead=True)
+        report.live_leases = len(leases)
+        # 1 s of slack: a file system may round an mtime down below the lease's start
+        floor = min((lease["started"] for lease in leases), default=math.inf) - 1.0
+
+        def leased(*times: float) -> bool:
+            young = max(times) >= floor
+            report.kept_for_lease += young
+            return young
+
         runs = list_runs(self, timeout=timeout)            # settles dead runs first
         keep: set[str] = set()
         for r in self.index.refs():
@@ -335,25 +351,17 @@ class Store:
             row = self.index.run(u["run"])
             for h in [c["hash"] for c in self.index.checkpoints(u["run"])] + [row and row["last_checkpoint"]]:
                 keep |= self._closure(h)
-        cutoff = time.time() - grace_s
-        report = GcReport()
-        leases = live_leases(self.root, drop_dead=True)     # read after the runs: a writer seen now was
-        report.live_leases = len(leases)                    # registered before anything it has not named
-        # 1 s of slack: a file system may round an mtime down below the lease's start
-        floor = min((lease["started"] for lease in leases), default=math.inf) - 1.0
-
-        def leased(*times: float) -> bool:
-            young = max(times) >= floor
-            report.kept_for_lease += young
-            return young
-
         doomed = [row for row in self.index.objects()
-                  if row["kind"] in COLLECTABLE_KINDS and row["hash"] not in keep and row["created"] < cutoff
+                  if row["kind"] in COLLECTABLE_KINDS and row["hash"] not in keep
+                  and max(row["created"], self._mtime(row["hash"])) < cutoff
                   and not leased(row["created"], self._mtime(row["hash"]))]
         # rows first, then files: a kill in between leaves unnamed files (removed below next time), never
         # rows that name nothing
         self.index.remove_objects([row["hash"] for row in doomed])
         for row in doomed:
+            if self._mtime(row["hash"]) >= cutoff:     # written again meanwhile (same bytes): a writer's now
+                self.index.add_object(row["hash"], row["kind"], row["size"])
+                continue
             freed = self.objects.delete(row["hash"])
             report.freed_bytes += freed
             if freed:
