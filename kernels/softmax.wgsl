@@ -103,11 +103,14 @@ fn fold(xb: u32, k: u32, lanes: u32) -> vec2<f32> {
   return st;
 }
 
+// a row of -inf only leaves s = 0: numpy's 0/0, NaN, written out here, since WGSL lets a compiler assume there are
+// no infinities (Tint over SwiftShader computed -inf - -inf as 0 and gave 1/0)
 fn y(e: CT, st: vec2<f32>) -> ST {
+  let empty = st.y == 0.0;
 #if LOG
-  return ST(e - CT(st.x + log(st.y)));
+  return select(ST(e - CT(st.x + log(st.y))), ST(CT(f32_bits(0x7fc00000u))), empty);
 #else
-  return ST(ex(e, st.x) / CT(st.y));
+  return select(ST(ex(e, st.x) / CT(st.y)), ST(CT(f32_bits(0x7fc00000u))), empty);
 #endif
 }
 

@@ -98,9 +98,11 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
-    from fixtures import dawn
     wanted = {it.callspec.params["module"] for it in session.items
               if it.nodeid.startswith("tests/backends/test_dawn.py::test_kernel_module_passes_on_dawn")
               and hasattr(it, "callspec")}
-    if wanted and dawn.available():
+    if not wanted:
+        return
+    from fixtures import dawn
+    if dawn.available():
         dawn.start([m for m in dawn.dawn_modules() if m in wanted])
