@@ -20,31 +20,7 @@
 // row of B^T across neighbouring threads) and writes the same k-major tiles, so the products and their
 // order over k are those of the untransposed kernel.
 {{ENABLE}}
-struct Params {
-  M: u32, N: u32, K: u32, acc: u32,
-  lda: u32, ldb: u32, ldc: u32, kc: u32,   // kc: k per split, 0 = no split
-  off: vec4<u32>,      // element offsets of A, B, C inside their bindings; .w: a causal band's offset
-  bsz: vec4<u32>,      // batch dims of this chunk (d0, d1, d2, count)
-  sa: vec4<u32>,       // batch strides (elements) of A, B, C over (d0, d1, d2)
-  sb: vec4<u32>,
-  sc: vec4<u32>,       // .w: element stride between K-split partials
-  {{EPI_PARAMS}}
-}
-@group(0) @binding(0) var<uniform> p: Params;
-// VA / VB: A / B bound as vec4s for 16-byte loads (fetch_a_v4 or fetch_a_t_v4, fetch_b_v4). AACC / BACC: `read`
-// where no binding this dispatch writes lies in that operand's buffer (matmul.py `_readonly`), else `read_write`
-// (WebGPU refuses one buffer both read-only and writable in a dispatch)
-#if VA
-@group(0) @binding(1) var<storage, {{AACC}}> A: array<vec4<{{T}}>>;
-#else
-@group(0) @binding(1) var<storage, {{AACC}}> A: array<{{T}}>;
-#endif
-#if VB
-@group(0) @binding(2) var<storage, {{BACC}}> B: array<vec4<{{T}}>>;
-#else
-@group(0) @binding(2) var<storage, {{BACC}}> B: array<{{T}}>;
-#endif
-@group(0) @binding(3) var<storage, read_write> C: array<{{CBT}}>;   // CBT: T, or f32 for K-split partials of f16 operands
+#include matmul:params
 
 var<workgroup> As: array<vec4<{{ST}}>, {{AS_LEN}}>;   // [BK][TM/4]
 var<workgroup> Bs: array<vec4<{{ST}}>, {{BS_LEN}}>;   // [BK][TN/4] (+1 padded, transposed B)
@@ -64,21 +40,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
 #endif
   let n0 = wid.x * {{TN}}u;
   let m0 = wid.y * {{TM}}u;
-  var nsplit = 1u;
-  var kc = p.K;
-  if (p.kc != 0u) { kc = p.kc; nsplit = (p.K + kc - 1u) / kc; }
-  let split = wid.z % nsplit;
-  var kbeg = split * kc;
-  var kend = min(p.K, kbeg + kc);
-  {{BAND}}
-  var z = wid.z / nsplit;
-  let i2 = z % p.bsz.z;
-  z = z / p.bsz.z;
-  let i1 = z % p.bsz.y;
-  let i0 = z / p.bsz.y;
-  let abase = p.off.x + i0 * p.sa.x + i1 * p.sa.y + i2 * p.sa.z;
-  let bbase = p.off.y + i0 * p.sb.x + i1 * p.sb.y + i2 * p.sb.z;
-  let cbase = p.off.z + i0 * p.sc.x + i1 * p.sc.y + i2 * p.sc.z + split * p.sc.w;
+#include matmul:chunk
   {{DECL}}
   {{MAINLOOP}}
   {{STORE}}
@@ -408,3 +370,49 @@ p.eph[{{J}}].xy
 //=== epi_draw_off_based
 // the step's stream position (input B: u32 lo, hi) added to the draw's offset
 ph_add64(p.eph[{{J}}].xy, vec2<u32>(x{{B}}[0], x{{B}}[1]))
+
+//=== params
+// Params and bindings, shared with kernels/matmul_sgm.wgsl (the same launcher fills both)
+struct Params {
+  M: u32, N: u32, K: u32, acc: u32,
+  lda: u32, ldb: u32, ldc: u32, kc: u32,   // kc: k per split, 0 = no split
+  off: vec4<u32>,      // element offsets of A, B, C inside their bindings; .w: a causal band's offset
+  bsz: vec4<u32>,      // batch dims of this chunk (d0, d1, d2, count)
+  sa: vec4<u32>,       // batch strides (elements) of A, B, C over (d0, d1, d2)
+  sb: vec4<u32>,
+  sc: vec4<u32>,       // .w: element stride between K-split partials
+  {{EPI_PARAMS}}
+}
+@group(0) @binding(0) var<uniform> p: Params;
+// VA / VB: A / B bound as vec4s for 16-byte loads (fetch_a_v4 or fetch_a_t_v4, fetch_b_v4). AACC / BACC: `read`
+// where no binding this dispatch writes lies in that operand's buffer (matmul.py `_readonly`), else `read_write`
+// (WebGPU refuses one buffer both read-only and writable in a dispatch)
+#if VA
+@group(0) @binding(1) var<storage, {{AACC}}> A: array<vec4<{{T}}>>;
+#else
+@group(0) @binding(1) var<storage, {{AACC}}> A: array<{{T}}>;
+#endif
+#if VB
+@group(0) @binding(2) var<storage, {{BACC}}> B: array<vec4<{{T}}>>;
+#else
+@group(0) @binding(2) var<storage, {{BACC}}> B: array<{{T}}>;
+#endif
+@group(0) @binding(3) var<storage, read_write> C: array<{{CBT}}>;   // CBT: T, or f32 for K-split partials of f16 operands
+
+//=== chunk
+// this workgroup's K-split range, causal band and batch element, and A's, B's and C's bases in their bindings
+  var nsplit = 1u;
+  var kc = p.K;
+  if (p.kc != 0u) { kc = p.kc; nsplit = (p.K + kc - 1u) / kc; }
+  let split = wid.z % nsplit;
+  var kbeg = split * kc;
+  var kend = min(p.K, kbeg + kc);
+  {{BAND}}
+  var z = wid.z / nsplit;
+  let i2 = z % p.bsz.z;
+  z = z / p.bsz.z;
+  let i1 = z % p.bsz.y;
+  let i0 = z / p.bsz.y;
+  let abase = p.off.x + i0 * p.sa.x + i1 * p.sa.y + i2 * p.sa.z;
+  let bbase = p.off.y + i0 * p.sb.x + i1 * p.sb.y + i2 * p.sb.z;
+  let cbase = p.off.z + i0 * p.sc.x + i1 * p.sc.y + i2 * p.sc.z + split * p.sc.w;

@@ -13,28 +13,7 @@
 // stores read and write workgroup memory with the same offsets, strides and orientation, and lane 0 writes),
 // so the tiling, indexing and edge handling run, and are tested, where no adapter has matrix units.
 {{ENABLE}}
-struct Params {
-  M: u32, N: u32, K: u32, acc: u32,
-  lda: u32, ldb: u32, ldc: u32, kc: u32,
-  off: vec4<u32>,
-  bsz: vec4<u32>,
-  sa: vec4<u32>,
-  sb: vec4<u32>,
-  sc: vec4<u32>,
-  {{EPI_PARAMS}}
-}
-@group(0) @binding(0) var<uniform> p: Params;
-#if VA
-@group(0) @binding(1) var<storage, {{AACC}}> A: array<vec4<{{T}}>>;
-#else
-@group(0) @binding(1) var<storage, {{AACC}}> A: array<{{T}}>;
-#endif
-#if VB
-@group(0) @binding(2) var<storage, {{BACC}}> B: array<vec4<{{T}}>>;
-#else
-@group(0) @binding(2) var<storage, {{BACC}}> B: array<{{T}}>;
-#endif
-@group(0) @binding(3) var<storage, read_write> C: array<{{CBT}}>;
+#include matmul:params
 
 var<workgroup> As: array<{{T}}, {{AS_LEN}}>;   // A's tile as stored: [TM][ASTR] (k along rows), transposed [BK][ASTR]
 var<workgroup> Bs: array<{{T}}, {{BS_LEN}}>;   // B's tile as stored: [BK][BSTR], transposed [TN][BSTR]
@@ -47,21 +26,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
   {{SGID}}
   let n0 = wid.x * {{TN}}u;
   let m0 = wid.y * {{TM}}u;
-  var nsplit = 1u;
-  var kc = p.K;
-  if (p.kc != 0u) { kc = p.kc; nsplit = (p.K + kc - 1u) / kc; }
-  let split = wid.z % nsplit;
-  var kbeg = split * kc;
-  var kend = min(p.K, kbeg + kc);
-  {{BAND}}
-  var z = wid.z / nsplit;
-  let i2 = z % p.bsz.z;
-  z = z / p.bsz.z;
-  let i1 = z % p.bsz.y;
-  let i0 = z / p.bsz.y;
-  let abase = p.off.x + i0 * p.sa.x + i1 * p.sa.y + i2 * p.sa.z;
-  let bbase = p.off.y + i0 * p.sb.x + i1 * p.sb.y + i2 * p.sb.z;
-  let cbase = p.off.z + i0 * p.sc.x + i1 * p.sc.y + i2 * p.sc.z + split * p.sc.w;
+#include matmul:chunk
   let fm0 = (sg / {{WN}}u) * {{SM}}u;     // this subgroup's first row and column within the tile
   let fn0 = (sg % {{WN}}u) * {{SN}}u;
   {{DECL}}
