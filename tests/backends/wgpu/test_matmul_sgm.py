@@ -176,3 +176,34 @@ def test_adapter_configs_are_read(monkeypatch):
     assert matmul_sgm.config_for(Fake(), "f16", "prod") == got[0]
     assert matmul_sgm.config_for(Fake(), "f16", "debug") is None
     assert matmul_sgm.config_for(Fake(), "f32", "fast") is None
+
+
+def test_the_tuner_times_the_fitting_tiles_and_the_cache_decides(emu, monkeypatch, tmp_path):
+    """SCELLIS_MATMUL_TUNE=on: the subgroup-matrix tiles that fit are timed once per shape class (each built as
+    its own pipeline), the fastest kept in the adapter's cache under an `sgm:` key; a tile written into the cache
+    is the one the next product of that class runs (no timing then)."""
+    from scellis_jupyter.backends.wgpu.kernels import matmul_tune as T
+    monkeypatch.setenv("SCELLIS_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SCELLIS_MATMUL_TUNE", "on")
+    monkeypatch.setattr(WG.impl, "_matmul_tuner", None, raising=False)
+    # two candidates keep the test short (each emulated tile builds slowly on a CPU adapter)
+    monkeypatch.setattr(matmul_sgm, "TILES", {t: matmul_sgm.TILES[t] for t in ("sgm_mid", "sgm_small")})
+    WG.impl._pipelines = {k: v for k, v in WG.impl._pipelines.items() if not k.startswith("matmul_sgm:")}
+    a, b = R.standard_normal((70, 48)).astype(np.float32), R.standard_normal((48, 40)).astype(np.float32)
+    assert rel(mm(a, b), a.astype(np.float64) @ b) < 1e-5
+    cfg = matmul_sgm.configs(WG.impl)[0]
+    fitting = {t for t in matmul_sgm.TILES if matmul_sgm.fits(cfg, t, WG.impl)}
+    assert len(fitting) > 1
+    assert {k.split(":")[1].split("@")[0] for k in sgm_keys()} == fitting      # every fitting tile was built
+    table = T.Tuner(WG.impl).table
+    (key, (best, _)), = [(k, v) for k, v in table.items() if k.startswith("sgm:")]
+    assert best in fitting and T.shape_class("f32", 70, 40, 48, 1) in key
+    other = next(t for t in sorted(fitting) if t != best)
+    table[key] = (other, 1)
+    tuner = T.Tuner(WG.impl)
+    tuner.table = table
+    WG.impl._matmul_tuner = tuner
+    WG.impl.forget_programs()
+    WG.impl._pipelines = {k: v for k, v in WG.impl._pipelines.items() if not k.startswith("matmul_sgm:")}
+    assert rel(mm(a, b), a.astype(np.float64) @ b) < 1e-5
+    assert {k.split(":")[1].split("@")[0] for k in sgm_keys()} == {other}

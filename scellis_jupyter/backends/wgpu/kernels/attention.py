@@ -34,6 +34,7 @@ from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
 from .strided import broadcast_strides, collapse, contiguous_strides, window
 from .elementwise import fill
+from . import matmul_sgm
 from .attention_scores import Drop, cast_into, f32_scratch, heads_per_chunk, scores_bwd, scores_fwd, widened
 
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
@@ -248,11 +249,13 @@ def _attention(be, v, ins, out):
     scale = float(v.attrs["scale"])
     chunk = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask)
     if chunk is not None:
-        if t == "f16":          # computed in f32, rounded once
-            q, k, val = (widened(be, f"attention-f32-{n}", s) for n, s in (("q", q), ("k", k), ("v", val)))
+        half = on_matrix_units(be, t)
+        if t == "f16":          # computed in f32 (or on the matrix units from f16 operands), rounded once
+            if not half:
+                q, k, val = (widened(be, f"attention-f32-{n}", s) for n, s in (("q", q), ("k", k), ("v", val)))
             o16, o = o, f32_scratch(be, "attention-f32-o", o.shape)
         scores_fwd(be, q, k, val, o, lse, mask, causal, scale, (bh, lq, lk, d, dv), chunk,
-                   Drop.of(v, sbase, be.int64))
+                   Drop.of(v, sbase, be.int64), half=half)
         if t == "f16":
             cast_into(be, o, o16)
         return
@@ -304,6 +307,13 @@ def _attention(be, v, ins, out):
         be.launch(key, src, storages, params, nb * nqb)
 
 
+def on_matrix_units(be, t: str) -> bool:
+    """Whether the score path's products of `t` operands run on the matrix units (kernels/matmul_sgm.py): f16
+    where the device offers an f16 configuration under the program's tier (never debug). They then take the f16
+    operands as they are, into f32 scores, instead of widened f32 copies on the ordinary ALUs."""
+    return t == "f16" and matmul_sgm.config_for(be, "f16", getattr(be, "tier", None)) is not None
+
+
 def _stats_storage(be, dq: Storage, n: int) -> Storage:
     """f32 (lse, delta) pairs for n query rows: inside the dq region when it is big enough, else a
     scratch buffer kept on the backend (only for head sizes under 8 bytes per row)."""
@@ -336,13 +346,16 @@ def _attention_bwd(be, v, ins, out):
     scale = float(v.attrs["scale"])
     chunk = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask) if dout.dtype == t else None
     if chunk is not None:
-        g16 = g
-        if t == "f16":          # computed in f32, rounded once
+        g16, half = g, None
+        if t == "f16" and on_matrix_units(be, t):    # f16 products on the matrix units; row kernels read f32
+            half = tuple(widened(be, f"attention-f32-{n}", s) for n, s in (("o", o), ("dout", dout)))
+            g = [f32_scratch(be, f"attention-f32-d{n}", s.shape) for n, s in zip(("q", "k", "v"), g16)]
+        elif t == "f16":          # computed in f32, rounded once
             q, k, val, o, dout = (widened(be, f"attention-f32-{n}", s) for n, s in
                                   (("q", q), ("k", k), ("v", val), ("o", o), ("dout", dout)))
             g = [f32_scratch(be, f"attention-f32-d{n}", s.shape) for n, s in zip(("q", "k", "v"), g16)]
         scores_bwd(be, q, k, val, o, lse, dout, g, mask, causal, scale, (bh, lq, lk, d, dv), chunk,
-                   Drop.of(v, sbase, be.int64))
+                   Drop.of(v, sbase, be.int64), half=half)
         if t == "f16":
             for w, s in zip(g, g16):
                 cast_into(be, w, s)

@@ -12,7 +12,10 @@ products that make S and dP (epilogues :epi_probs, :epi_dscores, after a :delta 
 read and a write of the scores each. It takes f32 and f16 (f16 operands are widened to f32
 copies, O(L d) beside the O(L^2 d) products, and the results rounded back once: on an H100 the f32 score path
 ran fwd+bwd at L 1024 / 4096 / 8192 in 3.36 / 23.7 / 23.7 ms where the f16 flash kernels took 6.82 / 49.9 /
-49.9), with or without dropout (class Drop): the forward's row kernel multiplies P by the keep factors of the
+49.9). Where the device has matrix units for f16 (kernels/matmul_sgm.py, tiers prod and fast) the f16 products
+take the operands as they are, into f32 scores and gradients, with P and dS rounded to f16 for the products that
+read them (`half`: FlashAttention's rounding); the backward's fused epilogues are then off. With or without
+dropout (class Drop): the forward's row kernel multiplies P by the keep factors of the
 flash kernels' mask, one Philox block drawn for 4 keys; the backward's recomputed P keeps each keep bit in
 its sign (-P where dropped), and the dS step, which needs P and the factor, leaves P z in P's place for
 dv = (P z)^T dout, so no mask is stored.
@@ -154,8 +157,11 @@ def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = Fal
     (matmul.py: K blocks), having launched nothing. A product of one head over at least SPLIT_MIN_K keys or
     rows into a narrow [rows, head size] result runs K-split (ONE_HEAD_SPLIT)."""
     attrs = {"trans_a": ta, "trans_b": tb, "band": band, "acc": acc}
+    mixed = a.dtype != c.dtype              # f16 operands into f32 (the matrix units' products): never split
+    if mixed:
+        attrs["c_dtype"] = c.dtype
     k = a.shape[-2] if ta else a.shape[-1]
-    if (k >= SPLIT_MIN_K and c.shape[-1] < 128 and not epi
+    if (not mixed and k >= SPLIT_MIN_K and c.shape[-1] < 128 and not epi
             and settings.flag("SCELLIS_ATTENTION_SPLIT")):
         if c.shape[0] == 1:
             attrs["split"] = ONE_HEAD_SPLIT
@@ -163,7 +169,7 @@ def _mm(be, a: Storage, b: Storage, c: Storage, ta: bool = False, tb: bool = Fal
             for h in range(c.shape[0]):
                 _mm(be, _head(a, h), _head(b, h), _head(c, h), ta, tb, band, acc)
             return True
-    return _matmul(be, SimpleNamespace(dtype="f32", shape=c.shape, attrs=attrs), [a, b], c, epi=epi) is not False
+    return _matmul(be, SimpleNamespace(dtype=a.dtype, shape=c.shape, attrs=attrs), [a, b], c, epi=epi) is not False
 
 
 def _head(s: Storage, h: int) -> Storage:
@@ -219,10 +225,12 @@ class _RowEpi(Epilogue):
 
 
 def _rows(s: Storage, b0: int, b1: int, r0: int, r1: int, rows: int, width: int) -> Storage:
-    """Rows r0..r1 of heads b0..b1 of a contiguous [BH, rows, width] f32 tensor as a [b1 - b0, r1 - r0, width]
-    view (contiguous: whole heads, or a block of rows of one head)."""
+    """Rows r0..r1 of heads b0..b1 of a contiguous [BH, rows, width] f32 (or f16) tensor as a [b1 - b0, r1 - r0,
+    width] view (contiguous: whole heads, or a block of rows of one head)."""
     assert (r0, r1) == (0, rows) or b1 - b0 == 1
-    return s.sub((b0 * rows + r0) * width * 4, (b1 - b0, r1 - r0, width), "f32", (b1 - b0) * (r1 - r0) * width * 4)
+    isz = 2 if s.dtype == "f16" else 4
+    return s.sub((b0 * rows + r0) * width * isz, (b1 - b0, r1 - r0, width), s.dtype,
+                 (b1 - b0) * (r1 - r0) * width * isz)
 
 
 def _win(s: Storage, b0: int, b1: int, r0: int, r1: int, rows: int, width: int = 1) -> tuple[Storage, int]:
@@ -281,6 +289,15 @@ def cast_into(be, src: Storage, dst: Storage) -> None:
     LAUNCHERS["cast"](be, SimpleNamespace(op="cast", dtype=dst.dtype, shape=tuple(dst.shape), attrs={}), [src], dst)
 
 
+def halved(be, s: Storage) -> Storage:
+    """f32 scores (P or dS) rounded to f16 in scratch `attention-half`, as the matrix units' operand of the next
+    products (f16 operands, f32 sums: FlashAttention's rounding of P and dS, within the tier's tolerance)."""
+    nbytes = max(4, math.prod(s.shape) * 2)
+    h = Storage(be, be.scratch("attention-half", nbytes), 0, tuple(s.shape), "f16", nbytes)
+    cast_into(be, s, h)
+    return h
+
+
 def widened(be, name: str, s: Storage) -> Storage:
     """f16 operand `s` as f32 in scratch `name` (the score path computes in f32)."""
     w = f32_scratch(be, name, s.shape)
@@ -289,9 +306,10 @@ def widened(be, name: str, s: Storage) -> Storage:
 
 
 def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tuple, chunk: tuple,
-               drop: Drop | None = None) -> None:
+               drop: Drop | None = None, half: bool = False) -> None:
     """out and lse of attention over chunks (heads, query rows) = `chunk` (dims: bh, lq, lk, d, dv); with
-    dropout, out = (P z) v, z the keep factors (lse stays that of P)."""
+    dropout, out = (P z) v, z the keep factors (lse stays that of P). `half`: q, k, v are f16 and the products
+    run on the matrix units (f16 operands, f32 S and out), P rounded to f16 for P v."""
     bh, lq, lk, d, dv = dims
     t, rpw = _row_layout(lk)
     key, src = _kernel("fwd", t, rpw, causal, mask is not None, drop)
@@ -306,15 +324,17 @@ def scores_fwd(be, q, k, val, o, lse, mask, causal: bool, scale: float, dims: tu
         be.launch(key, src, [s, wl] + ms + based,
                   _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0, drop=drop, lq=lq, r0=r0),
                   -(-n * rows // rpw))
-        _mm(be, s, _rows(val, b0, b1, 0, lk, lk, dv), _rows(o, b0, b1, r0, r1, lq, dv), band=kend)
+        _mm(be, halved(be, s) if half else s, _rows(val, b0, b1, 0, lk, lk, dv), _rows(o, b0, b1, r0, r1, lq, dv),
+            band=kend)
 
 
 def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: float, dims: tuple,
-               chunk: tuple, drop: Drop | None = None) -> None:
+               chunk: tuple, drop: Drop | None = None, half: tuple | None = None) -> None:
     """dq, dk, dv (grads) of attention over chunks (heads, query rows) = `chunk`, recomputing P from lse; a
     head's dk and dv add up over its query blocks, in block order. With dropout the recomputed P carries
     each keep bit in its sign, and the dS step leaves P z in its place for dv = (P z)^T dout, which
-    therefore runs after it."""
+    therefore runs after it. `half` = (out, dout) in f32 for the row kernels: q, k, v, dout are f16 and the
+    products run on the matrix units (f16 operands, f32 results), P and dS rounded to f16 as operands."""
     bh, lq, lk, d, dv = dims
     dq, dk, dvv = grads
     t, rpw = _row_layout(lk)
@@ -325,7 +345,8 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
     kr, sr = _kernel("delta", tr, rr, causal, False)
     nomask = (0, 0, 0, 0, [1, 1, 1, 1], [0, 0, 0, 0])
     based = Drop.bindings(drop)
-    fuse = mask is None and settings.flag("SCELLIS_ATTENTION_FUSE")
+    fuse = mask is None and half is None and settings.flag("SCELLIS_ATTENTION_FUSE")
+    o_rows, dout_rows = half or (o, dout)       # what the row kernels read (f32)
     for b0, b1, r0, r1 in _chunks(bh, lq, chunk):
         n, rows, coff, acc = b1 - b0, r1 - r0, lk - lq + r0, r0 > 0
         tiles, kend, kbeg = _bands(causal, coff)
@@ -343,8 +364,8 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
             be.launch(kp, sp, [s, wl] + ms + based,
                       _params(n, rows, lk, coff, scale, (0, lo, 0, 0), mp, b0, drop=drop, lq=lq, r0=r0),
                       -(-n * rows // rpw))
-        wd, do_ = _win(dout, b0, b1, r0, r1, lq, dv)
-        wo, oo = _win(o, b0, b1, r0, r1, lq, dv)
+        wd, do_ = _win(dout_rows, b0, b1, r0, r1, lq, dv)
+        wo, oo = _win(o_rows, b0, b1, r0, r1, lq, dv)
         if fuse:
             delta = f32_scratch(be, "attention-delta", (n, rows))
             be.launch(kr, sr, [delta, wd, wo], _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv),
@@ -356,6 +377,7 @@ def scores_bwd(be, q, k, val, o, lse, dout, grads, mask, causal: bool, scale: fl
             be.launch(kd, sd, [dp, s, wd, wo],
                       _params(n, rows, lk, coff, scale, (0, 0, do_, oo), nomask, b0, dv, drop=drop),
                       -(-n * rows // rd))
-        _mm(be, s, doh, _rows(dvv, b0, b1, 0, lk, lk, dv), ta=True, band=kbeg, acc=acc)
-        _mm(be, dp, kh, _rows(dq, b0, b1, r0, r1, lq, d), band=kend)
-        _mm(be, dp, qh, _rows(dk, b0, b1, 0, lk, lk, d), ta=True, band=kbeg, acc=acc)
+        _mm(be, halved(be, s) if half else s, doh, _rows(dvv, b0, b1, 0, lk, lk, dv), ta=True, band=kbeg, acc=acc)
+        ds = halved(be, dp) if half else dp
+        _mm(be, ds, kh, _rows(dq, b0, b1, r0, r1, lq, d), band=kend)
+        _mm(be, ds, qh, _rows(dk, b0, b1, 0, lk, lk, d), ta=True, band=kbeg, acc=acc)

@@ -50,7 +50,8 @@ from ....errors import KernelError
 from ..templates import WGSL_TYPE, enable_f16, render, snippet
 from ...storage import Storage
 from . import matmul_sgm
-from .matmul_tune import VARIANTS, choose, ksplit_ok, packed_f16, tile_strides, time_direct
+from .matmul_tune import (VARIANTS, Tuner, choose, default_config, ksplit_ok, packed_f16, shape_class, tile_strides,
+                          time_direct, tune_mode)
 from .registry import launcher
 from .strided import collapse, contiguous_strides, window
 
@@ -251,10 +252,11 @@ def _halve(x: int, unit: int) -> int:
 
 
 class _Plan:
-    def __init__(self, be, a, b, out, bshape, strides, m, n, k, isz, ta=False, tb=False):
+    def __init__(self, be, a, b, out, bshape, strides, m, n, k, isz, ta=False, tb=False, csz=None):
         self.be, self.a, self.b, self.c = be, a, b, out
         self.bshape, self.strides = bshape, strides        # strides: (sa, sb, sc) over bshape
         self.m, self.n, self.k, self.isz = m, n, k, isz
+        self.sizes = (isz, isz, csz or isz)                # element bytes of A, B, C (C f32 under f16 operands)
         self.ta, self.tb = ta, tb                          # A stored [K, M] / B stored [N, K]
         self.lda, self.ldb = (m if ta else k), (k if tb else n)
         self.lim, self.align = be.binding_limit - be.offset_align, be.offset_align  # slack: windows start aligned down
@@ -275,9 +277,9 @@ class _Plan:
     def fails(self, bstart, bsize, m0, m1, n0, n1, k0, k1):
         """Which operands ('a', 'b', 'c') of this chunk do not fit the binding limit."""
         bad = []
-        for name, s, (lo, hi) in zip("abc", (self.a, self.b, self.c),
-                                     self.spans(bstart, bsize, m0, m1, n0, n1, k0, k1)):
-            if _win_bytes(s, lo, hi, self.isz, self.align) > self.lim:
+        for name, s, sz, (lo, hi) in zip("abc", (self.a, self.b, self.c), self.sizes,
+                                         self.spans(bstart, bsize, m0, m1, n0, n1, k0, k1)):
+            if _win_bytes(s, lo, hi, sz, self.align) > self.lim:
                 bad.append(name)
         return bad
 
@@ -344,9 +346,14 @@ def _matmul(be, v, ins, out, epi=None):
     band, coff = v.attrs.get("band", (0, 0))      # internal callers only (attention_scores.py)
     add = bool(v.attrs.get("acc", False))          # internal: C += A @ B (attention_scores' query blocks)
     split = v.attrs.get("split")                   # internal: (variant, splits) for one whole matrix
+    c_dtype = v.attrs.get("c_dtype")               # internal: f16 operands into an f32 C (attention_scores)
+    mixed = c_dtype not in (None, d)
     if add and epi is not None:
         raise KernelError("an accumulating store with an epilogue in one matmul", where="op 'matmul'",
                           hint="engine bug")
+    if mixed and (epi is not None or c_dtype != "f32" or d != "f16" or out.dtype != "f32"):
+        raise KernelError(f"a {d} product into a {c_dtype} C takes f16 operands, an f32 C and no epilogue",
+                          where="op 'matmul'", hint="engine bug")
     k, m = (a.shape[-2], a.shape[-1]) if ta else (a.shape[-1], a.shape[-2])
     n = b.shape[-2] if tb else b.shape[-1]
     oshape = tuple(v.shape)
@@ -371,8 +378,10 @@ def _matmul(be, v, ins, out, epi=None):
     else:
         bshape, sa, sb, sc = (1,), (0,), (0,), (0,)
         se = [(0,)] * len(se)
-    plan = _Plan(be, a, b, out, tuple(bshape), (tuple(sa), tuple(sb), tuple(sc)), m, n, k, isz, ta, tb)
-    packed = packed_f16(d, getattr(be, "tier", None))
+    plan = _Plan(be, a, b, out, tuple(bshape), (tuple(sa), tuple(sb), tuple(sc)), m, n, k, isz, ta, tb,
+                 dt.ITEMSIZE[c_dtype] if mixed else isz)
+    packed = packed_f16(d, getattr(be, "tier", None)) and not mixed
+    on_sgm = matmul_sgm.config_for(be, d, getattr(be, "tier", None)) is not None     # (where a tile fits)
     mb, nb, kb = _matrix_blocks(plan)
     if epi is not None and kb < k:
         return False
@@ -398,8 +407,12 @@ def _matmul(be, v, ins, out, epi=None):
 
                 def timer(variant, splits, _b=(bstart, bsize, m0, m1, n0, n1)):
                     return _time_config(be, plan, d, variant, splits, _b, dims, st3, nbat, packed, ro_whole)
-                variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer, ta, tb, all(ro_whole))
-                if split and whole and ksplit_ok(split[1], cm, cn, ck, 1, d, None, be.binding_limit):
+                if mixed:       # f16 operands into an f32 C: the rule's tile (the tuner times same-typed C), no split
+                    variant, splits = default_config(cm, cn, nbat, ck, d, False, be.binding_limit)[0], 1
+                else:
+                    variant, splits = choose(be, d, cm, cn, ck, nbat, whole, timer, ta, tb, all(ro_whole),
+                                             simt=not on_sgm)
+                if split and not mixed and whole and ksplit_ok(split[1], cm, cn, ck, 1, d, None, be.binding_limit):
                     variant, splits = split      # a rule of the caller's shapes: deterministic under debug too
                 ep = epi and (epi, epi.params(bstart, se, e3, m0, n0, n1 - n0))
                 if splits > 1:
@@ -414,7 +427,8 @@ def _matmul(be, v, ins, out, epi=None):
                                      dims, nbat, st3, 0, bo)
                     va, vb, wins = _vec4(be, d, ta, tb, wins, offs, plan.lda, plan.ldb, m1 - m0, n1 - n0, st3,
                                          k1 - k0, band)
-                    _launch_tile(be, d, variant, wins, params, nbat, packed, ep, ta, tb, band, vec=(va, vb))
+                    _launch_tile(be, d, variant, wins, params, nbat, packed, ep, ta, tb, band,
+                                 c_dtype if mixed else None, vec=(va, vb))
     return True
 
 
@@ -425,8 +439,8 @@ def _params(m, n, k, acc, lda, ldb, ldc, kc, offs, dims, nbat, st3, psplit, band
 
 def _windows(be, plan, bstart, bsize, m0, m1, n0, n1, k0, k1):
     wins, offs = [], []
-    for s, (lo, hi) in zip((plan.a, plan.b, plan.c), plan.spans(bstart, bsize, m0, m1, n0, n1, k0, k1)):
-        w, off = window(s, 0, lo, hi, plan.isz, be.offset_align)
+    for s, sz, (lo, hi) in zip((plan.a, plan.b, plan.c), plan.sizes, plan.spans(bstart, bsize, m0, m1, n0, n1, k0, k1)):
+        w, off = window(s, 0, lo, hi, sz, be.offset_align)
         wins.append(w)
         offs.append(off)
     return wins, offs
@@ -529,7 +543,7 @@ def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) ->
     cfg = matmul_sgm.config_for(be, d, getattr(be, "tier", None))
     if cfg is None:
         return False
-    name = matmul_sgm.choose_tile(cfg, be, m, n)
+    name = _sgm_tile(be, cfg, d, m, n, struct.unpack_from("<3I", params)[2], z, ta, tb)
     if name is None:
         return False
     tm = matmul_sgm.tile(cfg, name)[0]
@@ -554,6 +568,48 @@ def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) ->
               lambda: matmul_sgm.source(cfg, name, d, _epi_parts(None, d), band_text, ta, tb, va, vb, ro, c_dtype),
               wins, params, (gx, gy, z))
     return True
+
+
+def _sgm_tile(be, cfg, d: str, m: int, n: int, k: int, z: int, ta: bool, tb: bool) -> str | None:
+    """The subgroup-matrix tile of an m x n x k product (z of them): the rule's (matmul_sgm.choose_tile), or where
+    the matmul tuner runs (SCELLIS_MATMUL_TUNE=on, or auto under tier fast on a GPU) the fastest fitting tile,
+    timed once per shape class on scratch operands and cached with the SIMT tiles' choices."""
+    rule = matmul_sgm.choose_tile(cfg, be, m, n)
+    if rule is None or settings.text("SCELLIS_MATMUL_SGM_TILE") or tune_mode(be) != "on":
+        return rule
+    tuner = getattr(be, "_matmul_tuner", None)
+    if tuner is None:
+        tuner = be._matmul_tuner = Tuner(be)
+    key = f"sgm:{matmul_sgm.key(cfg, '')}:{shape_class(d, m, n, k, z)}" + (":ta" if ta else "") + (":tb" if tb else "")
+    got = tuner.table.get(key)
+    if got is None or got[0] not in matmul_sgm.TILES or not matmul_sgm.fits(cfg, got[0], be):
+        times = {}
+        for name in (t for t in matmul_sgm.TILES if matmul_sgm.fits(cfg, t, be)):
+            try:
+                times[name] = _time_sgm(be, cfg, name, d, m, n, k, z, ta, tb)
+            except Exception:       # a tile that fails to build or run here is simply not chosen
+                continue
+        got = tuner.table[key] = (min(times, key=times.get) if times else rule, 1)
+        tuner.save()
+    return got[0]
+
+
+def _time_sgm(be, cfg, name: str, d: str, m: int, n: int, k: int, z: int, ta: bool, tb: bool) -> float:
+    """Seconds per run of tile `name` on an m x n x k product (z of them) over scratch operands, outside any
+    program (the real operands may not hold data yet); A and B read-only, not vec4."""
+    isz = dt.ITEMSIZE[d]
+    bufs = [be._buffer(max(4, z * x * isz)) for x in (m * k, k * n, m * n)]
+    s3 = [[0, 0, m * k], [0, 0, k * n], [0, 0, m * n]] if z > 1 else [[0, 0, 0]] * 3
+    ro = (True, True)
+    pipe = be.pipeline(_sgm_key(_key(matmul_sgm.key(cfg, name), d, False, ta, tb, 0, None, False, False, ro)),
+                       matmul_sgm.source(cfg, name, d, _epi_parts(None, d), "", ta, tb, False, False, ro, None))
+    params = _params(m, n, k, 0, m if ta else k, k if tb else n, n, 0, (0, 0, 0), [1, 1, z], z, s3, 0)
+    ubuf = be.device.create_buffer_with_data(data=params + bytes((-len(params)) % 16), usage=0x40 | 0x08)
+    entries = [{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": ubuf.size}}]
+    entries += [{"binding": i + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}} for i, b in enumerate(bufs)]
+    bg = be.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
+    gx, gy = matmul_sgm.groups(cfg, name, m, n)
+    return time_direct(be, bufs[0], [(pipe, bg, (gx, gy, z))])
 
 
 def _sgm_key(k: str) -> str:

@@ -11,7 +11,9 @@ Where it runs: an f16 (or f32, where the adapter lists an f32 configuration) pro
 in the configuration). Never under `debug`: the matrix units sum a fragment's k in an order of their own, so
 the bits differ from the reference path's (which debug promises to match); their results are within the
 tolerance of f32 accumulation. Tile shapes come from the configuration the adapter reports (16x16x16 on NVIDIA,
-8x8x8 on Apple), never from a vendor name.
+8x8x8 on Apple), never from a vendor name; which tile a shape takes is a rule (choose_tile), or where the matmul
+tuner runs, the fastest fitting tile timed once per shape class (matmul._sgm_tile). Attention's score path runs
+its f16 products here too (attention_scores.py `half`: f16 operands into f32 scores and gradients).
 
 SCELLIS_WGPU_SUBGROUP_MATRIX_EMULATE=`T:MxNxK[:S]` (T f16 or f32, S the emulated subgroup size, default 32)
 makes every device run the kernels with plain WGSL standing in for the builtins (kernels/matmul_sgm.wgsl EMU),

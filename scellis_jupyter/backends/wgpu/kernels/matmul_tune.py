@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .... import settings
 from ....errors import notice
+from .matmul_sgm import TILES as SGM_TILES
 
 # name: (TM, TN, RM, RN, BK, FLAGS). FLAGS: "pf" loads the next k-tile into registers during the current
 # one's products (global latency hidden behind the FMAs); "fma" writes each update as an explicit fma()
@@ -242,7 +243,8 @@ class Tuner:
         try:
             data = json.loads(self.path.read_text())
             if data.get("adapter") == be.adapter_id:
-                self.table = {k: (v[0], int(v[1])) for k, v in data.get("configs", {}).items() if v[0] in VARIANTS}
+                self.table = {k: (v[0], int(v[1])) for k, v in data.get("configs", {}).items()
+                              if v[0] in VARIANTS or (k.startswith("sgm:") and v[0] in SGM_TILES)}
         except (OSError, ValueError, KeyError, TypeError, IndexError):
             self.table = {}
 
@@ -266,11 +268,13 @@ def huge_ok(be, ro: bool) -> bool:
 
 
 def choose(be, dtype: str, m: int, n: int, k: int, batch: int, whole: bool, timer,
-           ta: bool = False, tb: bool = False, ro: bool = False) -> tuple[str, int]:
+           ta: bool = False, tb: bool = False, ro: bool = False, simt: bool = True) -> tuple[str, int]:
     """The (variant, splits) for this chunk. `timer(variant, splits)` returns seconds per run (autotune).
     ta / tb: an operand is read transposed (a separate shape class: its loads differ). ro: A and B bind
-    read-only (matmul._readonly; a separate class too: the kernels run differently)."""
-    mode = tune_mode(be)
+    read-only (matmul._readonly; a separate class too: the kernels run differently). simt=False: the chunk runs
+    on the matrix units (matmul._sgm_tile tunes their tiles), so the SIMT tiles' timings would say nothing of it
+    and the table's pick (its K-split rule) stands."""
+    mode = tune_mode(be) if simt else "off"
     tier = getattr(be, "tier", None)
     smem = int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
     base = default_config(m, n, batch, k, dtype, whole, be.binding_limit, smem, packed_f16(dtype, tier),
