@@ -92,3 +92,38 @@ def test_debug_keeps_the_widened_f32_products(emu):
     assert not attention.on_matrix_units(WG.impl, "f16") or WG.impl.tier != "debug"
     for what, x, y in zip(("out", "dq", "dk", "dv"), got, dense(q, k, v, g, True, None, 1 / np.sqrt(8))):
         assert _rel(x, y) < 3e-3, what
+
+
+LM = """
+name = "tiny-lm-mixed-sgm"
+[data]
+dataset = "pydoc_topics"
+seq_len = 16
+split = { train = 1.0 }
+[model]
+nodes = [
+  { op = "embedding", vocab = 96, dim = 32 },
+  { op = "positional_embedding", max_len = 16 },
+  { op = "transformer_block", heads = 2, causal = true },
+  { op = "layer_norm" },
+  { op = "linear", out = 96 },
+]
+[recipe]
+optimizer = { name = "adamw", lr = 3e-3 }
+batch_size = 4
+precision = "mixed-f16"
+determinism = "prod"
+"""
+
+
+def test_a_mixed_precision_run_trains_on_the_matrix_units(emu):
+    """A whole mixed-f16 training run (tier prod) of a small causal LM: every f16 product of the step (the
+    linears' forward and backward, attention's) on the emulated matrix units, its losses those of the same run
+    on the reference device within mixed precision's tolerance (rtol 2e-3, as tests/run/test_step_batching.py)."""
+    from scellis_jupyter.run.run import Run
+    run = Run(LM, device=WG, steps=4)
+    losses = [s.loss for s in run]
+    built = {k.split(":")[1] for k in run.impl._pipelines if k.startswith("matmul")}     # the run's own backend
+    assert built and all(p.startswith("sgm") for p in built), built
+    ref = [s.loss for s in Run(LM, device="reference", steps=4)]
+    np.testing.assert_allclose(losses, ref, rtol=2e-3)
