@@ -109,10 +109,12 @@ function render({ model, el }) {
     if (first) first.scrollIntoView({ block: "nearest" });
   }
 
-  function chip(i) {
+  function chip(i, withStep = false) {
     const d = model.get("data");
     const k = d.kernels[d.launches[i].k];
-    const c = h("button", "sc-x-kern" + (sel.launch === i ? " sc-x-on" : ""), k.name);
+    const r = d.program.steps[d.launches[i].step];
+    const c = h("button", "sc-x-kern" + (sel.launch === i ? " sc-x-on" : ""),
+      withStep ? `${k.name} · step ${r.pos} ${r.op}` : k.name);
     c.dataset.launch = String(i);
     c.dataset.kernel = k.name;
     c.title = k.key;
@@ -152,7 +154,7 @@ function render({ model, el }) {
         if (!mine.length) continue;
         const line = h("div", "sc-x-kline");
         line.append(h("span", "sc-x-ph", ph));
-        for (const i of mine) line.append(chip(i));
+        for (const i of mine) line.append(chip(i, true));
         box.append(line);
       }
     } else {
