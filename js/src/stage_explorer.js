@@ -81,21 +81,24 @@ function render({ model, el }) {
       const rs = pr.steps.filter((r) => r.phase === ph);
       list.append(h("div", "sc-x-phase", `${ph} · ${rs.length} steps`));
       for (const r of rs) {
-        const line = h("div", "sc-x-step" + (nodeSteps.has(r.pos) ? " sc-x-on" : "") +
-          (launch && launch.step === r.pos ? " sc-x-cur" : ""));
+        const cur = launch && launch.first <= r.pos && r.pos <= launch.step;
+        const line = h("div", "sc-x-step" + (nodeSteps.has(r.pos) ? " sc-x-on" : "") + (cur ? " sc-x-cur" : ""));
         line.dataset.pos = String(r.pos);
         line.dataset.phase = ph;
         line.append(h("span", "sc-x-pos", String(r.pos)), h("span", "sc-x-op", r.op),
           h("span", "sc-x-scope", r.scope), h("span", "sc-x-shape", JSON.stringify(r.shape)));
         const ks = h("span", "sc-x-ks");
-        if (!r.launches.length) ks.append(h("span", "sc-muted", "batched"));
+        if (!r.launches.length) {
+          ks.append(h("span", "sc-muted", r.batched_into != null ? `in step ${r.batched_into}'s batch` : "no dispatch (a view)"));
+        }
         for (const i of r.launches) ks.append(chip(i));
         line.append(ks);
         line.onclick = (e) => {
           if (e.target.closest(".sc-x-kern")) return;
-          if (r.launches.length) { sel = { node: sel.node, launch: r.launches[0] }; draw(); }
+          const ls = r.launches.length ? r.launches : r.batched_into != null ? pr.steps[r.batched_into].launches : [];
+          if (ls.length) { sel = { node: sel.node, launch: ls[0] }; draw(); }
         };
-        if (!first && (nodeSteps.has(r.pos) || (launch && launch.step === r.pos))) first = line;
+        if (!first && (nodeSteps.has(r.pos) || cur)) first = line;
         list.append(line);
       }
     }
@@ -128,9 +131,10 @@ function render({ model, el }) {
       const k = d.kernels[launch.k];
       const r = d.program.steps[launch.step];
       box.append(h("div", "sc-x-h", `Kernel ${k.name}`),
-        h("div", "sc-note", `step ${r.pos} (${r.phase}, ${r.scope}): ${r.op} → ${JSON.stringify(r.shape)} ${r.dtype} · ` +
-          `workgroups ${launch.groups.join("×")}`),
-        h("div", "sc-note sc-x-key", `pipeline ${k.key}`));
+        h("div", "sc-note", (launch.first < launch.step ? `steps ${launch.first}–${launch.step} (one multi-tensor batch` +
+          `, ${r.phase}, ${r.scope})` : `step ${r.pos} (${r.phase}, ${r.scope})`) +
+          `: ${r.op} → ${JSON.stringify(r.shape)} ${r.dtype} · workgroups ${launch.groups.join("×")}`),
+        keyLine(k.key));
       const t = h("table", "sc-table sc-x-binds");
       const hr = h("tr");
       for (const c of ["@binding", "buffer", "bytes", "holds"]) hr.append(h("th", null, c));
@@ -162,6 +166,13 @@ function render({ model, el }) {
         h("div", "sc-note", "a node: its kernels; a kernel: its bindings and WGSL source"));
     }
     return box;
+  }
+
+  function keyLine(key) {
+    // a fused kernel's key holds its whole instruction list: the start of it, the rest on hover
+    const e = h("div", "sc-note sc-x-key", `pipeline ${key.length > 120 ? key.slice(0, 120) + "…" : key}`);
+    e.title = key;
+    return e;
   }
 
   function arena(d, lit, nodeSteps, launch) {

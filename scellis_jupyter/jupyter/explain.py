@@ -31,6 +31,13 @@ def node_steps(data: dict) -> dict[str, list[dict]]:
     return out
 
 
+def kernels_of(data: dict, r: dict) -> str:
+    """The kernels a scheduled step dispatches, or where it runs (a batch's earlier member), or nothing (a view)."""
+    if r["launches"]:
+        return ", ".join(data["kernels"][data["launches"][i]["k"]]["name"] for i in r["launches"])
+    return f"(in step {r['batched_into']}'s batch)" if r.get("batched_into") is not None else "(no dispatch)"
+
+
 def head_text(data: dict) -> str:
     d, pr = data["device"], data["program"]
     return (f"stages of {data['spec']['name']}'s training step on {d['backend']}:{d['name']}: batch "
@@ -55,7 +62,7 @@ def explain_text(data: dict) -> str:
     for ph in PHASES:
         lines.append(f"  {ph}")
         for r in counts[ph]:
-            ks = ", ".join(data["kernels"][data["launches"][i]["k"]]["name"] for i in r["launches"])
+            ks = kernels_of(data, r)
             lines.append(f"    {r['pos']:>4} {r['op']:<16} {r['scope']:<14} {str(r['shape']):<14} {ks}")
     lines.append(f"plan: arena {fmt_b(pl['arena_bytes'])} ({len(pl['values'])} values), live peak "
                  f"{fmt_b(pl['live_peak_bytes'])} at step {pl['live_peak_step']}; the whole run's peak "
@@ -102,17 +109,17 @@ def explain_html(data: dict) -> str:
                    f'<td style="text-align:right">{sum(len(r["launches"]) for r in by.get(n["id"], []))}</td></tr>'
                    for n in data["graph"].get("nodes", []))
     th = "<tr><th>node</th><th>op</th><th>shape</th><th>parameters</th><th>dispatches</th></tr>"
-    out.append(f'<div style="{sec}">Graph</div><table style="border-collapse:collapse;font-size:12px">{th}{rows}</table>')
+    out.append(f'<div style="{sec}">Graph</div><table cellpadding="2" style="border-collapse:collapse;font-size:12px">{th}{rows}</table>')
     out.append(f'<div style="{sec}">Program: {len(pr["steps"])} steps, {len(data["launches"])} dispatches</div>')
     body = []
     for ph in PHASES:
         rs = [r for r in pr["steps"] if r["phase"] == ph]
         body.append(f'<tr><td colspan="5" style="font-weight:600;padding-top:4px">{ph} ({len(rs)})</td></tr>')
         for r in rs:
-            ks = ", ".join(data["kernels"][data["launches"][i]["k"]]["name"] for i in r["launches"])
+            ks = kernels_of(data, r)
             body.append(f'<tr data-pos="{r["pos"]}"><td style="text-align:right">{r["pos"]}</td><td>{escape(r["op"])}</td>'
                         f'<td>{escape(r["scope"])}</td><td>{escape(str(r["shape"]))}</td><td><code>{escape(ks)}</code></td></tr>')
-    out.append(f'<div style="max-height:360px;overflow-y:auto"><table style="border-collapse:collapse;font-size:12px">'
+    out.append(f'<div style="max-height:360px;overflow-y:auto"><table cellpadding="2" style="border-collapse:collapse;font-size:12px">'
                f'{"".join(body)}</table></div>')
     out.append(f'<div style="{sec}">Plan: arena {fmt_b(pl["arena_bytes"])}, live peak {fmt_b(pl["live_peak_bytes"])} at '
                f'step {pl["live_peak_step"]}; whole-run peak {fmt_b(pl["peak_bytes"])} ({pl["verdict"]})</div>'

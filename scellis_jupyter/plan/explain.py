@@ -4,7 +4,8 @@
         spec     the text, name and hash
         graph    nodes (op, output shape, parameters) and edges (spec.edit.graph_info)
         program  the step's schedule after fusion: one row per scheduled value (op, layer, phase forward /
-                 backward / update, shape, the graph node it was built for, its launches)
+                 backward / update, shape, the graph node it was built for, its launches, or the position of
+                 the batch dispatch it runs in)
         launches every dispatch the device's launchers make for the step, in order, each with its kernel, the
                  schedule positions it runs for (first..step: a multi-tensor batch dispatches once at its
                  last member) and its bindings (which buffer, byte range, and the value or leaf there)
@@ -130,7 +131,10 @@ def explain(spec, *, device=None, batch_size: int | None = None, data: dict | No
         rows.append({"pos": pos, "value": v, "op": val.op, "scope": val.scope, "phase": phase_of(val.scope),
                      "node": node_of(val.scope, ids), "shape": _shape(val.shape), "dtype": _dtype(val.dtype),
                      "nbytes": int(val.nbytes), "inputs": [int(i) for i in val.inputs],
-                     "role": st.roles.get(v, "workspace"), "launches": by_step.get(pos, [])})
+                     "role": st.roles.get(v, "workspace"), "launches": by_step.get(pos, []), "batched_into": None})
+    for ln in launches:                  # a batch's earlier members run in its last member's dispatch
+        for q in range(ln["first"], ln["step"]):
+            rows[q]["batched_into"] = ln["step"]
 
     values = []
     for v, off in sorted(arena.offsets.items(), key=lambda kv: (kv[1], kv[0])):

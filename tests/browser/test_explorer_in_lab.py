@@ -7,7 +7,7 @@ import re
 import pytest
 
 import lab_notebook as notebook
-from test_lab import _lab_page, _open, _wait
+from test_lab import _dark_and_narrow, _lab_page, _open, _wait
 
 pytestmark = pytest.mark.slow
 
@@ -87,4 +87,13 @@ def test_explain_links_graph_program_plan_and_wgsl(lab, chromium_browser, artifa
         # the source shown is the kernel's text (what the device compiles), line for line
         assert launch == m.group(4)
         assert abs(src.count("\n") - int(m.group(5))) <= 1, (src.count("\n"), m.group(5))
+        # an update kernel: one dispatch for a batch of the optimizer's steps
+        box.locator(".sc-x-node[data-node='optimizer']").click()
+        _wait(lambda: host.get_attribute("data-node") == "optimizer", 10, what="the optimizer's selection")
+        detail.locator(".sc-x-kern").last.click()
+        _wait(lambda: "update" in detail.inner_text() and "@compute" in box.locator("pre.sc-x-wgsl").inner_text(), 10,
+              what="an update kernel")
+        assert box.locator(".sc-x-step.sc-x-cur").count() >= 1
+        _dark_and_narrow(page, box, artifacts, "explain")
+        box.screenshot(path=str(artifacts / "explain-narrow.png"))
         assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
