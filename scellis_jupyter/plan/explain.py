@@ -20,7 +20,7 @@ Program and Plan are the reference backend's, and `kernels` is empty (a note say
 """
 from __future__ import annotations
 
-from ..errors import PlanError, ScellisError
+from ..errors import PlanError
 from ..spec import Spec
 from ..spec.edit import graph_info
 from .model import _StandIn
@@ -52,16 +52,21 @@ def node_of(scope: str, ids: list[str]) -> str | None:
 
 
 def _device(device):
-    """The device whose kernels are shown: the one asked for; else a WebGPU adapter where there is one (the WGSL
-    is the point), else the default device."""
-    from ..backends.device import device as get
+    """The device whose kernels are shown: the one asked for; else the default device when it runs WGSL, else a
+    WebGPU adapter where there is one (the WGSL is the point; taken without announcing it as the device training
+    runs on), else the default device, with a note."""
+    from ..backends.device import device as get, devices
     if device is not None:
         return get(device), None
-    try:
-        return get("wgpu"), None
-    except ScellisError as e:
-        return get(), f"no WebGPU adapter here ({e.diagnostic.message}): the step is the reference backend's, " \
-                      "without WGSL"
+    d = get()
+    if hasattr(d.impl, "launches"):
+        return d, None
+    adapters = devices()[:-1]                # the last is the numpy reference
+    if adapters:                             # no GPU among them (a GPU would be the default): the first
+        a = adapters[0]
+        return a, (f"training here runs on {d.backend}:{d.name} (the default device); shown: the same step on "
+                   f"{a.backend}:{a.name}, with the WGSL its compiler gets")
+    return d, "no WebGPU adapter here: the step is the reference backend's, without WGSL"
 
 
 def explain(spec, *, device=None, batch_size: int | None = None, data: dict | None = None) -> dict:

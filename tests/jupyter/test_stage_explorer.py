@@ -85,3 +85,15 @@ def test_the_widget_refuses_data_that_is_not_stages():
         assert DIAGNOSTIC.match(str(e)) and "sc.explain" in str(e)
     else:
         raise AssertionError("no WidgetError")
+
+
+def test_by_default_the_wgsl_comes_from_an_adapter_and_the_note_says_so(cell, ip):
+    """The kernel here trains on the reference device (SCELLIS_DEVICE=reference): the explorer still shows the
+    WGSL, from the WebGPU adapter, and says which device training uses."""
+    assert cell(MODEL).error is None
+    d = ip.user_ns["mlp"].explain().data
+    if WG is None:
+        assert d["device"]["backend"] == "reference" and not d["kernels"]
+    else:
+        assert d["device"]["backend"] == "wgpu" and d["kernels"]
+        assert d["device"]["note"].startswith("training here runs on reference:")
