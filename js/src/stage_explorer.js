@@ -109,7 +109,8 @@ function render({ model, el }) {
     // ---- plan: the arena over the schedule ------------------------------------------------------------------
     parts.push(arena(d, lit, nodeSteps, launch));
     root.replaceChildren(...parts);
-    if (first) first.scrollIntoView({ block: "nearest" });
+    // the selection's first step in view, scrolling the list only (never the notebook around the widget)
+    if (first) list.scrollTop = Math.max(0, first.offsetTop - 24);
   }
 
   function chip(i, withStep = false) {
