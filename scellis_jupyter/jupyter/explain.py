@@ -9,6 +9,7 @@ from __future__ import annotations
 from html import escape
 
 PHASES = ("forward", "backward", "update")
+L = ' style="text-align:left"'     # Lab's and nbconvert's rendered-HTML CSS right-align table cells
 ROLE_COLORS = {"activations": "#76b7b2", "gradients": "#f28e2b", "workspace": "#bab0ac"}
 FG2 = "var(--jp-ui-font-color2, #666)"
 BORDER = "var(--jp-border-color2, #ddd)"
@@ -104,21 +105,21 @@ def explain_html(data: dict) -> str:
     out.append(f'<details><summary style="{sec}">Spec</summary><pre style="font-size:11px;margin:2px 0">'
                f'{escape(data["spec"]["text"])}</pre></details>')
     by = node_steps(data)
-    rows = "".join(f'<tr data-node="{escape(n["id"])}"><td><code>{escape(n["id"])}</code></td><td>{escape(n["op"])}</td>'
-                   f'<td>{escape(str(n.get("shape")))}</td><td style="text-align:right">{n.get("params") or 0:,}</td>'
+    rows = "".join(f'<tr data-node="{escape(n["id"])}"><td{L}><code>{escape(n["id"])}</code></td><td{L}>{escape(n["op"])}</td>'
+                   f'<td{L}>{escape(str(n.get("shape")))}</td><td style="text-align:right">{n.get("params") or 0:,}</td>'
                    f'<td style="text-align:right">{sum(len(r["launches"]) for r in by.get(n["id"], []))}</td></tr>'
                    for n in data["graph"].get("nodes", []))
-    th = "<tr><th>node</th><th>op</th><th>shape</th><th>parameters</th><th>dispatches</th></tr>"
+    th = f"<tr><th{L}>node</th><th{L}>op</th><th{L}>shape</th><th>parameters</th><th>dispatches</th></tr>"
     out.append(f'<div style="{sec}">Graph</div><table cellpadding="2" style="border-collapse:collapse;font-size:12px">{th}{rows}</table>')
     out.append(f'<div style="{sec}">Program: {len(pr["steps"])} steps, {len(data["launches"])} dispatches</div>')
     body = []
     for ph in PHASES:
         rs = [r for r in pr["steps"] if r["phase"] == ph]
-        body.append(f'<tr><td colspan="5" style="font-weight:600;padding-top:4px">{ph} ({len(rs)})</td></tr>')
+        body.append(f'<tr><td colspan="5" style="text-align:left;font-weight:600;padding-top:4px">{ph} ({len(rs)})</td></tr>')
         for r in rs:
             ks = kernels_of(data, r)
-            body.append(f'<tr data-pos="{r["pos"]}"><td style="text-align:right">{r["pos"]}</td><td>{escape(r["op"])}</td>'
-                        f'<td>{escape(r["scope"])}</td><td>{escape(str(r["shape"]))}</td><td><code>{escape(ks)}</code></td></tr>')
+            body.append(f'<tr data-pos="{r["pos"]}"><td style="text-align:right">{r["pos"]}</td><td{L}>{escape(r["op"])}</td>'
+                        f'<td{L}>{escape(r["scope"])}</td><td{L}>{escape(str(r["shape"]))}</td><td{L}><code>{escape(ks)}</code></td></tr>')
     out.append(f'<div style="max-height:360px;overflow-y:auto"><table cellpadding="2" style="border-collapse:collapse;font-size:12px">'
                f'{"".join(body)}</table></div>')
     out.append(f'<div style="{sec}">Plan: arena {fmt_b(pl["arena_bytes"])}, live peak {fmt_b(pl["live_peak_bytes"])} at '

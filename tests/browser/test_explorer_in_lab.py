@@ -97,3 +97,36 @@ def test_explain_links_graph_program_plan_and_wgsl(lab, chromium_browser, artifa
         _dark_and_narrow(page, box, artifacts, "explain")
         box.screenshot(path=str(artifacts / "explain-narrow.png"))
         assert not [e for e in errors if "scellis" in e.lower() or "sc-" in e], errors
+
+
+def test_static_form_shows_offline_in_nbconvert_html(chromium_browser, artifacts, tmp_path):
+    """The explorer's static output, exported by nbconvert and opened from file:// with the network off: the
+    graph, the schedule by phase, the arena chart and each kernel's WGSL (folded) show without a kernel."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    import scellis_jupyter as sc
+    w = sc.explain(MODEL.split("\n", 1)[1], device="wgpu")
+    data, md = w.static_bundle()
+    cell = nbformat.v4.new_code_cell("%scellis explain mlp")
+    cell.outputs = [nbformat.v4.new_output("display_data", data=data, metadata=md)]
+    body, _ = HTMLExporter().from_notebook_node(nbformat.v4.new_notebook(cells=[cell]))
+    path = tmp_path / "explain.html"
+    path.write_text(body)
+    ctx = chromium_browser.new_context(viewport={"width": 1100, "height": 1400}, offline=True)
+    page = ctx.new_page()
+    try:
+        page.goto(path.as_uri())
+        static = page.locator(".scellis-explain").first
+        static.wait_for(state="visible", timeout=30_000)
+        text = static.inner_text()
+        for part in ("Graph", "forward (", "backward (", "update (", "Plan: arena", "Kernels: "):
+            assert part in text, part
+        assert static.locator("tr[data-node='fc1']").count() == 1
+        assert static.locator("svg rect[data-value]").count() == len(w.data["plan"]["values"])
+        kern = static.locator("details[data-kernel='matmul']").first
+        kern.locator("summary").click()
+        assert "@compute" in kern.locator("pre").inner_text()
+        static.screenshot(path=str(artifacts / "explain-static-offline.png"))
+    finally:
+        ctx.close()
