@@ -41,6 +41,14 @@ def profile(target, **kw):
     return ProfileView.of(target, **kw)
 
 
+def explain(target, **kw):
+    """The stage explorer of a spec's training step (a notebook widget: spec, graph, the schedule of kernels
+    forward / backward / update, the arena plan over it, each kernel's WGSL): jupyter.widgets.StageExplorer.of.
+    The data alone: plan.explain.explain(spec)."""
+    from .jupyter.widgets.stage_explorer import StageExplorer   # optional: anywidget, only inside a kernel
+    return StageExplorer.of(target, **kw)
+
+
 def load_ipython_extension(ip) -> None:
     """`%load_ext scellis_jupyter`: the %%scellis / %scellis magics (scellis_jupyter/jupyter/magics.py)."""
     from .jupyter.magics import load_ipython_extension as load     # optional: IPython, only inside a kernel
@@ -64,4 +72,4 @@ __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set
            "FederatedError", "SiteUnavailable", "ModelVersionMismatch", "PrivacyBudgetExceeded",
            "SecureAggregationError",
            "Federation", "Privacy", "PrivacyLedger", "RoundMonitor", "RoundResult",
-           "ProfileError", "profile_spec", "profile_run", "profile"]
+           "ProfileError", "profile_spec", "profile_run", "profile", "explain"]

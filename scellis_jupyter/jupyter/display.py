@@ -405,6 +405,15 @@ def profile_output(prof: dict):
     return Static(profile_text(prof), profile_html(prof))
 
 
+def explain_output(data: dict):
+    """The stage explorer (plan.explain.explain's dict): the StageExplorer widget, else its static form."""
+    w = widgets()
+    if w is not None:
+        return w.StageExplorer(data)
+    from .explain import explain_html, explain_text
+    return Static(explain_text(data), explain_html(data))
+
+
 def lr_find_output(res: dict, on_apply: Callable | None = None):
     w = widgets()
     lrs, losses, sug = np.asarray(res["lrs"], float), np.asarray(res["losses"], float), res.get("suggested")

@@ -123,6 +123,18 @@ class Model:
         self.set_text(apply_edit(self.text, e))
         return self.graph_info(), self.cell_text()
 
+    @_one_line
+    def explain_data(self, *, batch_size: int | None = None, device=None) -> dict:
+        """The stages of this model's training step (plan.explain.explain): what `explain()` draws."""
+        from ..plan.explain import explain
+        return explain(self.spec, batch_size=batch_size, device=device)
+
+    @_one_line
+    def explain(self, *, batch_size: int | None = None, device=None):
+        """The stage explorer (as `%scellis explain NAME`): spec, graph, the step's kernels forward / backward /
+        update, the arena plan over them and each kernel's WGSL, clickable from one to the next."""
+        return display.explain_output(self.explain_data(batch_size=batch_size, device=device))
+
     # ---- training ---------------------------------------------------------------------------------------
     @property
     def run(self) -> BackgroundRun | None:

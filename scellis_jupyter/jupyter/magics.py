@@ -4,6 +4,7 @@
     %%scellis catalog optimizer my_sgd    a cell holding Python that registers a catalog entry
     %scellis train mlp --steps 200        returns at once; a run panel and loss curve follow the run
     %scellis wait mlp                     blocks until it ends, then shows the run record (and its pin)
+    %scellis explain mlp                  the training step's stages: graph, kernels, arena plan, WGSL
 
 Every mistake is an IPython UsageError carrying the shared diagnostic text (never a traceback). Parsing
 lives in parse.py; what is shown in display.py; the model handle in handle.py.
@@ -272,6 +273,10 @@ class ScellisMagics(Magics):
         display(show.text_output(profile_text(profile(m, batch_size=cmd.batch_size, top=cmd.top))))
         if not cmd.static:                  # measured: a few real steps, kernel by kernel, as a bar chart too
             display(show.profile_output(measured_profile(m, steps=cmd.steps, device=cmd.device, top=cmd.top)))
+
+    def _do_explain(self, cmd):
+        m = self.model(cmd.name)
+        display(show.explain_output(m.explain_data(batch_size=cmd.batch_size, device=cmd.device)))
 
     def _do_lr_find(self, cmd):
         m = self.model(cmd.name)

@@ -99,6 +99,7 @@ SUBCOMMANDS: dict[str, str] = {
     "catalog": "catalog entries (optimizers, losses, schedulers, ...) and their parameters",
     "verify": "re-execute a finished run on the reference path and compare with its record",
     "profile": "what one training step of a model runs: dispatches, memory, and measured time per kernel",
+    "explain": "every stage of a model's training step: spec, graph, kernel schedule, arena plan, each kernel's WGSL",
     "lr-find": "the learning-rate range test: loss against learning rate, with a suggested value",
     "pool": "the Dask pool: workers, devices, memory, trust regime, dashboard link (--workers N starts one)",
     "sweep": "a two-key grid sweep of a model on the pool, drawn into a heatmap cell by cell as runs land",
@@ -175,6 +176,11 @@ def _build() -> dict[str, _Parser]:
     p.add_argument("--steps", type=_pos_int, default=3, help="training steps timed kernel by kernel (3)")
     p.add_argument("--device", help="where to time them (default: the best device)")
     p.add_argument("--static", action="store_true", help="only the plan's view (dispatches, memory): time nothing")
+
+    p = new("explain")
+    _name(p, "the model handle")
+    p.add_argument("--batch-size", type=_pos_int)
+    p.add_argument("--device", help="whose kernels to show (default: the WebGPU adapter, else the best device)")
 
     p = new("lr-find")
     _name(p, "the model handle")

@@ -104,7 +104,7 @@ def _path_without_node(tmp_path: Path) -> dict:
 
 def _assert_bundles(names: set[str], prefix: str = "") -> None:
     for w in ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view",
-              "round_monitor", "profile_view"):
+              "round_monitor", "profile_view", "stage_explorer"):
         assert f"{prefix}scellis_jupyter/static/{w}.js" in names, w
     assert f"{prefix}scellis_jupyter/static/elk-worker.min.js" in names
     assert not any("node_modules" in n for n in names)

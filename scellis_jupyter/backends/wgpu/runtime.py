@@ -196,6 +196,8 @@ class WgpuBackend:
         self._scratch_by_name: dict = {}
         self._dry: dict = {}            # program hash -> (uniform block bytes, scratch bytes by name), planned
         self._dry_scratch: dict = {}
+        self._collect = None            # (launches, buffer names) while `launches` runs the launchers dry
+        self._collect_step = 0
         self.dispatches = 0
         self.raw_replays = 0            # programs replayed through the direct wgpu-native path
         self.quick_replays = 0          # of those, programs the executor replayed by their root windows alone
@@ -299,7 +301,10 @@ class WgpuBackend:
         too small); recorded programs may bind it, since it outlives them."""
         if self._mode == "dry":              # planning: record the need, allocate nothing
             self._dry_scratch[name] = max(self._dry_scratch.get(name, 0), nbytes)
-            return _FakeBuffer(None)
+            b = _FakeBuffer(None)
+            if self._collect is not None:
+                self._collect[1][b.uid] = f"scratch:{name}"
+            return b
         b = self._scratch_by_name.get(name)
         if b is None or b.size < nbytes:
             if b is not None:                # the old one goes before the new one comes
@@ -714,27 +719,47 @@ class WgpuBackend:
         got = self._dry.get(prog.hash)
         if got is not None:
             return got
-        fake: dict = {}
+        n, scratch = self._dry_pass(prog, roots, None)
+        got = self._dry[prog.hash] = (align(max(n, 4), 16), scratch)
+        return got
 
-        def stand_in(st):
+    def launches(self, prog, roots) -> list[dict]:
+        """Every launch `prog` makes, in order, as the launchers make them, without a GPU call (the stage
+        explorer's kernels): {step (the position in prog.steps), key (the pipeline's), kernel, wgsl (the text
+        the device's compiler gets), groups, bindings: [{buffer, offset, nbytes}]}. A binding's buffer is
+        "arena" (or "arena2", a split arena's second), "leaf:<i>" (roots[i]), "persistent:<j>", "scratch:<name>"."""
+        out: list[dict] = []
+        self._dry_pass(prog, roots, out)
+        return out
+
+    def _dry_pass(self, prog, roots, collect: list | None) -> tuple[int, dict]:
+        """Run `prog`'s launchers dry: (uniform bytes, {scratch name: bytes}); with `collect`, each launch too."""
+        fake: dict = {}
+        names: dict[int, str] = {}
+
+        def stand_in(st, i):
             b = fake.setdefault(id(st.buffer), _FakeBuffer(st.buffer))
+            names.setdefault(b.uid, f"leaf:{i}")
             return Storage(self, b, st.offset, st.shape, st.dtype, st.nbytes)
         persistent = [Storage(self, _FakeBuffer(None), 0, prog.values[p].shape, prog.values[p].dtype,
                               prog.values[p].nbytes) for p in prog.persistent]
         arenas = tuple(_FakeBuffer(None) for _ in prog.arena.parts())
-        resolve, _ = bind(prog, [stand_in(r) for r in roots], persistent, self, arenas)
-        saved = (self._mode, self._params, self._dry_scratch)
+        names.update({s.buffer.uid: f"persistent:{j}" for j, s in enumerate(persistent)})
+        names.update({b.uid: ("arena", "arena2")[k] for k, b in enumerate(arenas)})
+        resolve, _ = bind(prog, [stand_in(r, i) for i, r in enumerate(roots)], persistent, self, arenas)
+        saved = (self._mode, self._params, self._dry_scratch, self._collect)
         self._mode, self._params, self._dry_scratch = "dry", bytearray(), {}
+        self._collect = None if collect is None else (collect, names)
         try:
-            for step in prog.steps:
+            for pos, step in enumerate(prog.steps):
                 v = prog.values[step]
+                self._collect_step = pos
                 self.dispatch(v, [resolve(i) for i in v.inputs], resolve(step), prog)
             n = len(self._params) or PARAM_ALIGN
             scratch = {k: self.alloc_bytes(b) for k, b in self._dry_scratch.items()}
         finally:
-            self._mode, self._params, self._dry_scratch = saved
-        got = self._dry[prog.hash] = (align(max(n, 4), 16), scratch)
-        return got
+            self._mode, self._params, self._dry_scratch, self._collect = saved
+        return n, scratch
 
     # ---- uniform bytes a launcher reserves whatever it dispatches ---------------------------------------
     def param_cursor(self) -> int:
@@ -743,13 +768,14 @@ class WgpuBackend:
 
     def param_bytes_of(self, fn) -> int:
         """Uniform bytes the launches `fn()` makes would take, without dispatching or keeping them."""
-        saved = (self._mode, self._params, self._dry_scratch)
+        saved = (self._mode, self._params, self._dry_scratch, self._collect)
         self._mode, self._params, self._dry_scratch = "dry", bytearray(), dict(self._dry_scratch)
+        self._collect = None                # a measure, not a launch the program makes
         try:
             fn()
             return len(self._params)
         finally:
-            self._mode, self._params, self._dry_scratch = saved
+            self._mode, self._params, self._dry_scratch, self._collect = saved
 
     def param_reserve(self, start: int, nbytes: int) -> None:
         """Pad the uniform block so the launches since `start` take exactly `nbytes` (never fewer): a launcher
@@ -874,6 +900,8 @@ class WgpuBackend:
         param = (self._cursor if self._mode == "replay" else len(self._params), max(len(params), 16))
         if self._mode == "dry":
             self._params += chunk
+            if self._collect is not None:
+                self._collected(key, source, storages, wg)
             return
         if self._mode == "record":
             self._params += chunk
@@ -888,6 +916,14 @@ class WgpuBackend:
             self._dispatch_now(self._open_pass(), pipeline, list(storages), param, wg)
         else:
             raise KernelError("launch() outside a program", where=f"kernel {key.split(':')[0]!r}")
+
+    def _collected(self, key: str, source, storages, wg) -> None:
+        out, names = self._collect
+        text = source() if callable(source) else source
+        out.append({"step": self._collect_step, "key": key, "kernel": key.split(":")[0],
+                    "wgsl": self.webgpu.prelude(text), "groups": list(wg),
+                    "bindings": [{"buffer": names.get(s.buffer.uid, "buffer"),
+                                  "offset": int(s.offset), "nbytes": int(s.nbytes)} for s in storages]})
 
     def _dispatch_now(self, p, pipeline, storages, param, wg) -> None:
         off, plen = param

@@ -1,5 +1,5 @@
 """The notebook widgets (anywidget): plan, curves, run controls, graph, catalog, LR finder, sweep heatmap,
-federated rounds, the profile's flame-style timeline.
+federated rounds, the profile's flame-style timeline, the stage explorer.
 
 Each has a live view (js/src/<name>.js, bundled into scellis_jupyter/static/ at install time) and a static
 `text/plain` + `text/html` form of its current state for notebooks viewed without a kernel.
@@ -14,6 +14,7 @@ from .plan_view import PlanView
 from .run_panel import RunPanel
 from .round_monitor import RoundMonitorView
 from .profile_view import ProfileView
+from .stage_explorer import StageExplorer
 
 __all__ = ["PlanView", "LossCurve", "RunPanel", "GraphView", "CatalogBrowser", "LRFinderView", "HeatmapView",
-           "WidgetError", "RoundMonitorView", "ProfileView"]
+           "WidgetError", "RoundMonitorView", "ProfileView", "StageExplorer"]
