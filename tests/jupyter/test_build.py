@@ -3,6 +3,7 @@ neither is there, a wheel built from a fresh checkout (no node_modules, no stati
 bundles, and an sdist that carries them too, so installing it needs no Node."""
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,12 +103,24 @@ def _path_without_node(tmp_path: Path) -> dict:
     return env
 
 
-def _assert_bundles(names: set[str], prefix: str = "") -> None:
+def _assert_bundles(names: set[str], prefix: str = "", sdist: bool = False) -> None:
+    """The widgets' bundles, and the lab extension: in the sdist as built, in a wheel as shared data, where
+    JupyterLab finds it once installed (share/jupyter/labextensions/scellis-jupyter/)."""
     for w in ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view",
               "round_monitor", "profile_view", "stage_explorer"):
         assert f"{prefix}scellis_jupyter/static/{w}.js" in names, w
     assert f"{prefix}scellis_jupyter/static/elk-worker.min.js" in names
     assert not any("node_modules" in n for n in names)
+    lab = (f"{prefix}scellis_jupyter/labextensions/" if sdist else
+           f"scellis_jupyter-{_hook_version()}.data/data/share/jupyter/labextensions/")
+    assert {f"{lab}scellis-jupyter/package.json", f"{lab}scellis-jupyter/install.json"} <= names, sorted(names)
+    assert any(n.startswith(f"{lab}scellis-jupyter/static/remoteEntry.") and n.endswith(".js") for n in names)
+    if not sdist:
+        assert not any(n.startswith("scellis_jupyter/labextensions/") for n in names)     # not twice
+
+
+def _hook_version() -> str:
+    return re.search(r'__version__ = "([^"]+)"', (ROOT / "scellis_jupyter" / "_version.py").read_text())[1]
 
 
 @pytest.mark.slow
@@ -157,7 +170,7 @@ def test_without_node_the_sdist_carries_the_bundles_and_installs_with_no_node(tm
     with tarfile.open(sdist) as tf:
         names = tf.getnames()
         top = names[0].split("/")[0]
-        _assert_bundles(set(names), f"{top}/")
+        _assert_bundles(set(names), f"{top}/", sdist=True)
         tf.extractall(tmp_path / "u", filter="data")
     unpacked = tmp_path / "u" / top
     asked = subprocess.run([*py, "from hatchling.build import get_requires_for_build_wheel as g; print(g())"],
