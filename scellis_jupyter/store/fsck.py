@@ -249,7 +249,7 @@ def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False,
     rep.checked["objects"] = len(files)
 
     # 2. the objects against the index: runs and checkpoints it lacks, rows the objects contradict
-    objs = scan(root, skip=bad)
+    objs = scan(root, rehash=False, skip=bad)           # (step 1 re-hashed them all)
     if index is not None:
         def read(h: str):
             try:

@@ -101,9 +101,18 @@ def file_problems(root: str | os.PathLike) -> list[tuple[str, str, str]]:
     if _wal_checksum(wh[:24], magic & 1) != struct.unpack(">II", wh[24:32]):
         out.append(("index-damaged", "index", f"the checksum of {wal.name}'s header fails: SQLite ignores its "
                     f"{(wsize - 32) // (24 + page) if page else 0} frame(s) of transactions"))
-    elif page and (wsize - 32) % (24 + page):
+    elif page and (wsize - 32) % (24 + page) and _still(wal, wsize):
+        # (a writer appends a frame's header and its page in two writes: a size that stays put is no writer's)
         out.append(("index-damaged", "index", f"{wal.name} ends mid-frame ({wsize} bytes): it was truncated"))
     return out
+
+
+def _still(p: Path, size: int, wait: float = 0.05) -> bool:
+    time.sleep(wait)
+    try:
+        return p.stat().st_size == size
+    except OSError:
+        return False
 
 
 def keep_wal(root: str | os.PathLike) -> str:
