@@ -189,8 +189,11 @@ def is_manifest(d: Any) -> bool:
 
 def registered(d: dict) -> bool:
     """Whether record `d` can only have been written after its run's index row: anything but the first
-    version (a writer killed between a run's first record and its row leaves that one unnamed)."""
+    version (a writer killed between a run's first record and its row leaves that one unnamed) and but a
+    launcher's reservation (withdrawn, row and all, when its child never started)."""
     v = d.get("version")
+    if (d.get("extra") or {}).get("starting"):       # a reservation never adopted (its release drops the row)
+        return False
     return bool((isinstance(v, int) and v > 0) or d.get("state") != "running" or d.get("checkpoints"))
 
 
@@ -384,9 +387,11 @@ def rebuild(root: str | os.PathLike, objs: ObjectScan | None = None, index: Inde
         last = d.get("resume_from") or ((d.get("checkpoints") or [{}])[-1] or {}).get("hash") or \
             (d.get("extra") or {}).get("resumed_from")
         same = o is not None and o["record"] == h
+        # proc_start "rebuilt": a pid now reused by another process never passes for the run's (a live writer
+        # settled by mistake turns back to running on its next heartbeat)
         runs.append((run_id, d["state"], d.get("spec_hash"), float(d.get("created") or 0.0),
                      float(d.get("updated") or 0.0), o["heartbeat"] if same else d.get("updated"), d.get("pid"),
-                     d.get("host") or "", o["proc_start"] if same else None, h, last))
+                     d.get("host") or "", o["proc_start"] if same else "rebuilt", h, last))
     cks = []
     for h, m in objs.manifests.items():
         run = m.get("run") if isinstance(m.get("run"), str) else (listed[h][0] if h in listed else None)
@@ -408,6 +413,7 @@ def rebuild(root: str | os.PathLike, objs: ObjectScan | None = None, index: Inde
         c.executemany("INSERT INTO runs (id, state, spec_hash, created, updated, heartbeat, pid, host, proc_start, "
                       "record, last_checkpoint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", runs)
         c.executemany("INSERT OR REPLACE INTO refs VALUES (?, ?, ?, ?)", refs)
+    new.conn().execute("PRAGMA journal_mode = DELETE")        # one self-contained file to rename (no WAL beside)
     new.close()
     rep.runs, rep.checkpoints, rep.objects, rep.refs = len(runs), len(cks), len(objs.files), len(refs)
     present = [p for p in (db, Path(f"{db}-wal"), Path(f"{db}-shm")) if p.exists()]

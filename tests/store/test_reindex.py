@@ -262,3 +262,18 @@ def test_records_and_manifests_carry_what_the_index_needs(finished):
     assert json.loads(s.objects.read(rec.previous))["version"] == 3
     m = s.get_json(rec.last_checkpoint)
     assert (m["run"], m["step"], m["epoch"]) == (run, 3, 0) and m["parent"] == rec.checkpoints[1]["hash"]
+
+
+def test_a_withdrawn_reservation_is_no_lost_run(tmp_path):
+    """A launcher's reservation, settled as interrupted and then withdrawn (its child never started), leaves
+    records but no run: not a lost run, and a rebuild does not list it."""
+    from scellis_jupyter.store.runs import release_run, reserve_run
+    s = Store.open(tmp_path / "st")
+    p = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = int(p.stdout)                                                    # a process that is gone
+    assert reserve_run(s, "run-20260101-000000-aaaaaa", pid=pid, spec_hash="spec")
+    assert [r.state for r in s.list_runs()] == ["interrupted"]             # settled: a second record version
+    assert release_run(s, "run-20260101-000000-aaaaaa", pid)
+    assert fsck(s).ok and s.check_index() == []
+    r = fsck(s, rebuild_index=True)
+    assert r.rebuilt.runs == 0 and Store.open(s.root).list_runs() == []
