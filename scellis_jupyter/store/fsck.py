@@ -38,6 +38,8 @@ KINDS = {
                 "rolled-back WAL, a deleted index) (repair: the index is rebuilt from the objects)",
     "lost-checkpoint": "stored checkpoints of a run that its record lists have no index row (repair: the index is "
                        "rebuilt from the objects)",
+    "lost-object-row": "stored objects that index rows name (a ref, a run, a checkpoint and its tensors) have no "
+                       "object row (repair: the index is rebuilt from the objects)",
     "index-contradicts": "an index row the objects contradict: a run row naming another run's record, or a state "
                          "its record does not say (repair: the index is rebuilt from the objects)",
     "corrupt-object": "the file's bytes do not hash to its name (repair: moved to quarantine/, its rows dropped)",

@@ -35,7 +35,7 @@ from .runs import STATES
 INDEX = "index.sqlite"
 QUARANTINE = "quarantine"
 FIX = "scellis fsck --rebuild-index"
-INDEX_KINDS = ("index-damaged", "lost-run", "lost-checkpoint", "index-contradicts")
+INDEX_KINDS = ("index-damaged", "lost-run", "lost-checkpoint", "index-contradicts", "lost-object-row")
 _WAL_MAGIC = (0x377F0682, 0x377F0683)
 
 
@@ -302,6 +302,20 @@ def compare(index: Index, objs: ObjectScan, read_json=None) -> list[tuple[str, s
         steps = sorted(objs.manifests[h].get("step") for h in hs)
         out.append(("lost-checkpoint", f"run {run}", f"{len(hs)} stored checkpoint(s) of the run (steps "
                     f"{steps[0]}..{steps[-1]}) have no index row"))
+    # every object an index row or an indexed checkpoint names was registered before that row was written:
+    # one without its object row is a row lost (and gc, which reads kinds from rows, would misjudge it)
+    obj_rows = {r["hash"] for r in index.objects()}
+    named = {r["hash"]: f"ref {r['name']}" for r in index.refs()}
+    for r in rows.values():
+        named.update({h: f"run {r['id']}" for h in (r["record"], r["last_checkpoint"]) if h})
+    for h in ck_rows:
+        named[h] = "a checkpoint row"
+        m = objs.manifests.get(h) or {}
+        named.update({m[k]: f"checkpoint {h[:12]}" for k in ("weights", "optimizer_state") if isinstance(m.get(k), str)})
+    lacking = sorted(h for h in named if h in objs.files and h not in obj_rows)
+    if lacking:
+        out.append(("lost-object-row", "index", f"{len(lacking)} stored object(s) named by the index have no object "
+                    f"row (first {lacking[0][:12]}, named by {named[lacking[0]]})"))
     return out
 
 

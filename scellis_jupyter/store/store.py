@@ -27,7 +27,7 @@ from .runs import start_run
 from .runs import list_runs
 from .runs import get_run
 from .leases import DEFAULT_EXPIRY, Lease, live_leases
-from .reindex import compare, file_problems, fix_hint, keep_wal, scan
+from .reindex import compare, file_problems, fix_hint, is_manifest, is_record, keep_wal, scan
 from .. import settings
 from ..errors import Diagnostic, did_you_mean
 
@@ -449,13 +449,24 @@ class Store:
         except OSError:
             return 0.0
 
+    def _sniff(self, h: str) -> str | None:
+        """"checkpoint" or "run-record" when object `h` is one (read only when it starts as JSON), else None."""
+        try:
+            with open(self.objects.path(h), "rb") as f:
+                if f.read(2) != b'{"':
+                    return None
+            d = self.get_json(h)
+        except (OSError, StoreError):
+            return None
+        return "checkpoint" if is_manifest(d) else "run-record" if is_record(d) else None
+
     def _closure(self, h: str | None) -> set[str]:
         """`h` plus what it names when it is a checkpoint (its tensors, not its parent) or a run record."""
         if not h:
             return set()
         out = {h}
         row = self.index.object(h)
-        kind = row["kind"] if row else None
+        kind = row["kind"] if row else self._sniff(h)       # a row the index lacks: what the bytes say
         if kind not in ("checkpoint", "run-record"):
             return out
         try:
