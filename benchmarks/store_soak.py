@@ -11,7 +11,7 @@ one receipt ledger and one privacy ledger per ledger class; prints tamper class 
 checking command's exit code (fsck, `scellis ledger verify`, or opening the privacy ledger), and writes
 the section "store soak" of benchmarks/RESULTS.md.
 
-    python benchmarks/store_soak.py                 # 10 kills + 20 tamper classes, ~1-2 min on 2 cores
+    python benchmarks/store_soak.py                 # 20 kills + 18 tamper classes, ~20-60 s on 2 cores
     python benchmarks/store_soak.py --kills 50 --no-write
 """
 from __future__ import annotations
@@ -245,6 +245,7 @@ STORE_TAMPERS = {
     "index: edit a run id": lambda st: _sql(st, "UPDATE runs SET id = 'run-20000101-000000-abcdef'"),
     "index: state set to failed": lambda st: _sql(st, "UPDATE runs SET state = 'failed'"),
     "index: delete checkpoint rows": lambda st: _sql(st, "DELETE FROM checkpoints"),
+    "index: delete object rows": lambda st: _sql(st, "DELETE FROM objects"),
     "index: append 4 KiB junk": lambda st: open(st / "index.sqlite", "ab").write(os.urandom(4096)),
     "WAL: delete": lambda st: os.unlink(st / "index.sqlite-wal"),
     "WAL: flip a header byte": lambda st: _flip(st / "index.sqlite-wal", 17),
@@ -353,7 +354,7 @@ def tamper_ledgers(tmp: Path) -> list[tuple[str, bool, int, str]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kills", type=int, default=10, help="SIGKILLs of train/resume children (10)")
+    ap.add_argument("--kills", type=int, default=20, help="SIGKILLs of train/resume children (20)")
     ap.add_argument("--steps", type=int, default=300, help="steps of the soak's recipe (300)")
     ap.add_argument("--seed", type=int, default=36)
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
