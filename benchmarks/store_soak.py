@@ -139,6 +139,10 @@ def _rows(db: Path, sql: str, args=()) -> list:
         return []
 
 
+def _count(db: Path, run: str) -> int:
+    return len(_rows(db, "SELECT hash FROM checkpoints WHERE run = ?", (run,)))
+
+
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -162,12 +166,12 @@ def kill_soak(server: Server, tmp: Path, kills: int, steps: int, rnd: random.Ran
         run = None
         t0 = time.monotonic()
         while run is None and child.poll() is None and time.monotonic() - t0 < 120:
-            ids = [r for (r,) in _rows(db, "SELECT id FROM runs ORDER BY created") if r not in known] if db.exists() else []
+            ids = [r for (r,) in _rows(db, "SELECT id FROM runs ORDER BY created") if r not in known]
             run = ids[-1] if ids else None
             time.sleep(0.005)
         if run is not None and child.poll() is None:
-            base, want = len(_rows(db, "SELECT hash FROM checkpoints WHERE run = ?", (run,))), rnd.randint(0, 3)
-            while child.poll() is None and len(_rows(db, "SELECT hash FROM checkpoints WHERE run = ?", (run,))) < base + want:
+            base, want = _count(db, run), rnd.randint(0, 3)
+            while child.poll() is None and _count(db, run) < base + want:
                 time.sleep(0.002)
             time.sleep(rnd.uniform(0.0, 0.03))
             res["before_first_checkpoint"] += want == 0
@@ -222,6 +226,10 @@ def _flip(p: Path, at: int | None = None) -> None:
     p.write_bytes(bytes(b))
 
 
+def _halve(p: Path) -> None:
+    os.truncate(p, p.stat().st_size // 2)
+
+
 def _sql(st: Path, sql: str) -> None:
     c = sqlite3.connect(st / "index.sqlite")
     c.execute(sql)
@@ -249,7 +257,7 @@ STORE_TAMPERS = {
     "index: append 4 KiB junk": lambda st: open(st / "index.sqlite", "ab").write(os.urandom(4096)),
     "WAL: delete": lambda st: os.unlink(st / "index.sqlite-wal"),
     "WAL: flip a header byte": lambda st: _flip(st / "index.sqlite-wal", 17),
-    "WAL: truncate to half": lambda st: os.truncate(st / "index.sqlite-wal", (st / "index.sqlite-wal").stat().st_size // 2),
+    "WAL: truncate to half": lambda st: _halve(st / "index.sqlite-wal"),
 }
 
 
@@ -339,7 +347,8 @@ def tamper_ledgers(tmp: Path) -> list[tuple[str, bool, int, str]]:
             prev = e["hash"]
         p.write_text("\n".join(rows) + "\n")
 
-    for name, tamper in (("privacy: drop the last line", lambda p: p.write_text("".join(p.read_text().splitlines(True)[:-1]))),
+    drop_line = lambda p: p.write_text("".join(p.read_text().splitlines(True)[:-1]))      # noqa: E731
+    for name, tamper in (("privacy: drop the last line", drop_line),
                          ("privacy: drop every line", lambda p: p.write_text("")),
                          ("privacy: re-sign every line with another key", lines_resigned)):
         p = privacy(name.split(": ")[1].replace(" ", "_"))
@@ -370,8 +379,9 @@ def main(argv=None) -> int:
             server.close()
         table = tamper_store(tmp, base) + tamper_ledgers(tmp)
     secs = time.monotonic() - t0
-    lines = [f"{k['kills']} SIGKILLs of `scellis train`/`resume` (checkpoint every step, {k['before_first_checkpoint']} "
-             f"before a new checkpoint could land), `fsck` after each: {k['corrupt_objects']} corrupt objects, "
+    lines = [f"{k['kills']} SIGKILLs of `scellis train`/`resume` (checkpoint every step, "
+             f"{k['before_first_checkpoint']} before a new checkpoint could land), `fsck` after each: "
+             f"{k['corrupt_objects']} corrupt objects, "
              f"{k['phantom_running']} phantom running rows, {k['failed_resumes']} failed resumes, "
              f"{k['fsck_problems']} fsck problems ({k['fsck_nonzero']} non-zero exits); {k['final']}, then fsck "
              f"{k['fsck_after_final']}.",

@@ -22,7 +22,7 @@ import blake3
 from .checkpoint import FORMAT, load_checkpoint
 from .errors import StoreError
 from .objects import HASH_LEN, hash_bytes
-from .reindex import FIX, INDEX_KINDS, Rebuilt, compare, file_problems, fix_hint, rebuild, scan
+from .reindex import INDEX_KINDS, Rebuilt, compare, file_problems, fix_hint, rebuild, scan
 from .runs import RunRecord, put_record
 from .store import Store, default_path
 
@@ -101,8 +101,9 @@ class FsckReport:
                 f"{c.get('objects', 0)} objects re-hashed, {c.get('checkpoints', 0)} checkpoints loaded, "
                 f"{c.get('index_rows', 0)} index rows checked")
         if self.orphans:
-            head += (f"; {len(self.orphans)} intact unindexed object(s) from an interrupted write "
-                     f"({'registered' if self.repair else 'harmless: --repair registers them, gc removes them' if self.ok else 'see the problems below'})")
+            said = ("registered" if self.repair else "harmless: --repair registers them, gc removes them" if self.ok
+                    else "see the problems below")
+            head += f"; {len(self.orphans)} intact unindexed object(s) from an interrupted write ({said})"
         if self.rebuilt is not None:
             head += "\n" + self.rebuilt.summary() + "".join(f"\n  not rebuilt: {x}" for x in self.rebuilt.not_rebuilt)
         if self.ok:
@@ -114,7 +115,7 @@ class FsckReport:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         out = [head] + ["  ".join([c.ljust(w) for c, w in zip(r[:-1], widths)] + [r[-1]]) for r in rows]
         if any(p.kind in INDEX_KINDS and not p.repaired for p in self.problems):
-            out.append(f"the index is damaged or lost runs: {fix_hint(self.store)}")
+            out.append(f"the index is damaged or has lost runs: {fix_hint(self.store)}")
         if not self.repair:
             out.append("repair what can be repaired (nothing is deleted; bad objects go to quarantine/): "
                        f"scellis fsck --repair --store {self.store}")

@@ -311,7 +311,8 @@ def compare(index: Index, objs: ObjectScan, read_json=None) -> list[tuple[str, s
     for h in ck_rows:
         named[h] = "a checkpoint row"
         m = objs.manifests.get(h) or {}
-        named.update({m[k]: f"checkpoint {h[:12]}" for k in ("weights", "optimizer_state") if isinstance(m.get(k), str)})
+        named.update({m[k]: f"checkpoint {h[:12]}" for k in ("weights", "optimizer_state")
+                      if isinstance(m.get(k), str)})
     lacking = sorted(h for h in named if h in objs.files and h not in obj_rows)
     if lacking:
         out.append(("lost-object-row", "index", f"{len(lacking)} stored object(s) named by the index have no object "
