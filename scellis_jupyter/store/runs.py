@@ -324,6 +324,12 @@ def start_run(store: "Store", **fields: Any) -> RunHandle:
                     updated=now, host=socket.gethostname(), pid=pid)
     _set_fields(rec, fields)
     rec.heartbeat = now
+    if adopt:                      # the next version of the reservation's record, so the newest is this run's
+        try:
+            rec.version = int(store.get_json(row["record"]).get("version") or 0)
+            rec.record_hash = row["record"]
+        except (StoreError, AttributeError, TypeError, ValueError):
+            pass
     lease = store.lease()          # a running run writes checkpoints before it names them: gc must wait
     try:
         h = put_record(store, rec)

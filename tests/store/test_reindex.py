@@ -291,3 +291,15 @@ def test_object_rows_deleted_are_found_and_gc_keeps_the_final_checkpoint(finishe
     assert not fsck(s, repair=True).unrepaired and fsck(s).ok
     s.gc(grace_s=0)
     assert Store.open(root).load_checkpoint(run).step == 3
+
+
+def test_an_adopted_reservation_continues_its_record_chain(tmp_path):
+    from scellis_jupyter.store.runs import reserve_run
+    s = Store.open(tmp_path / "st")
+    assert reserve_run(s, "run-20260101-000000-bbbbbb", pid=os.getpid(), spec_hash="spec")
+    first = s.index.run("run-20260101-000000-bbbbbb")["record"]
+    h = s.start_run(id="run-20260101-000000-bbbbbb", spec_hash="spec")
+    assert (h.record.version, h.record.previous) == (1, first)
+    h.finish()
+    r = fsck(s, rebuild_index=True)
+    assert r.rebuilt.runs == 1 and [x.state for x in Store.open(s.root).list_runs()] == ["finished"]
