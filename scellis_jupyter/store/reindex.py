@@ -250,8 +250,21 @@ def compare(index: Index, objs: ObjectScan, read_json=None) -> list[tuple[str, s
     """(kind, subject, detail) for every disagreement between the objects and the index. Read the objects
     first, then the index (as here): what a concurrent writer adds meanwhile is then in the index too."""
     out: list[tuple[str, str, str]] = []
-    rows = {r["id"]: r for r in index.runs()}
-    ck_rows = {r["hash"] for r in index.checkpoints()}
+    c = index.conn()
+    own = not c.in_transaction
+    try:
+        if own:
+            c.execute("BEGIN")                      # one snapshot of every table (WAL readers see one state)
+        try:
+            rows = {r["id"]: r for r in index.runs()}
+            ck_rows = {r["hash"] for r in index.checkpoints()}
+            obj_rows = {r["hash"] for r in index.objects()}
+            refs = index.refs()
+        finally:
+            if own and c.in_transaction:
+                c.execute("COMMIT")
+    except sqlite3.Error as e:
+        raise index._error(e, "read the index") from None
     by_hash = {h: d for versions in objs.records.values() for h, d in versions}
     manifest_runs = {m.get("run") for m in objs.manifests.values() if isinstance(m.get("run"), str)}
     for run_id in sorted(objs.records):
@@ -304,8 +317,7 @@ def compare(index: Index, objs: ObjectScan, read_json=None) -> list[tuple[str, s
                     f"{steps[0]}..{steps[-1]}) have no index row"))
     # every object an index row or an indexed checkpoint names was registered before that row was written:
     # one without its object row is a row lost (and gc, which reads kinds from rows, would misjudge it)
-    obj_rows = {r["hash"] for r in index.objects()}
-    named = {r["hash"]: f"ref {r['name']}" for r in index.refs()}
+    named = {r["hash"]: f"ref {r['name']}" for r in refs}
     for r in rows.values():
         named.update({h: f"run {r['id']}" for h in (r["record"], r["last_checkpoint"]) if h})
     for h in ck_rows:
