@@ -190,6 +190,15 @@ def _run_summary(rec, store=None) -> dict:
             "resumed_by": rec.resumed_by}
 
 
+def _index_damage(store) -> list:
+    """Print (stderr) how the store's index is damaged or disagrees with the objects, each naming the fix;
+    `runs` and `show` still answer from it, with exit 1, never a silent 0."""
+    diags = store.index_diagnostics()
+    for d in diags:
+        print(d.format(), file=sys.stderr)
+    return diags
+
+
 def _args_runs(p: argparse.ArgumentParser) -> None:
     _args_store(p)
 
@@ -200,9 +209,10 @@ def cmd_runs(args) -> int:
     A run whose record object is missing or corrupt is named on stderr (one diagnostic each) and the
     others are listed; the exit code is then 1, as `fsck` exits when it finds damage."""
     store = _open_store(args)
+    damage = _index_damage(store)
     runs = store.list_runs()
     rows = [_run_summary(r, store) for r in runs]
-    rc = EXIT_FAILED if runs.unreadable else EXIT_OK
+    rc = EXIT_FAILED if runs.unreadable or damage else EXIT_OK
     for d in runs.diagnostics():
         print(d.format(), file=sys.stderr)
     if args.json:
@@ -231,12 +241,15 @@ def _args_show(p: argparse.ArgumentParser) -> None:
 
 def cmd_show(args) -> int:
     """Show one run's record: state, spec, device, tier, peaks, metrics and checkpoints."""
-    rec = _open_store(args).get_run(args.run_id)
+    store = _open_store(args)
+    damage = _index_damage(store)
+    rc = EXIT_FAILED if damage else EXIT_OK
+    rec = store.get_run(args.run_id)
     if args.json:
         d = {"run": rec.id, **rec.to_json()}
         d.update(record=rec.record_hash, heartbeat=rec.heartbeat, last_checkpoint=rec.last_checkpoint)
         print(json.dumps(d, indent=2, default=str))
-        return EXIT_OK
+        return rc
     summary = _run_summary(rec)
     for k in ("run", "state", "created", "updated", "heartbeat", "host", "pid", "spec_hash", "tier",
               "last_checkpoint", "record"):
@@ -256,7 +269,7 @@ def cmd_show(args) -> int:
     for c in rec.checkpoints:
         # 1-based, as training's progress lines count (the record keeps the 0-based epoch index)
         print(f"  step {c['step']:<8} epoch {c['epoch'] + 1:<5} {c['hash']}")
-    return EXIT_OK
+    return rc
 
 
 def _nonnegative_float(text: str, what: str = "a number") -> float:
@@ -307,12 +320,16 @@ def cmd_gc(args) -> int:
 def _args_fsck(p: argparse.ArgumentParser) -> None:
     _args_store(p)
     p.add_argument("--repair", action="store_true",
-                   help="drop index rows that name nothing, move bad objects to <store>/quarantine/ (deletes nothing)")
+                   help="drop index rows that name nothing, move bad objects to <store>/quarantine/ (deletes nothing); "
+                   "an index that is damaged or disagrees with the objects is rebuilt from them")
+    p.add_argument("--rebuild-index", action="store_true",
+                   help="rebuild index.sqlite from the objects (run records and checkpoint manifests); the old "
+                   "index goes to <store>/quarantine/")
 
 
 def cmd_fsck(args) -> int:
     """Check a store: re-hash every object, SQLite's integrity check, index against files, load every checkpoint."""
-    report = fsck(default_path(args.store), repair=args.repair)
+    report = fsck(default_path(args.store), repair=args.repair, rebuild_index=args.rebuild_index)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:

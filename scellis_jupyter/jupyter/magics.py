@@ -201,7 +201,10 @@ class ScellisMagics(Magics):
     def _do_runs(self, cmd):
         from ..run.lifecycle import open_store
         st = open_store(cmd.store, create=False)
+        _index_warnings(st)
         recs = st.list_runs()
+        for d in recs.diagnostics():
+            display(show.text_output(d.format()))
         rows = [{"run": r.id, "state": r.state, "spec": (r.extra or {}).get("spec_name"),
                  "steps": (r.extra or {}).get("steps", r.last_checkpoint_step(st)), "tier": r.tier,
                  "device": (r.device or {}).get("backend"), "last_checkpoint": r.last_checkpoint} for r in recs]
@@ -227,6 +230,7 @@ class ScellisMagics(Magics):
             return None
         from ..run.lifecycle import open_store
         st = open_store(cmd.store, create=False)
+        _index_warnings(st)
         rec = st.get_run(cmd.name)
         display(show.json_output(rec.to_json()) if cmd.json else show.record_output(rec, st))
 
@@ -386,3 +390,10 @@ def unload_ipython_extension(ip) -> None:
 
 
 __all__ = ["ScellisMagics", "load_ipython_extension", "unload_ipython_extension"]
+
+
+def _index_warnings(st) -> None:
+    """Say, before answering from it, that the store's index is damaged or disagrees with the objects (each
+    diagnostic names the fix, `scellis fsck --rebuild-index`), as `scellis runs` and `show` do."""
+    for d in st.index_diagnostics():
+        display(show.text_output(d.format()))

@@ -131,6 +131,8 @@ def save_checkpoint(store: "Store", *, weights: Mapping[str, np.ndarray],
                 "optimizer_slots": slots, "rng_state": rng, "epoch": int(epoch), "step": int(step),
                 "metrics_history": history, "spec_hash": spec_hash, "parent": parent,
                 "engine_version": __version__, "created": created, "extra": dict(extra or {})}
+    if run is not None:             # with step, epoch and parent: what the index needs to be rebuilt from objects
+        manifest["run"] = run
     h = store.put_json(manifest, kind="checkpoint")
     store.index.add_checkpoint(h, run=run, step=int(step), epoch=int(epoch), parent=parent,
                                spec_hash=spec_hash, created=created)

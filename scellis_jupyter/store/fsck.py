@@ -22,7 +22,8 @@ import blake3
 from .checkpoint import FORMAT, load_checkpoint
 from .errors import StoreError
 from .objects import HASH_LEN, hash_bytes
-from .runs import RunRecord
+from .reindex import INDEX_KINDS, Rebuilt, compare, file_problems, fix_hint, rebuild, scan
+from .runs import RunRecord, put_record
 from .store import Store, default_path
 
 QUARANTINE = "quarantine"
@@ -30,11 +31,22 @@ _HASH = re.compile(r"[0-9a-f]{64}")
 
 # what each kind of problem is, and what --repair does about it
 KINDS = {
-    "index-damaged": "SQLite's integrity check fails or the index cannot be opened (not repaired: restore a copy)",
+    "index-damaged": "the index is missing or cannot be opened, SQLite's integrity check fails, junk follows the "
+                     "database, or its WAL's checksum fails, ends mid-frame or is gone (repair: the index is rebuilt "
+                     "from the objects; the old one is moved to quarantine/)",
+    "lost-run": "the objects hold a run the index lacks, or a newer state of it than the index names (a lost or "
+                "rolled-back WAL, a deleted index) (repair: the index is rebuilt from the objects)",
+    "lost-checkpoint": "stored checkpoints of a run that its record lists have no index row (repair: the index is "
+                       "rebuilt from the objects)",
+    "lost-object-row": "stored objects that index rows name (a ref, a run, a checkpoint and its tensors) have no "
+                       "object row (repair: the index is rebuilt from the objects)",
+    "index-contradicts": "an index row the objects contradict: a run row naming another run's record, or a state "
+                         "its record does not say (repair: the index is rebuilt from the objects)",
     "corrupt-object": "the file's bytes do not hash to its name (repair: moved to quarantine/, its rows dropped)",
     "missing-object": "the index names an object with no file (repair: the row is dropped)",
     "unindexed-object": "an intact file the index does not know: a write killed between the file and its row "
-                        "(not a problem: nothing names it; repair registers it, gc removes it)",
+                        "(not a problem: nothing names it; repair registers it, gc removes it). A run record or "
+                        "checkpoint the index lacks is not one of these: it is a lost run or checkpoint",
     "dangling-checkpoint": "a checkpoint row names no stored checkpoint (repair: the row is dropped)",
     "broken-checkpoint": "a checkpoint does not load: a malformed manifest or missing/corrupt tensors "
                          "(repair: the manifest is moved to quarantine/, its rows dropped)",
@@ -66,6 +78,7 @@ class FsckReport:
     orphans: list[Problem] = field(default_factory=list)     # intact unindexed files: reported, not problems
     checked: dict[str, int] = field(default_factory=dict)
     repair: bool = False
+    rebuilt: Rebuilt | None = None        # set when the index was rebuilt from the objects
     seconds: float = 0.0
 
     @property
@@ -79,7 +92,8 @@ class FsckReport:
     def to_json(self) -> dict[str, Any]:
         return {"store": self.store, "ok": self.ok, "repair": self.repair, "checked": self.checked,
                 "seconds": round(self.seconds, 3), "problems": [p.to_json() for p in self.problems],
-                "orphans": [p.to_json() for p in self.orphans]}
+                "orphans": [p.to_json() for p in self.orphans],
+                "rebuilt": self.rebuilt.to_json() if self.rebuilt else None}
 
     def lines(self) -> list[str]:
         c = self.checked
@@ -87,8 +101,11 @@ class FsckReport:
                 f"{c.get('objects', 0)} objects re-hashed, {c.get('checkpoints', 0)} checkpoints loaded, "
                 f"{c.get('index_rows', 0)} index rows checked")
         if self.orphans:
-            head += (f"; {len(self.orphans)} intact unindexed object(s) from an interrupted write "
-                     f"({'registered' if self.repair else 'harmless: --repair registers them, gc removes them'})")
+            said = ("registered" if self.repair else "harmless: --repair registers them, gc removes them" if self.ok
+                    else "see the problems below")
+            head += f"; {len(self.orphans)} intact unindexed object(s) from an interrupted write ({said})"
+        if self.rebuilt is not None:
+            head += "\n" + self.rebuilt.summary() + "".join(f"\n  not rebuilt: {x}" for x in self.rebuilt.not_rebuilt)
         if self.ok:
             return [head]
         rows = [("KIND", "SUBJECT", "DETAIL") + (("REPAIR",) if self.repair else ())]
@@ -97,6 +114,8 @@ class FsckReport:
                               ((p.repaired or "not repaired",) if self.repair else ())))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
         out = [head] + ["  ".join([c.ljust(w) for c, w in zip(r[:-1], widths)] + [r[-1]]) for r in rows]
+        if any(p.kind in INDEX_KINDS and not p.repaired for p in self.problems):
+            out.append(f"the index is damaged or has lost runs: {fix_hint(self.store)}")
         if not self.repair:
             out.append("repair what can be repaired (nothing is deleted; bad objects go to quarantine/): "
                        f"scellis fsck --repair --store {self.store}")
@@ -183,23 +202,30 @@ def _rebuild_record(st: Store, row, records: set[str]) -> str:
         rec.checkpoints = [{"hash": c["hash"], "step": c["step"], "epoch": c["epoch"]}
                            for c in st.index.checkpoints(row["id"]) if st.has(c["hash"])]
     how = f"its earlier record {src[:12]}" if src else "the index"
-    rec.state, rec.updated = row["state"], row["updated"]
+    rec.state, rec.updated, rec.record_hash = row["state"], row["updated"], src
     rec.extra = dict(rec.extra or {}, rebuilt=f"record {row['record'][:12]} was lost; fsck rebuilt it from {how}")
-    h = st.put_json(rec.to_json(), kind="run-record")
+    h = put_record(st, rec)
     st.index.update_run(row["id"], record=h)
     return f"record rebuilt from {how} as {h[:12]}"
 
 
-def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False) -> FsckReport:
+def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False,
+         rebuild_index: bool = False) -> FsckReport:
     """Check every object, the index (both ways) and every checkpoint of `store`; with `repair`, fix what can
-    be fixed without losing data. Returns the report; raises StoreError only when there is no store."""
+    be fixed without losing data (an index that is damaged or disagrees with the objects is rebuilt from
+    them); with `rebuild_index`, rebuild it whatever it says. Returns the report; raises StoreError only when
+    there is no store."""
     t0 = time.monotonic()
     root = store.root if isinstance(store, Store) else default_path(store)
     if not (root / "objects").is_dir() and not (root / "index.sqlite").exists():
         raise StoreError(f"no store at {root}", where=f"store {root}", code="store-missing",
                          hint="pass --store DIR or set $SCELLIS_STORE to the store of your runs")
-    rep = FsckReport(str(root), repair=repair)
+    rep = FsckReport(str(root), repair=repair or rebuild_index)
     problems = rep.problems
+    # the index files first: opening the index makes SQLite drop a WAL whose checksum fails
+    seen = list(store.index_damage) if isinstance(store, Store) else []
+    for kind, subject, detail in seen + [x for x in file_problems(root) if x not in seen]:
+        problems.append(Problem(kind, subject, detail))
     st = _open(root, store if isinstance(store, Store) else None, problems)
     index = st.index if st is not None else None
 
@@ -224,11 +250,33 @@ def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False) -
                     p.repaired = f"moved to {_quarantine(root, f, h)}"
                 problems.append(p)
     rep.checked["objects"] = len(files)
+
+    # 2. the objects against the index: runs and checkpoints it lacks, rows the objects contradict
+    objs = scan(root, rehash=False, skip=bad)           # (step 1 re-hashed them all)
+    if index is not None:
+        def read(h: str):
+            try:
+                return st.get_json(h)
+            except StoreError:
+                return None
+        try:
+            problems.extend(Problem(*x) for x in compare(index, objs, read))
+        except StoreError as e:
+            problems.append(Problem("index-damaged", "index", e.diagnostic.message))
+    if rebuild_index or (repair and any(p.kind in INDEX_KINDS for p in problems)):
+        rep.rebuilt = rebuild(root, objs, index)
+        for p in problems:
+            if p.kind in INDEX_KINDS:
+                p.repaired = "index rebuilt from the objects"
+        if isinstance(store, Store):
+            store.index_damage = []
+        st = store if isinstance(store, Store) else Store(root)
+        index = st.index
     if index is None:
         rep.seconds = time.monotonic() - t0
         return rep
 
-    # 2. the index against the files, both ways
+    # 3. the index against the files, both ways
     rows = {r["hash"]: r for r in index.objects()}
     ck_rows = {r["hash"]: r for r in index.checkpoints()}
     refs, runs = index.refs(), index.runs()
@@ -252,7 +300,7 @@ def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False) -
                     index.add_object(h, kind, len(data))
                     p.repaired = f"registered as {kind}"
 
-    # 3. every checkpoint loads, tensors and all
+    # 4. every checkpoint loads, tensors and all
     manifests = sorted({h for h, r in rows.items() if r["kind"] == "checkpoint"} | set(ck_rows))
     loaded = 0
     for h in manifests:
@@ -276,7 +324,7 @@ def fsck(store: Store | str | os.PathLike | None = None, repair: bool = False) -
                 p.repaired = f"manifest moved to {_quarantine(root, files[h], h)}"
     rep.checked["checkpoints"] = loaded
 
-    # 4. refs and runs name what is there
+    # 5. refs and runs name what is there
     present = set(files) - drop
     for r in refs:
         if r["hash"] not in present:

@@ -60,6 +60,8 @@ class RunRecord:
     host: str = ""
     pid: int | None = None
     resume_from: str | None = None                # set when interrupted: the last checkpoint that verifies
+    version: int = 0                              # 0 for a run's first record, +1 for each later one
+    previous: str | None = None                   # the record version this one supersedes (None for the first)
     # read-time information from the index, not part of the stored record
     record_hash: str | None = field(default=None, compare=False, repr=False)
     heartbeat: float | None = field(default=None, compare=False, repr=False)
@@ -115,7 +117,15 @@ class RunRecord:
 
 _SETTABLE = {f.name for f in dataclasses.fields(RunRecord)} - {
     "id", "state", "checkpoints", "created", "updated", "host", "pid", "resume_from", "record_hash", "heartbeat",
-    "error"}
+    "error", "version", "previous"}
+
+
+def put_record(store: "Store", rec: RunRecord) -> str:
+    """Store `rec` as the next version of its run's record (version and the hash it supersedes filled in),
+    so the index can be rebuilt from the records alone (`scellis fsck --rebuild-index`); returns its hash."""
+    if rec.record_hash:
+        rec.version, rec.previous = (rec.version or 0) + 1, rec.record_hash
+    return store.put_json(rec.to_json(), kind="run-record")
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -197,7 +207,7 @@ class RunHandle:
         """Store the current record as a new object and point the index row at it."""
         rec = self.record
         rec.updated = time.time()
-        h = self.store.put_json(rec.to_json(), kind="run-record")
+        h = put_record(self.store, rec)
         rec.record_hash = h
         self.store.index.update_run(rec.id, state=rec.state, record=h, updated=rec.updated,
                                     last_checkpoint=rec.last_checkpoint, **row)
@@ -314,9 +324,15 @@ def start_run(store: "Store", **fields: Any) -> RunHandle:
                     updated=now, host=socket.gethostname(), pid=pid)
     _set_fields(rec, fields)
     rec.heartbeat = now
+    if adopt:                      # the next version of the reservation's record, so the newest is this run's
+        try:
+            rec.version = int(store.get_json(row["record"]).get("version") or 0)
+            rec.record_hash = row["record"]
+        except (StoreError, AttributeError, TypeError, ValueError):
+            pass
     lease = store.lease()          # a running run writes checkpoints before it names them: gc must wait
     try:
-        h = store.put_json(rec.to_json(), kind="run-record")
+        h = put_record(store, rec)
         rec.record_hash = h
         if adopt:
             store.index.update_run(run_id, state="running", spec_hash=rec.spec_hash, updated=now, heartbeat=now,
@@ -344,7 +360,7 @@ def reserve_run(store: "Store", run_id: str, *, pid: int, **fields: Any) -> bool
                     host=socket.gethostname(), pid=pid)
     _set_fields(rec, fields)
     rec.extra = dict(rec.extra or {}, starting=True)
-    h = store.put_json(rec.to_json(), kind="run-record")
+    h = put_record(store, rec)
     try:
         store.index.insert_run(id=run_id, state="running", spec_hash=rec.spec_hash, created=now, updated=now,
                                heartbeat=now, pid=pid, host=rec.host, proc_start=_proc_start(pid), record=h,
@@ -466,7 +482,7 @@ def _settle(store: "Store", row, timeout: float) -> RunRecord:
             else f"no heartbeat from {row['host']} for more than {timeout:g} s")
     rec.error = {"code": "interrupted", "message": gone, "last_checkpoint": rec.resume_from}
     rec.updated = time.time()
-    h = store.put_json(rec.to_json(), kind="run-record")
+    h = put_record(store, rec)
     # compare-and-set: a heartbeat that arrives meanwhile wins, and the run stays running
     if store.index.update_run(rec.id, expect_state="running", expect_heartbeat=row["heartbeat"], state="interrupted",
                               record=h, updated=rec.updated, last_checkpoint=rec.last_checkpoint):
@@ -483,7 +499,7 @@ def mark_resumed(store: "Store", run_id: str, by: str) -> None:
     rec = _load(store, row)
     rec.extra = dict(rec.extra or {}, resumed_by=by)
     rec.updated = time.time()
-    h = store.put_json(rec.to_json(), kind="run-record")
+    h = put_record(store, rec)
     store.index.update_run(run_id, expect_state=row["state"], record=h, updated=rec.updated)
 
 

@@ -27,8 +27,9 @@ from .runs import start_run
 from .runs import list_runs
 from .runs import get_run
 from .leases import DEFAULT_EXPIRY, Lease, live_leases
+from .reindex import compare, file_problems, fix_hint, is_manifest, is_record, keep_wal, scan
 from .. import settings
-from ..errors import did_you_mean
+from ..errors import Diagnostic, did_you_mean
 
 ENV_VAR = "SCELLIS_STORE"
 DEFAULT_DIR = ".scellis"
@@ -67,6 +68,20 @@ class Store:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self.objects = ObjectStore(self.root)
+        # before SQLite opens the index: it ignores a WAL whose checksum fails, and its next writer overwrites it
+        self.index_damage = file_problems(self.root)
+        if any("wal" in detail.lower() for _, _, detail in self.index_damage):
+            try:
+                kept = keep_wal(self.root)
+                if kept:
+                    self.index_damage.append(("index-damaged", "index", f"the damaged WAL was copied to {kept}"))
+            except OSError:
+                pass
+        if not (self.root / "index.sqlite").exists() and next(iter(self.objects), None) is not None:
+            n = sum(1 for _ in self.objects)
+            raise StoreError(f"the index is missing but the store holds {n} objects (runs and checkpoints a new "
+                             "index would not know): refusing to start a fresh index over them",
+                             where=f"store {self.root}", code="store-index", hint=fix_hint(self.root), objects=n)
         self.index = Index(self.root / "index.sqlite", store=str(self.root))
         self._leases: list[Lease] = []
         self.dropped_rows = self._drop_dangling()
@@ -86,6 +101,35 @@ class Store:
                 return []
         return missing
 
+    def check_index(self) -> list[tuple[str, str, str]]:
+        """(kind, subject, detail) for each way the index is damaged or disagrees with the objects: its files
+        (junk, a failed WAL checksum, a lost WAL, as seen when this store was opened), SQLite's quick_check,
+        and runs or checkpoints the objects hold that the index lacks or contradicts. [] when it is sound."""
+        out = list(self.index_damage)
+        try:
+            rows = [r[0] for r in self.index.query("PRAGMA quick_check")]
+        except StoreError as e:
+            return out + [("index-damaged", "index", e.diagnostic.message)]
+        if rows != ["ok"]:
+            out.append(("index-damaged", "index", "PRAGMA quick_check: " + "; ".join(rows[:5])))
+        objs = scan(self.root, rehash=False)            # the objects first, then the index (see compare)
+
+        def read(h: str):
+            try:
+                return self.get_json(h)
+            except StoreError:
+                return None
+        try:
+            out += compare(self.index, objs, read)
+        except StoreError as e:
+            out.append(("index-damaged", "index", e.diagnostic.message))
+        return out
+
+    def index_diagnostics(self) -> list[Diagnostic]:
+        """`check_index` in the project's one diagnostic format, each naming the fix."""
+        return [Diagnostic("index-damaged", f"{kind}: {subject}: {detail}", where=f"store {self.root}",
+                           hint=fix_hint(self.root)) for kind, subject, detail in self.check_index()]
+
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, *, create: bool = True) -> "Store":
         root = default_path(path)
@@ -100,7 +144,7 @@ class Store:
                 (root / "objects").mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise os_error(e, action=f"create the store {root}", where=f"store {root}") from None
-        elif not (root / "index.sqlite").exists() and not create:
+        elif not (root / "index.sqlite").exists() and not create and next(iter(ObjectStore(root)), None) is None:
             raise StoreError(f"{root} is not a scellis store (no index.sqlite)", where=f"store {root}",
                              code="store-missing", hint=f"pass --store DIR or set ${ENV_VAR}")
         return cls(root)
@@ -320,6 +364,12 @@ class Store:
         # when the leases are read named its objects before that, so the refs and runs read next see them;
         # a live lease is covered by the floor; a writer that registers later writes after the cutoff (a
         # rewrite of existing bytes refreshes the file's mtime), which the grace covers.
+        damage = self.check_index()
+        if damage:           # the index would not name what the objects need kept: collect nothing
+            kind, subject, detail = damage[0]
+            raise StoreError(f"gc refused: the index does not match the objects ({len(damage)} problem(s); first: "
+                             f"{kind}: {subject}: {detail})", where=f"store {self.root}", code="store-index",
+                             hint=fix_hint(self.root) + ", then gc", problems=len(damage))
         cutoff = time.time() - grace_s
         report = GcReport()
         leases = live_leases(self.root, drop_dead=True)
@@ -399,13 +449,24 @@ class Store:
         except OSError:
             return 0.0
 
+    def _sniff(self, h: str) -> str | None:
+        """"checkpoint" or "run-record" when object `h` is one (read only when it starts as JSON), else None."""
+        try:
+            with open(self.objects.path(h), "rb") as f:
+                if f.read(2) != b'{"':
+                    return None
+            d = self.get_json(h)
+        except (OSError, StoreError):
+            return None
+        return "checkpoint" if is_manifest(d) else "run-record" if is_record(d) else None
+
     def _closure(self, h: str | None) -> set[str]:
         """`h` plus what it names when it is a checkpoint (its tensors, not its parent) or a run record."""
         if not h:
             return set()
         out = {h}
         row = self.index.object(h)
-        kind = row["kind"] if row else None
+        kind = row["kind"] if row else self._sniff(h)       # a row the index lacks: what the bytes say
         if kind not in ("checkpoint", "run-record"):
             return out
         try:

@@ -474,3 +474,18 @@ def test_widget_and_magic_actions_on_a_failed_run_are_refused_with_the_reason(ip
     assert panel.notice == "only an interrupted run can be resumed from here" and panel.run is m.run
     msg = _usage(cell("%scellis stop boom"))
     assert "is failed" in msg
+
+
+def test_runs_and_show_say_the_index_is_damaged(ip, cell, tmp_path):
+    """Issue 36 item 5: an index row the objects contradict is said before `%scellis runs`/`show` answer."""
+    import sqlite3
+    from scellis_jupyter.store import Store
+    s = Store.open(tmp_path / "store")
+    h = s.start_run(spec_hash="spec")
+    h.finish()
+    c = cell("%scellis runs")
+    assert h.id in c.text and "index-damaged" not in c.text
+    with sqlite3.connect(s.root / "index.sqlite") as db:
+        db.execute("UPDATE runs SET state = 'failed'")
+    for c in (cell("%scellis runs"), cell(f"%scellis show {h.id}")):
+        assert "error[index-damaged]" in c.text and "fsck --rebuild-index" in c.text and "says finished" in c.text

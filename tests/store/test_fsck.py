@@ -125,7 +125,12 @@ def test_damaged_sqlite_index(store):
     r = fsck(store.root)
     assert "index-damaged" in kinds(r)
     assert r.checked["objects"] > 0                                 # objects are still re-hashed
-    assert fsck(store.root, repair=True).unrepaired                 # not repairable in place
+    r = fsck(store.root, repair=True)                               # rebuilt from the objects
+    assert not r.unrepaired and r.rebuilt is not None and r.rebuilt.old_index.startswith("quarantine/index-")
+    assert (store.root / r.rebuilt.old_index / "index.sqlite").read_bytes() == bytes(data)   # moved, not deleted
+    runs = Store.open(store.root).list_runs()
+    assert [x.id for x in runs] == [store.run_id] and runs[0].state == "finished" and len(runs[0].checkpoints) == 3
+    assert fsck(store.root).ok
 
 
 def test_no_store_is_an_error(tmp_path):
