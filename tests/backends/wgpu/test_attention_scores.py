@@ -222,7 +222,7 @@ def test_the_backward_without_a_mask_fuses_probs_and_dscores_into_its_products(n
         monkeypatch.setattr(attention_scores, "SCORES_BYTES", cap)
     if tiles == "mixed":
         from scellis_jupyter.backends.wgpu.kernels import matmul
-        monkeypatch.setattr(matmul, "choose", lambda *a: ("small", 1) if a[9] else ("tall", 1))  # a[9]: tb
+        monkeypatch.setattr(matmul, "choose", lambda *a, **kw: ("small", 1) if a[9] else ("tall", 1))  # a[9]: tb
     (q, k, v, g), _ = _case(len(name) + 11, batch, lq, lk, d, dv)
     be = WG.impl
 
