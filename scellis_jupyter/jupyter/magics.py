@@ -231,7 +231,9 @@ class ScellisMagics(Magics):
 
     def _do_device(self, cmd):
         from .. import settings
-        from ..backends.device import device
+        from ..backends.device import device, use
+        if cmd.name:
+            use(cmd.name)                    # refused, with nothing changed, when it is not available
         info = device().to_json()
         info["settings"] = settings.in_effect()            # SCELLIS_* set here (e.g. by %env), by name
         if cmd.json:

@@ -154,7 +154,7 @@ class WgpuBackend:
         self._raw = impl.raw_calls()
         # WebGPU's rule against a writable binding overlapping another in one dispatch, which Dawn enforces:
         # inputs that would are copied apart first (`_unaliased`)
-        self.unalias = impl.name == webgpu.DAWN
+        self.unalias = impl.name in webgpu.TINT
         self.queue = self.device.queue
         self.features = set(want)
         self.limits = dict(self.device.limits)

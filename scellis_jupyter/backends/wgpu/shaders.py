@@ -42,8 +42,8 @@ def mode_for(policy: str, kernel: str, backend_type: str, implementation: str = 
     """The checks (a key of _CHECKS) kernel `kernel` compiles with under `policy` on an adapter of wgpu backend
     `backend_type` ("Vulkan", "Metal", ...). On Dawn the checks are the device's (robustness and validation off
     only under `none`, for every kernel): `naga` stands for Tint's own checks, whatever the kernel."""
-    if implementation == "dawn":
-        return "none" if policy == "none" else "naga"
+    if implementation in ("dawn", "browser"):
+        return "none" if policy == "none" and implementation == "dawn" else "naga"
     if policy != "auto":
         return policy
     return "none" if kernel in TRUSTED and backend_type.lower() == "vulkan" else "naga"
