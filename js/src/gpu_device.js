@@ -17,6 +17,8 @@ function initialize({ model }) {
       model.send({ type: "gpu-reply", id: content.id, reply }, undefined, out);
     });
   });
+  // the kernel sends nothing before this: a message that arrived before the model existed would be lost
+  ex.handle({ op: "hello" }).then(({ reply }) => model.send({ type: "ready", hello: reply }));
   const visible = () => model.send({ type: "visibility", state: document.visibilityState });
   document.addEventListener("visibilitychange", visible);
   return () => document.removeEventListener("visibilitychange", visible);
