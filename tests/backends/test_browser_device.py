@@ -101,6 +101,26 @@ def test_digits_mlp_trains_as_on_the_reference(dev, page, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(WHY is not None, reason=WHY or "")
+def test_a_checkpoint_made_on_the_page_resumes_on_the_reference(dev, tmp_path):
+    from scellis_jupyter.run.run import Run
+    store = str(tmp_path / "store")
+    run = Run(SPEC, device=dev, store=store, steps=20, eval_every=20)
+    for _ in run:
+        pass
+    rid = run.result()["run"]
+    from scellis_jupyter.run.lifecycle import prepare_resume
+    more = prepare_resume(rid, store=store, steps=30, device="reference")
+    got = [float(s.loss) for s in more]              # steps 21..30, from the weights, moments and RNG read back
+    straight = Run(SPEC, device=sc.device("reference"), store=str(tmp_path / "ref"), steps=30, eval_every=20)
+    want = [float(s.loss) for s in straight]
+    assert more.result()["steps"] == 30 and len(got) == 10
+    np.testing.assert_allclose(got, want[20:], rtol=1e-3, atol=1e-3)
+    assert more.result()["metrics"]["test_accuracy"] == pytest.approx(straight.result()["metrics"]["test_accuracy"],
+                                                                      abs=0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(WHY is not None, reason=WHY or "")
 def test_no_webgpu_on_the_page_is_refused_before_compute(page, tmp_path, monkeypatch):
     args = [a for a in browser_page.WEBGPU_ARGS if "webgpu" not in a and "Vulkan" not in a] + ["--disable-gpu"]
     with browser_page.page_transport(tmp_path, args=args, pw=page.pw) as t:
