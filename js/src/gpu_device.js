@@ -8,9 +8,11 @@ export { createExecutor };
 function initialize({ model }) {
   const ex = createExecutor();
   model._scellisExecutor = ex;
+  // one page owns the kernel's GPU work (the first to say hello); another tab on the notebook only watches
+  const page = `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
   let chain = Promise.resolve();
   model.on("msg:custom", (content, buffers) => {
-    if (!content || content.type !== "gpu") return;
+    if (!content || content.type !== "gpu" || content.page !== page) return;
     // one at a time, in the order sent
     chain = chain.then(async () => {
       const { reply, buffers: out } = await ex.handle(content.msg, buffers || []);
@@ -18,10 +20,13 @@ function initialize({ model }) {
     });
   });
   // the kernel sends nothing before this: a message that arrived before the model existed would be lost
-  ex.handle({ op: "hello" }).then(({ reply }) => model.send({ type: "ready", hello: reply }));
-  const visible = () => model.send({ type: "visibility", state: document.visibilityState });
+  ex.handle({ op: "hello" }).then(({ reply }) => model.send({ type: "ready", page, hello: reply }));
+  const visible = () => model.send({ type: "visibility", page, state: document.visibilityState });
+  // a closed or reloaded tab says so on its way out: the kernel ends the run it served as interrupted at once
+  const bye = () => model.send({ type: "bye", page });
   document.addEventListener("visibilitychange", visible);
-  return () => document.removeEventListener("visibilitychange", visible);
+  window.addEventListener("pagehide", bye);
+  return () => { document.removeEventListener("visibilitychange", visible); window.removeEventListener("pagehide", bye); };
 }
 
 function render({ model, el }) {

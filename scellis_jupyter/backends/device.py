@@ -61,6 +61,11 @@ class Device:
         return self.adapter_type in ("discrete", "integrated")
 
     @property
+    def selector(self) -> str:
+        """The name that asks for this kind of device again (a resume's default): its backend, or `browser`."""
+        return "browser" if self.implementation == "browser" else self.backend
+
+    @property
     def program_backend(self) -> str:
         """What Programs for this device are compiled and cached under (the WebGPU implementation is part of it)."""
         return program_key(self.backend, self.implementation)
@@ -433,7 +438,7 @@ def browser_device() -> Device:
                           "page that shows the notebook", where="device selection",
                           hint=f"available here: {_available_names()}; in JupyterLab or Notebook, `%load_ext "
                                f"scellis_jupyter` first (a headless kernel or nbconvert has no page)")
-    key = ("browser", id(t))
+    key = ("browser", id(t), getattr(t, "generation", 0))     # a new page (a reload): a new device
     if key in _CACHE:
         return _CACHE[key]
     try:

@@ -66,9 +66,9 @@ export function createExecutor(gpu = globalThis.navigator && globalThis.navigato
 
   async function batch(msg, blobs) {
     const entry = devices.get(msg.device);
-    if (!entry) return { error: `no device ${msg.device} is open on the page (it was reloaded?)` };
+    if (!entry) return { error: `no device ${msg.device} is open on the page (it was reloaded)`, gone: true };
     const device = entry.device;
-    if (entry.lost) return { error: `the page's GPU device was lost: ${entry.lost}` };
+    if (entry.lost) return { error: `the page's GPU device was lost: ${entry.lost}`, gone: true };
     const out = [];
     const get = (id) => {
       const o = objs.get(id);
@@ -139,7 +139,7 @@ export function createExecutor(gpu = globalThis.navigator && globalThis.navigato
     const oom = await device.popErrorScope();
     const val = await device.popErrorScope();
     stats.batches++;
-    if (entry.lost) return { error: `the page's GPU device was lost: ${entry.lost}` };
+    if (entry.lost) return { error: `the page's GPU device was lost: ${entry.lost}`, gone: true };
     const err = failed || (val && `WebGPU validation error: ${val.message}`) || (oom && `WebGPU out of memory: ${oom.message}`);
     if (err) return { error: err, buffers: [] };
     return { ok: true, buffers: out };

@@ -19,7 +19,7 @@ import re
 import threading
 from typing import Callable, Protocol, Sequence
 
-from ...errors import DeviceError
+from ...errors import DeviceError, DeviceGone
 
 NAME = "browser"
 PROTOCOL = 1
@@ -96,6 +96,9 @@ class _Session:
             self.bytes_sent += sum(len(b) for b in blobs)
             reply, bufs = self.t.request({"op": "batch", "device": self.device_id, "cmds": cmds}, blobs)
         if reply.get("error"):
+            if reply.get("gone"):
+                raise DeviceGone(reply["error"], where="device browser",
+                                 hint="the run's last checkpoint resumes it, here or on any other device")
             raise PageError(reply["error"])
         return reply, list(bufs)
 

@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ... import dtypes as dt, settings
-from ...errors import DeviceError, DTypeError, KernelError
+from ...errors import DeviceError, DeviceGone, DTypeError, KernelError
 from ..profiling import dispatch_tag, exclusive_seconds
 from ..storage import Storage, bind
 from ...program.liveness import align
@@ -838,6 +838,8 @@ class WgpuBackend:
             try:
                 mod = self.webgpu.create_module(self.device, text, self.checks_for(key.split(":")[0]))
                 p = self.device.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": "main"})
+            except DeviceGone:
+                raise
             except Exception as e:
                 raise KernelError(f"kernel {key.split(':')[0]!r} failed to compile on {self.implementation}: "
                                   f"{compile_message(e, self.webgpu.prelude(text))}", where=f"device {self.label}") from e

@@ -17,7 +17,7 @@ import threading
 import anywidget
 import traitlets as t
 
-from ...errors import DeviceError
+from ...errors import DeviceError, DeviceGone
 from ._base import bundle
 
 ANSWER_S = 120.0        # no answer in this long: the page is gone (closed, reloaded, asleep)
@@ -51,6 +51,10 @@ class CommTransport:
         self.hello: dict | None = None
         self._ready = threading.Event()
         self.visibility = "visible"
+        self.reloads = 0
+        self.page: str | None = None     # the page that owns the GPU work
+        self.gone = False
+        self.generation = 0              # which page: the browser device is cached per page
         self.requests = 0
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -68,8 +72,15 @@ class CommTransport:
     def _on_msg(self, _w, content, buffers) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "ready":
-            self.hello = content.get("hello") or {}
-            self._ready.set()
+            page = content.get("page")
+            if self.page is None or self.gone:    # the first page owns the GPU work; after it went, the next one
+                self.page, self.gone = page, False
+                self.generation += 1
+                self.hello = content.get("hello") or {}
+                self._ready.set()
+        elif kind == "bye":
+            if content.get("page") == self.page and self.page is not None:
+                self._page_gone("the notebook's page was closed or reloaded: what it held on its GPU is gone")
         elif kind == "gpu-reply":
             with self._lock:
                 slot = self._waiting.pop(content.get("id"), None)
@@ -78,8 +89,20 @@ class CommTransport:
                 self.bytes_received += sum(len(b) for b in bufs)
                 slot[1] = (content.get("reply") or {}, bufs)
                 slot[0].set()
-        elif kind == "visibility":
+        elif kind == "visibility" and content.get("page") == self.page:
             self.visibility = str(content.get("state", ""))
+
+    def _page_gone(self, why: str) -> None:
+        """Every waiting request fails as DeviceGone (its run ends interrupted); the next page to say hello owns
+        the GPU work from then on (a new device: the `browser` device is asked anew)."""
+        self.gone = True
+        self.reloads += 1
+        self._ready.clear()
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        for slot in waiting.values():
+            slot[1] = ({"error": why, "gone": True}, [])
+            slot[0].set()
 
     # ---- to the page -----------------------------------------------------------------------------------
     def _wait(self, ev: threading.Event, seconds: float, what: str) -> None:
@@ -89,7 +112,7 @@ class CommTransport:
                               where="device browser", hint="train in the background (%scellis train NAME, without "
                                                            "--wait), or upgrade ipykernel to 7")
         if not ev.wait(seconds):
-            raise DeviceError(f"the notebook's page did not answer {what} within {seconds:.0f} s (closed, reloaded or "
+            raise DeviceGone(f"the notebook's page did not answer {what} within {seconds:.0f} s (closed, reloaded or "
                               "asleep?)", where="device browser",
                               hint="reopen the notebook's tab; the run's last checkpoint resumes it")
 
@@ -99,8 +122,10 @@ class CommTransport:
         return self.hello
 
     def request(self, message: dict, buffers=()) -> tuple[dict, list[bytes]]:
-        if message.get("op") == "hello" and self.hello is not None:
+        if message.get("op") == "hello" and self.hello is not None and not self.gone:
             return self.hello, []
+        if self.gone and message.get("op") == "batch":
+            return {"error": "the notebook's page that held this device is gone (closed or reloaded)", "gone": True}, []
         self.ready()
         rid = f"gpu-{next(self._ids)}"
         slot = [threading.Event(), None]
@@ -109,7 +134,7 @@ class CommTransport:
         bufs = [memoryview(b) for b in buffers]
         self.requests += 1
         self.bytes_sent += sum(b.nbytes for b in bufs)
-        self.widget.send({"type": "gpu", "id": rid, "msg": message}, bufs)
+        self.widget.send({"type": "gpu", "id": rid, "page": self.page, "msg": message}, bufs)
         try:
             self._wait(slot[0], ANSWER_S, f"a {message.get('op')} message")
         finally:
