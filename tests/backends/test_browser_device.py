@@ -73,10 +73,11 @@ def test_elementwise_and_matmul_match_numpy(dev, page):
 @pytest.mark.skipif(WHY is not None, reason=WHY or "")
 def test_a_kernel_the_page_cannot_compile_is_a_kernel_error(dev):
     be = dev.impl
-    with pytest.raises(KernelError) as e:
-        be.pipeline("broken:1", "@compute @workgroup_size(1) fn main() { let x: f32 = nope; }")
+    be.pipeline("broken:1", "@compute @workgroup_size(1) fn main() { let x: f32 = nope; }")
+    with pytest.raises(KernelError) as e:       # compiled on the page with the batch: reported at its flush
+        be.device.flush()
     text = str(e.value)
-    assert "failed to compile on browser" in text and "nope" in text and "kernel line 1" in text
+    assert "kernel 'broken' failed to compile on browser" in text and "nope" in text and "kernel line 1" in text
 
 
 @pytest.mark.slow

@@ -75,9 +75,19 @@ export function createExecutor(gpu = globalThis.navigator && globalThis.navigato
       if (o === undefined) throw new Error(`no object ${id} on the page (it was reloaded?)`);
       return o;
     };
+    // a pipeline still compiling: wait for it (and keep the result in its place)
+    const ready = async (id) => {
+      const o = get(id);
+      if (!(o instanceof Promise)) return o;
+      const p = await o;
+      objs.set(id, p);
+      return p;
+    };
     device.pushErrorScope("validation");
     device.pushErrorScope("out-of-memory");
     let failed = null;
+    let failedPipeline = null;
+    const compiling = [];
     try {
       for (const c of msg.cmds) {
         stats.commands++;
@@ -92,19 +102,26 @@ export function createExecutor(gpu = globalThis.navigator && globalThis.navigato
           }
           case "mod": objs.set(c[1], { module: device.createShaderModule({ code: c[2], label: c[3] }), code: c[2] }); break;
           case "pipe": {
+            // compiled in the background: every new pipeline of a batch compiles at once (they come before the
+            // dispatches that use them); a compile error names the pipeline, the kernel maps it to its source
             const m = get(c[2]);
-            const info = await m.module.getCompilationInfo();
-            const errs = compileText(info);
-            if (errs) throw new Error(`shader compile error:\n${errs}`);
-            try {
-              objs.set(c[1], await device.createComputePipelineAsync({ layout: "auto", compute: { module: m.module, entryPoint: c[3] } }));
-            } catch (e) {
-              throw new Error(`pipeline creation failed: ${e.message}`);
-            }
+            const id = c[1];
+            const p = (async () => {
+              const errs = compileText(await m.module.getCompilationInfo());
+              if (errs) throw Object.assign(new Error(`shader compile error:\n${errs}`), { pipeline: id });
+              try {
+                return await device.createComputePipelineAsync({ layout: "auto", compute: { module: m.module, entryPoint: c[3] } });
+              } catch (e) {
+                throw Object.assign(new Error(`pipeline creation failed: ${e.message}`), { pipeline: id });
+              }
+            })();
+            p.catch(() => {});
+            objs.set(id, p);
+            compiling.push(p);
             break;
           }
           case "bg": {
-            const p = get(c[2]);
+            const p = await ready(c[2]);
             const entries = c[4].map(([binding, buf, offset, size]) =>
               ({ binding, resource: { buffer: get(buf), offset, size: size || undefined } }));
             objs.set(c[1], device.createBindGroup({ layout: p.getBindGroupLayout(c[3]), entries }));
@@ -112,7 +129,7 @@ export function createExecutor(gpu = globalThis.navigator && globalThis.navigato
           }
           case "enc": objs.set(c[1], device.createCommandEncoder()); break;
           case "pass": objs.set(c[1], get(c[2]).beginComputePass()); break;
-          case "setp": get(c[1]).setPipeline(get(c[2])); break;
+          case "setp": get(c[1]).setPipeline(await ready(c[2])); break;
           case "setbg": get(c[1]).setBindGroup(c[2], get(c[3])); break;
           case "disp": get(c[1]).dispatchWorkgroups(c[2], c[3], c[4]); stats.dispatches++; break;
           case "end": get(c[1]).end(); objs.delete(c[1]); break;
@@ -135,13 +152,20 @@ export function createExecutor(gpu = globalThis.navigator && globalThis.navigato
       }
     } catch (e) {
       failed = e.message || String(e);
+      if (e.pipeline !== undefined) failedPipeline = e.pipeline;
+    }
+    // every pipeline this batch made has compiled (or says why not) before the reply: an error names its kernel
+    for (const p of compiling) {
+      try { await p; } catch (e) {
+        if (failedPipeline === null && e.pipeline !== undefined) { failed = e.message; failedPipeline = e.pipeline; }
+      }
     }
     const oom = await device.popErrorScope();
     const val = await device.popErrorScope();
     stats.batches++;
     if (entry.lost) return { error: `the page's GPU device was lost: ${entry.lost}`, gone: true };
-    const err = failed || (val && `WebGPU validation error: ${val.message}`) || (oom && `WebGPU out of memory: ${oom.message}`);
-    if (err) return { error: err, buffers: [] };
+    const err = (failedPipeline !== null && failed) || failed || (val && `WebGPU validation error: ${val.message}`) || (oom && `WebGPU out of memory: ${oom.message}`);
+    if (err) return failedPipeline === null ? { error: err, buffers: [] } : { error: err, pipeline: failedPipeline, buffers: [] };
     return { ok: true, buffers: out };
   }
 

@@ -19,7 +19,7 @@ import re
 import threading
 from typing import Callable, Protocol, Sequence
 
-from ...errors import DeviceError, DeviceGone
+from ...errors import DeviceError, DeviceGone, KernelError
 
 NAME = "browser"
 PROTOCOL = 1
@@ -77,6 +77,7 @@ class _Session:
         self.cmds: list = []
         self.blobs: list[bytes] = []
         self.lock = threading.RLock()
+        self.pipelines: dict = {}    # pipeline id -> (kernel name, source): a compile error names its kernel
         self.messages = 0            # round trips so far
         self.bytes_sent = 0
 
@@ -96,6 +97,11 @@ class _Session:
             self.bytes_sent += sum(len(b) for b in blobs)
             reply, bufs = self.t.request({"op": "batch", "device": self.device_id, "cmds": cmds}, blobs)
         if reply.get("error"):
+            if reply.get("pipeline") in self.pipelines:
+                from .runtime import compile_message
+                label, code = self.pipelines[reply["pipeline"]]
+                raise KernelError(f"kernel {label!r} failed to compile on browser: {compile_message(reply['error'], code)}",
+                                  where="device browser")
             if reply.get("gone"):
                 raise DeviceGone(reply["error"], where="device browser",
                                  hint="the run's last checkpoint resumes it, here or on any other device")
@@ -153,6 +159,7 @@ class Buffer(_Obj):
 class ShaderModule(_Obj):
     def __init__(self, session, code: str, label: str = ""):
         super().__init__(session, label)
+        self.code = code
         session.add("mod", self.id, code, label)
 
 
@@ -164,11 +171,9 @@ class ComputePipeline(_Obj):
     def __init__(self, session, module: ShaderModule, entry_point: str, label: str = ""):
         super().__init__(session, label)
         session.add("pipe", self.id, module.id, entry_point)
-        # compile errors belong to the launch that asked for the kernel: ask the page now (once per pipeline)
-        try:
-            session.flush()
-        except PageError as e:
-            raise RuntimeError(str(e)) from None
+        # compiled on the page while later commands are recorded (the new pipelines of a program compile at once);
+        # a compile error comes back with the batch as a KernelError naming the kernel and its line
+        session.pipelines[self.id] = (module.label.split(":")[0] or "?", module.code)
         self._layouts: dict = {}
 
     def get_bind_group_layout(self, index: int) -> BindGroupLayout:
@@ -262,6 +267,9 @@ class Device(_Obj):
         self.adapter = adapter
         self.queue = Queue(session)
         self.lost = _Lost()
+        # the backends on this device (a run's fresh one beside the notebook's) share its compiled pipelines: a
+        # browser compiles each kernel once per page, not once per run (SwiftShader takes ~0.3 s a kernel)
+        self.scellis_pipeline_cache: dict = {}
 
     def create_buffer(self, size: int, usage: int, label: str = "", mapped_at_creation: bool = False) -> Buffer:
         return Buffer(self._s, size, usage, label)
@@ -305,15 +313,23 @@ class Adapter:
         self.limits = {_kebab(k): v for k, v in (hello.get("limits") or {}).items()}
         self.user_agent = hello.get("userAgent", "")
         self.where = t.describe() if hasattr(t, "describe") else "the page"
+        self._devices: dict = {}
 
     def request_device_sync(self, required_features=(), required_limits=None, **_) -> Device:
+        """The page's device with these features and limits: opened once per page and asked for again by every
+        backend (WebGPU devices share nothing, and a page has one GPU to share)."""
+        key = (tuple(sorted(required_features)), tuple(sorted((required_limits or {}).items())))
+        got = self._devices.get(key)
+        if got is not None:
+            return got
         session = _Session(self._t, next(_ids))
         reply, _ = self._t.request({"op": "device", "id": session.device_id, "features": list(required_features),
                                     "limits": {_camel(k): v for k, v in (required_limits or {}).items()}}, [])
         if reply.get("error"):
             raise DeviceError(f"the page could not open a WebGPU device: {reply['error']}", where="device browser")
         limits = {_kebab(k): v for k, v in (reply.get("limits") or {}).items()}
-        return Device(session, limits, reply.get("features") or [], self)
+        got = self._devices[key] = Device(session, limits, reply.get("features") or [], self)
+        return got
 
 
 def hello(t: Transport) -> dict:

@@ -167,7 +167,10 @@ class WgpuBackend:
         self.int64 = "shader-int64" in self.features
         self.offset_align = int(self.limits.get("min-storage-buffer-offset-alignment", 256))
         self.flush_after = env_flush_after()
-        self._pipelines: dict = {}
+        # pipelines by key; a device that several backends share (the browser's page) keeps one cache for all
+        self._pipelines: dict = getattr(self.device, "scellis_pipeline_cache", None)
+        if self._pipelines is None:
+            self._pipelines = {}
         self._bind_groups: dict = {}
         self._arena = None
         self._arena_size = 0
@@ -836,7 +839,8 @@ class WgpuBackend:
         if p is None:
             text = source() if callable(source) else source
             try:
-                mod = self.webgpu.create_module(self.device, text, self.checks_for(key.split(":")[0]))
+                mod = self.webgpu.create_module(self.device, text, self.checks_for(key.split(":")[0]),
+                                               label=key.split(":")[0])
                 p = self.device.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": "main"})
             except DeviceGone:
                 raise
