@@ -32,10 +32,10 @@ dev = sc.device("wgpu")
 with tempfile.TemporaryDirectory() as d:
     run = Run(SPEC, device=dev, store=d, steps=steps + warm, eval_every=10**6, checkpoint_every=10**6)
     it = iter(run)
-    for _ in range(warm): next(it)
+    losses = [float(next(it).loss) for _ in range(warm)]
     t0 = time.perf_counter()
     for _ in range(steps): next(it)
-    print(json.dumps({"device": str(dev), "steps_per_s": steps / (time.perf_counter() - t0)}))
+    print(json.dumps({"device": str(dev), "steps_per_s": steps / (time.perf_counter() - t0), "losses": losses}))
     for _ in it: pass
 """
 
@@ -51,8 +51,7 @@ def page(steps: int, warm: int) -> dict:
         dev = sc.device("browser")
         run = Run(SPEC, device=dev, store=d + "/store", steps=steps + warm, eval_every=10**6, checkpoint_every=10**6)
         it = iter(run)
-        for _ in range(warm):
-            next(it)
+        losses = [float(next(it).loss) for _ in range(warm)]
         back = [0]
         orig = t.request
 
@@ -71,7 +70,7 @@ def page(steps: int, warm: int) -> dict:
         out = {"device": str(dev), "steps_per_s": steps / el, "messages_per_step": (t.requests - r0 - 1) / steps,
                "bytes_to_page_per_step": (t.bytes - b0) / steps, "bytes_back_per_step": back[0] / steps,
                "commands_per_step": (s1["commands"] - s0["commands"]) / steps,
-               "dispatches_per_step": (s1["dispatches"] - s0["dispatches"]) / steps}
+               "dispatches_per_step": (s1["dispatches"] - s0["dispatches"]) / steps, "losses": losses}
         t.request = orig
         for _ in it:
             pass
@@ -96,7 +95,14 @@ def main() -> None:
     a = ap.parse_args()
     p = page(a.steps, a.warmup)
     n = dawn(a.steps, a.warmup)
+    same = n is not None and n.get("losses") == p["losses"]
+    lp, ln = p.pop("losses"), (n or {}).pop("losses", None)
     print(json.dumps({"browser_page": p, "dawn_native": n}, indent=1))
+    if ln is not None:
+        import numpy as np
+        d = float(np.max(np.abs(np.array(lp) - np.array(ln))))
+        print(f"tier debug, the warm-up's {len(lp)} losses: {'bit-identical' if same else f'differ by up to {d:.3g}'} "
+              "on the page and on Dawn native over SwiftShader")
     if n and "steps_per_s" in n:
         print(f"digits MLP, batch 64: browser page {p['steps_per_s']:.1f} steps/s, Dawn native {n['steps_per_s']:.1f} "
               f"steps/s on the same SwiftShader ({p['steps_per_s'] / n['steps_per_s']:.2f}x); per step "
