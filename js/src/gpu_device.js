@@ -14,6 +14,7 @@ function initialize({ model }) {
   model.on("msg:custom", (content, buffers) => {
     if (!content || content.type !== "gpu" || content.page !== page) return;
     // one at a time, in the order sent
+    if (!asked) { asked = true; visible(); }
     chain = chain.then(async () => {
       const { reply, buffers: out } = await ex.handle(content.msg, buffers || []);
       model.send({ type: "gpu-reply", id: content.id, reply }, undefined, out);
@@ -21,7 +22,24 @@ function initialize({ model }) {
   });
   // the kernel sends nothing before this: a message that arrived before the model existed would be lost
   ex.handle({ op: "hello" }).then(({ reply }) => model.send({ type: "ready", page, hello: reply }));
-  const visible = () => model.send({ type: "visibility", page, state: document.visibilityState });
+  // the screen kept awake while this page serves the kernel (where the browser lets it: a visible tab, a secure
+  // page; it is released whenever the tab is hidden and asked for again when it is shown)
+  let wake = "";
+  let lock = null;
+  const keepAwake = async () => {
+    if (lock || document.visibilityState !== "visible") return;
+    if (!navigator.wakeLock) { wake = "this browser has no Screen Wake Lock"; return; }
+    try {
+      lock = await navigator.wakeLock.request("screen");
+      wake = "held";
+      lock.addEventListener("release", () => { lock = null; });
+    } catch (e) { wake = `refused: ${e.message || e.name}`; }
+  };
+  const visible = async () => {
+    if (document.visibilityState === "visible") await keepAwake();
+    model.send({ type: "visibility", page, state: document.visibilityState, wake_lock: wake });
+  };
+  let asked = false;
   // a closed or reloaded tab says so on its way out: the kernel ends the run it served as interrupted at once
   const bye = () => model.send({ type: "bye", page });
   document.addEventListener("visibilitychange", visible);

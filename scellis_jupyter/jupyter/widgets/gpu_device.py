@@ -52,6 +52,8 @@ class CommTransport:
         self._ready = threading.Event()
         self.visibility = "visible"
         self.reloads = 0
+        self.wake_lock = ""              # "held", or why the page could not hold one
+        self._watchers: list = []
         self.page: str | None = None     # the page that owns the GPU work
         self.gone = False
         self.generation = 0              # which page: the browser device is cached per page
@@ -91,6 +93,27 @@ class CommTransport:
                 slot[0].set()
         elif kind == "visibility" and content.get("page") == self.page:
             self.visibility = str(content.get("state", ""))
+            if "wake_lock" in content:
+                self.wake_lock = str(content.get("wake_lock") or "")
+            for fn in list(self._watchers):
+                try:
+                    fn(self.note())
+                except Exception:          # noqa: BLE001 - a broken view must not stop the page's replies
+                    pass
+
+    def note(self) -> str:
+        """What a run panel says about the page: "" while it is visible, else that a hidden tab is throttled."""
+        if self.visibility == "hidden":
+            return ("The notebook's tab is hidden: the browser throttles a hidden tab, so training on its GPU slows or "
+                    "stops until the tab is shown again.")
+        if self.wake_lock and self.wake_lock != "held":
+            return f"The page could not keep the screen awake ({self.wake_lock}): a sleeping screen stops training."
+        return ""
+
+    def watch(self, fn) -> "callable":
+        """Call fn(note) whenever the page's visibility changes; returns the unsubscribe function."""
+        self._watchers.append(fn)
+        return lambda: self._watchers.remove(fn) if fn in self._watchers else None
 
     def _page_gone(self, why: str) -> None:
         """Every waiting request fails as DeviceGone (its run ends interrupted); the next page to say hello owns
@@ -169,12 +192,21 @@ def _reply_subshell() -> str | None:
         return None
 
 
+_CURRENT: list = []
+
+
+def current() -> "CommTransport | None":
+    """This kernel's page transport, once the browser device was asked for."""
+    return _CURRENT[0] if _CURRENT else None
+
+
 def comm_transport() -> CommTransport:
     """The browser device's transport in this kernel: a GpuDevice shown in the current cell's output, once its
     page has said hello. Registered by `%load_ext scellis_jupyter` (backends.wgpu.browser.set_transport)."""
     from IPython.display import display
     w = GpuDevice()
     tr = CommTransport(w)
+    _CURRENT[:] = [tr]
     display(w)
     h = tr.ready()
     if h.get("gpu"):
