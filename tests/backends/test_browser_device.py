@@ -53,6 +53,8 @@ def test_device_names_the_page_adapter(dev):
     assert "WebGPU reports no free memory" in dev.memory_source
     p = sc.plan(SPEC, device=dev)
     assert "browser" in p.table() and "WebGPU reports no free memory" in p.table()
+    # the bytes a step sends: its batch, 64 rows of 64 f32 features and 64 i32 labels
+    assert f"each step sends {64 * 64 * 4 + 64 * 4} bytes" in p.table()
 
 
 @pytest.mark.slow
