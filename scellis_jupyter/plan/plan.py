@@ -367,6 +367,7 @@ def _wire_notes(dev, st) -> list[str]:
     """On the browser device: what crosses the wire each step, and that the capacity is a budget."""
     if getattr(dev, "implementation", "") != "browser":
         return []
-    return [f"the browser device: each step sends {wire_bytes(st)} bytes (its batch) to the page, in one message "
-            "with its commands; WebGPU reports no free memory, so the capacity is a declared budget"]
+    return [f"the browser device: each step sends {wire_bytes(st)} bytes (its batch; its row ids under [data] "
+            "placement = \"device\", which uploads the dataset once) to the page, in one message with its commands; "
+            "WebGPU reports no free memory, so the capacity is a declared budget"]
 

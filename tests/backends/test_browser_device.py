@@ -55,6 +55,9 @@ def test_device_names_the_page_adapter(dev):
     assert "browser" in p.table() and "WebGPU reports no free memory" in p.table()
     # the bytes a step sends: its batch, 64 rows of 64 f32 features and 64 i32 labels
     assert f"each step sends {64 * 64 * 4 + 64 * 4} bytes" in p.table()
+    # the dataset uploaded once: a step sends 64 row ids
+    placed = SPEC.replace("test = 0.1 }", "test = 0.1 }\nplacement = \"device\"")
+    assert "each step sends 256 bytes" in sc.plan(placed, device=dev).table()
 
 
 @pytest.mark.slow
