@@ -30,6 +30,12 @@ def test_setting_selects_it(monkeypatch):
         sc.device()
 
 
+def test_a_spec_asking_for_it_is_refused_before_compute_without_a_page(monkeypatch):
+    monkeypatch.setattr(browser, "_TRANSPORT", {})
+    with pytest.raises(DeviceError, match="no front-end is attached"):
+        sc.plan(SPEC + '\n[plan]\ndevice = "browser"\n')
+
+
 WHY = browser_page.available()
 
 
