@@ -21,7 +21,7 @@ from ...errors import DeviceError, DeviceGone
 from ._base import bundle
 
 ANSWER_S = 120.0        # no answer in this long: the page is gone (closed, reloaded, asleep)
-READY_S = 60.0
+READY_S = 30.0          # no hello in this long: no page shows the notebook (nbconvert, a headless kernel)
 
 
 class GpuDevice(anywidget.AnyWidget):
