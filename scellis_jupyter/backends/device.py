@@ -366,7 +366,7 @@ def device(name: str | None = None) -> Device:
         if stray:
             notice(f"scellis: {'; '.join(stray)}: not a setting scellis reads (`scellis settings` lists them).")
     if name in (None, "", AUTO):
-        name = _CACHE.get("default") or settings.text("SCELLIS_DEVICE")
+        name = default_name()
     if name == AUTO:
         name = None
     key = ("pick", name)
@@ -465,6 +465,11 @@ def browser_device() -> Device:
         _not_a_gpu(d, "as asked: the page's adapter is a CPU one")
     _CACHE[key] = d
     return d
+
+
+def default_name() -> str | None:
+    """The device a run naming none takes: `%scellis device NAME`'s choice, else SCELLIS_DEVICE (None: the best)."""
+    return _CACHE.get("default") or settings.text("SCELLIS_DEVICE")
 
 
 def use(name: str | None) -> Device:

@@ -44,7 +44,7 @@ def _notebook(nb_dir):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(s) for s in
                 ("%load_ext scellis_jupyter\nimport scellis_jupyter as sc", cells[2], cells[3],
-                 "%scellis device browser", f"%scellis train digits --steps {STEPS} --checkpoint-every 5",
+                 "%scellis device browser", "%scellis plan digits", f"%scellis train digits --steps {STEPS} --checkpoint-every 5",
                  STATE, "RESUME", "%scellis wait digits", COMPARE)]
     path = nb_dir / "browser_device.ipynb"
     nbformat.write(nb, path)
@@ -73,29 +73,32 @@ def test_digits_trains_on_the_tab_gpu_survives_a_reload(lab, webgpu_chromium, ar
     with _lab_page(webgpu_chromium, artifacts, "browser-device-failure.png", 2400) as (page, errors):
         _open(page, url, path.name)
         cells = page.locator(".jp-Notebook .jp-Cell")
-        _wait(lambda: cells.count() >= 9, 60, what="the notebook's cells")
+        _wait(lambda: cells.count() >= 10, 60, what="the notebook's cells")
         for i in range(4):
             run_cell(page, i, timeout=120)
         dev_text = cells.nth(3).locator(".jp-OutputArea").inner_text()
         assert "browser" in dev_text and "swiftshader" in dev_text, dev_text
-        run_cell(page, 4, timeout=120)
+        run_cell(page, 4, timeout=120)                   # the plan names the page's adapter and what a step sends
+        plan_text = cells.nth(4).locator(".jp-OutputArea").inner_text()
+        assert "browser google swiftshader" in plan_text and "each step sends" in plan_text, plan_text
+        run_cell(page, 5, timeout=120)
         # the curve grows while the run trains on the page
         pts = lambda: int(page.locator("[data-points]").first.get_attribute("data-points") or 0)
         _wait(lambda: pts() >= 15, 120, what="the loss curve to grow")
         page.reload()
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
         time.sleep(2.0)
-        run_cell(page, 5, timeout=60)
-        s = _printed(cells.nth(5), "STATE")
+        run_cell(page, 6, timeout=60)
+        s = _printed(cells.nth(6), "STATE")
         assert s["state"] == "interrupted" and s["checkpoints"] >= 2 and "browser" in s["device"], s
         assert "device-gone" in s["error"], s
         # resumed from its last checkpoint on the reloaded page's GPU
-        cells.nth(6).locator(".jp-InputArea-editor").click()
+        cells.nth(7).locator(".jp-InputArea-editor").click()
         page.keyboard.press("Control+a")
         page.keyboard.type(f"%scellis resume digits --steps {(s['step'] // 5) * 5 + RESUME_TO}")
-        run_cell(page, 6, timeout=120)
-        run_cell(page, 7, timeout=300)
-        run_cell(page, 8, timeout=180)
-        r = _printed(cells.nth(8), "RESULT")
+        run_cell(page, 7, timeout=120)
+        run_cell(page, 8, timeout=300)
+        run_cell(page, 9, timeout=180)
+        r = _printed(cells.nth(9), "RESULT")
         assert r["state"] == "finished" and "browser" in r["device"], r
         assert r["acc"] == pytest.approx(r["ref_acc"], abs=0.03), r
