@@ -2,7 +2,7 @@
 WebGPU of a headless Chromium page (SwiftShader) through the browser device, against the same spec on Dawn natively
 over the same SwiftShader adapter, and what crosses the wire per step (messages, bytes each way, commands).
 
-    python benchmarks/browser_device.py [--steps 200] [--warmup 30]
+    python benchmarks/browser_device.py [--steps 200] [--warmup 30] [--spec benchmarks/specs/transformer.toml]
 
 The page is reached through Playwright (tests/fixtures/browser_page.py), not a notebook comm: this measures the
 proxy, the executor and the page's GPU, not JupyterLab's websocket (the lab test shows ~5 steps/s there, with the
@@ -28,6 +28,7 @@ import scellis_jupyter as sc
 from scellis_jupyter.quickstart import SPEC
 from scellis_jupyter.run.run import Run
 steps, warm = int(sys.argv[1]), int(sys.argv[2])
+SPEC = open(sys.argv[3]).read() if len(sys.argv) > 3 and sys.argv[3] else SPEC
 dev = sc.device("wgpu")
 with tempfile.TemporaryDirectory() as d:
     run = Run(SPEC, device=dev, store=d, steps=steps + warm, eval_every=10**6, checkpoint_every=10**6)
@@ -40,12 +41,13 @@ with tempfile.TemporaryDirectory() as d:
 """
 
 
-def page(steps: int, warm: int) -> dict:
+def page(steps: int, warm: int, spec_path: str = "") -> dict:
     from fixtures.browser_page import page_transport
     from scellis_jupyter.backends.wgpu import browser
     import scellis_jupyter as sc
     from scellis_jupyter.quickstart import SPEC
     from scellis_jupyter.run.run import Run
+    SPEC = Path(spec_path).read_text() if spec_path else SPEC
     with tempfile.TemporaryDirectory() as d, page_transport(Path(d)) as t:
         browser.set_transport(t)
         dev = sc.device("browser")
@@ -77,12 +79,12 @@ def page(steps: int, warm: int) -> dict:
         return out
 
 
-def dawn(steps: int, warm: int) -> dict | None:
+def dawn(steps: int, warm: int, spec_path: str = "") -> dict | None:
     if not Path(SWIFTSHADER).exists():
         return None
     env = dict(os.environ, SCELLIS_WEBGPU="dawn", VK_ICD_FILENAMES=SWIFTSHADER, VK_DRIVER_FILES=SWIFTSHADER,
                PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-c", DAWN, str(steps), str(warm)], env=env, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", DAWN, str(steps), str(warm), spec_path], env=env, capture_output=True, text=True,
                        timeout=600)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     return json.loads(lines[-1]) if lines else {"error": r.stderr[-500:]}
@@ -92,9 +94,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--spec", default="", help="a spec file (default: the quickstart's digits MLP)")
     a = ap.parse_args()
-    p = page(a.steps, a.warmup)
-    n = dawn(a.steps, a.warmup)
+    p = page(a.steps, a.warmup, a.spec)
+    n = dawn(a.steps, a.warmup, a.spec)
     same = n is not None and n.get("losses") == p["losses"]
     lp, ln = p.pop("losses"), (n or {}).pop("losses", None)
     print(json.dumps({"browser_page": p, "dawn_native": n}, indent=1))
@@ -104,7 +107,7 @@ def main() -> None:
         print(f"tier debug, the warm-up's {len(lp)} losses: {'bit-identical' if same else f'differ by up to {d:.3g}'} "
               "on the page and on Dawn native over SwiftShader")
     if n and "steps_per_s" in n:
-        print(f"digits MLP, batch 64: browser page {p['steps_per_s']:.1f} steps/s, Dawn native {n['steps_per_s']:.1f} "
+        print(f"{a.spec or 'digits MLP, batch 64'}: browser page {p['steps_per_s']:.1f} steps/s, Dawn native {n['steps_per_s']:.1f} "
               f"steps/s on the same SwiftShader ({p['steps_per_s'] / n['steps_per_s']:.2f}x); per step "
               f"{p['messages_per_step']:.2f} messages, {p['bytes_to_page_per_step'] / 1024:.1f} KiB to the page, "
               f"{p['bytes_back_per_step']:.0f} B back, {p['commands_per_step']:.0f} commands, "
