@@ -113,7 +113,7 @@ def test_digits_mlp_trains_as_on_the_reference(dev, page, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(WHY is not None, reason=WHY or "")
-def test_a_checkpoint_made_on_the_page_resumes_on_the_reference(dev, tmp_path):
+def test_a_checkpoint_made_on_the_page_resumes_on_the_reference_and_back(dev, tmp_path):
     from scellis_jupyter.run.run import Run
     store = str(tmp_path / "store")
     run = Run(SPEC, device=dev, store=store, steps=20, eval_every=20)
@@ -123,11 +123,14 @@ def test_a_checkpoint_made_on_the_page_resumes_on_the_reference(dev, tmp_path):
     from scellis_jupyter.run.lifecycle import prepare_resume
     more = prepare_resume(rid, store=store, steps=30, device="reference")
     got = [float(s.loss) for s in more]              # steps 21..30, from the weights, moments and RNG read back
-    straight = Run(SPEC, device=sc.device("reference"), store=str(tmp_path / "ref"), steps=30, eval_every=20)
+    back = prepare_resume(more.result()["run"], store=store, steps=40, device="browser")   # and back to the page
+    assert back.device is dev
+    got += [float(s.loss) for s in back]
+    straight = Run(SPEC, device=sc.device("reference"), store=str(tmp_path / "ref"), steps=40, eval_every=20)
     want = [float(s.loss) for s in straight]
-    assert more.result()["steps"] == 30 and len(got) == 10
+    assert more.result()["steps"] == 30 and back.result()["steps"] == 40 and len(got) == 20
     np.testing.assert_allclose(got, want[20:], rtol=1e-3, atol=1e-3)
-    assert more.result()["metrics"]["test_accuracy"] == pytest.approx(straight.result()["metrics"]["test_accuracy"],
+    assert back.result()["metrics"]["test_accuracy"] == pytest.approx(straight.result()["metrics"]["test_accuracy"],
                                                                       abs=0.02)
 
 
