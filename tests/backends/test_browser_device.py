@@ -1,6 +1,9 @@
 """The `browser` device without Jupyter: the engine's Programs replayed on the WebGPU of a headless Chromium page
 (SwiftShader) through backends/wgpu/browser.py's proxy and js/src/lib/webgpu_executor.js, the page reached by
 Playwright (tests/fixtures/browser_page.py). Checked against numpy and the reference path, never ourselves."""
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -34,6 +37,34 @@ def test_a_spec_asking_for_it_is_refused_before_compute_without_a_page(monkeypat
     monkeypatch.setattr(browser, "_TRANSPORT", {})
     with pytest.raises(DeviceError, match="no front-end is attached"):
         sc.plan(SPEC + '\n[plan]\ndevice = "browser"\n')
+
+
+class _FakePage:
+    """Answers a batch with, for each buffer it maps, that buffer's id as bytes (slowly, so threads overlap)."""
+    def describe(self):
+        return "a fake page"
+
+    def request(self, message, buffers):
+        time.sleep(0.005)
+        return {"ok": True}, [str(c[1]).encode() for c in message["cmds"] if c[0] == "map"]
+
+
+def test_readbacks_from_two_threads_on_one_page_device_get_their_own_bytes():
+    s = browser._Session(_FakePage(), 1)
+    bufs = [browser.Buffer(s, 8, 9) for _ in range(16)]
+    got = {}
+
+    def read(b):
+        for _ in range(5):
+            b.map_sync("READ")
+            got.setdefault(b.id, set()).add(bytes(b.read_mapped()))
+            b.unmap()
+    threads = [threading.Thread(target=read, args=(b,)) for b in bufs]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    assert got == {b.id: {str(b.id).encode()} for b in bufs}
 
 
 WHY = browser_page.available()

@@ -77,24 +77,32 @@ class _Session:
         self.cmds: list = []
         self.blobs: list[bytes] = []
         self.lock = threading.RLock()
+        self.send_lock = threading.RLock()
+        self.mapped: dict = {}       # buffer id -> the bytes its map read (whichever thread's message carried it)
         self.pipelines: dict = {}    # pipeline id -> (kernel name, source): a compile error names its kernel
         self.messages = 0            # round trips so far
         self.bytes_sent = 0
 
     def add(self, *cmd) -> None:
-        self.cmds.append(list(cmd))
+        with self.lock:          # backends on one page's device may record from two threads (a run, the cell)
+            self.cmds.append(list(cmd))
 
-    def blob(self, data) -> int:
-        self.blobs.append(bytes(data))
-        return len(self.blobs) - 1
+    def add_with_blob(self, data, *cmd) -> None:
+        """A command whose last field is the index of `data` among this message's blobs."""
+        with self.lock:
+            self.blobs.append(bytes(data))
+            self.cmds.append([*cmd, len(self.blobs) - 1])
 
     def flush(self) -> tuple[dict, list[bytes]]:
         """Send what is recorded (possibly nothing but a ping) and return the page's reply."""
-        with self.lock:
-            cmds, blobs = self.cmds, self.blobs
-            self.cmds, self.blobs = [], []
-            self.messages += 1
-            self.bytes_sent += sum(len(b) for b in blobs)
+        # messages leave in the order they were cut (a later one may use what an earlier one made); recording goes
+        # on meanwhile (only the swap holds the list lock, never a round trip)
+        with self.send_lock:
+            with self.lock:
+                cmds, blobs = self.cmds, self.blobs
+                self.cmds, self.blobs = [], []
+                self.messages += 1
+                self.bytes_sent += sum(len(b) for b in blobs)
             reply, bufs = self.t.request({"op": "batch", "device": self.device_id, "cmds": cmds}, blobs)
         if reply.get("error"):
             if reply.get("pipeline") in self.pipelines:
@@ -106,7 +114,11 @@ class _Session:
                 raise DeviceGone(reply["error"], where="device browser",
                                  hint="the run's last checkpoint resumes it, here or on any other device")
             raise PageError(reply["error"])
-        return reply, list(bufs)
+        bufs = list(bufs)
+        maps = [c[1] for c in cmds if c[0] == "map"]     # the page answers each map, in order
+        with self.lock:
+            self.mapped.update(zip(maps, bufs))
+        return reply, bufs
 
 
 class _Obj:
@@ -141,8 +153,9 @@ class Buffer(_Obj):
         if str(mode).upper() not in ("READ", "1"):
             raise DeviceError("the browser device maps buffers for reading only", where="device browser")
         self._s.add("map", self.id, int(offset), int(self.size - offset if size is None else size))
-        reply, bufs = self._s.flush()
-        self._mapped = bufs[-1]
+        self._s.flush()
+        with self._s.lock:
+            self._mapped = self._s.mapped.pop(self.id)
 
     def read_mapped(self, buffer_offset: int = 0, size: int | None = None, copy: bool = True):
         data = self._mapped
@@ -248,7 +261,7 @@ class Queue:
     def write_buffer(self, buffer, buffer_offset, data, data_offset: int = 0, size: int | None = None) -> None:
         mv = memoryview(data).cast("B")
         mv = mv[data_offset:] if size is None else mv[data_offset:data_offset + size]
-        self._s.add("write", buffer.id, int(buffer_offset), self._s.blob(mv))
+        self._s.add_with_blob(mv, "write", buffer.id, int(buffer_offset))
 
     def submit(self, command_buffers) -> None:
         self._s.add("submit", [c.id for c in command_buffers])
