@@ -6,7 +6,7 @@ kernel dispatches it. A run in a background thread (%scellis train) would be ans
 cell returns; a call in the cell itself (sc.device("browser"), a plan, `%scellis wait`, eager tensors) blocks that
 thread. So the replies are routed to a kernel subshell of their own (ipykernel 7 runs one shell per thread, and
 routes a comm's messages by `_reply_subshell_for`): they are dispatched there whatever the main thread does, and
-the waiting thread, any thread, wakes on a threading.Event. Without subshells (ipykernel 6) only a background
+the waiting thread, any thread, wakes on a threading.Event. Without that routing (ipykernel 6, checked by `_reply_subshell_for`) only a background
 thread may wait; a wait on the main thread is refused with that reason rather than hanging.
 """
 from __future__ import annotations
@@ -131,9 +131,9 @@ class CommTransport:
     def _wait(self, ev: threading.Event, seconds: float, what: str) -> None:
         if self.subshell is None and threading.current_thread() is threading.main_thread():
             raise DeviceError(f"{what} cannot be waited for on the kernel's main thread: this kernel delivers the "
-                              "page's answers only between cells (ipykernel < 7 has no subshells)",
+                              "page's answers only between cells (this ipykernel routes no comm to a subshell; 7.4 does)",
                               where="device browser", hint="train in the background (%scellis train NAME, without "
-                                                           "--wait), or upgrade ipykernel to 7")
+                                                           "--wait), or upgrade ipykernel (7.4 routes comms to subshells)")
         if not ev.wait(seconds):
             raise DeviceGone(f"the notebook's page did not answer {what} within {seconds:.0f} s (closed, reloaded or "
                               "asleep?)", where="device browser",
@@ -168,10 +168,11 @@ class CommTransport:
 
 def _reply_subshell() -> str | None:
     """A kernel subshell for the page's replies (ipykernel 7), created on the shell channel thread; None where
-    there are none (no kernel, ipykernel 6)."""
+    there are none (no kernel, or an ipykernel without comm routing to subshells)."""
     try:
+        from ipykernel.comm.comm import BaseComm
         from ipykernel.kernelbase import Kernel
-        if not Kernel.initialized():
+        if not Kernel.initialized() or not hasattr(BaseComm, "_reply_subshell_for"):   # routing by comm: 7.4+
             return None
         k = Kernel.instance()
         sct = getattr(k, "shell_channel_thread", None)
