@@ -1,7 +1,7 @@
 """The `browser` device in a real JupyterLab tab: the kernel's engine trains the quickstart's digits spec on the
 page's WebGPU (Chromium's SwiftShader adapter here), through the GpuDevice widget's comm. `%scellis device browser`
 waits for the page on the cell's own thread (the replies go to a kernel subshell); the run trains in the
-background and its curve grows; a reload of the tab leaves the run `interrupted` at its last checkpoint, never
+background and its curve grows; a hidden tab is said in the run panel; a reload of the tab leaves the run `interrupted` at its last checkpoint, never
 `running`; `%scellis resume` continues it on the reloaded page, and its test accuracy matches the same spec trained
 on the reference path in the same kernel."""
 import json
@@ -21,7 +21,7 @@ WEBGPU_ARGS = ["--no-sandbox", "--enable-unsafe-webgpu", "--enable-features=Vulk
                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic",
                "--no-first-run"]
 STEPS = 400             # long enough to be reloaded mid-run (about 5 steps/s here), short enough for an event a step
-RESUME_TO = 20          # steps past the interruption's checkpoint
+RESUME_TO = 10          # steps past the interruption's checkpoint
 
 STATE = '''import json
 r = digits.run
@@ -84,7 +84,12 @@ def test_digits_trains_on_the_tab_gpu_survives_a_reload(lab, webgpu_chromium, ar
         run_cell(page, 5, timeout=120)
         # the curve grows while the run trains on the page
         pts = lambda: int(page.locator("[data-points]").first.get_attribute("data-points") or 0)
-        _wait(lambda: pts() >= 15, 120, what="the loss curve to grow")
+        _wait(lambda: pts() >= 10, 120, what="the loss curve to grow")
+        # a hidden tab is throttled: the run panel says so
+        page.evaluate("() => { Object.defineProperty(document, 'visibilityState', {value: 'hidden', configurable: true});"
+                      " document.dispatchEvent(new Event('visibilitychange')); }")
+        note = page.locator(".sc-run .sc-devnote").first
+        _wait(lambda: "tab is hidden" in note.inner_text(), 30, what="the run panel to say the tab is hidden")
         page.reload()
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
         time.sleep(2.0)
