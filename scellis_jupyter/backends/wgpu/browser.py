@@ -106,7 +106,7 @@ class _Session:
             reply, bufs = self.t.request({"op": "batch", "device": self.device_id, "cmds": cmds}, blobs)
         if reply.get("error"):
             if reply.get("pipeline") in self.pipelines:
-                from .runtime import compile_message
+                from .shaders import compile_message
                 label, code = self.pipelines[reply["pipeline"]]
                 raise KernelError(f"kernel {label!r} failed to compile on browser: {compile_message(reply['error'], code)}",
                                   where="device browser")

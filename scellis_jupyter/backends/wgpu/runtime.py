@@ -8,7 +8,6 @@ see only `launch()` and `Storage` windows, and split work that exceeds the bindi
 from __future__ import annotations
 
 import os
-import re
 import struct
 import sys
 import time
@@ -23,6 +22,7 @@ from ..profiling import dispatch_tag, exclusive_seconds
 from ..storage import Storage, bind
 from ...program.liveness import align
 from . import shaders, webgpu
+from .shaders import compile_message
 from .kernels import LAUNCHERS
 from .templates import render
 
@@ -86,20 +86,6 @@ def subgroup_matrix_wanted() -> bool:
 def program_key(backend: str, implementation: str | None) -> str:
     """The backend string Programs are compiled and cached under: `wgpu` on wgpu-native, `wgpu+dawn` on Dawn."""
     return backend if implementation in (None, "", webgpu.NATIVE) else f"{backend}+{implementation}"
-
-
-def compile_message(e: Exception, code: str = "") -> str:
-    """A shader compiler's message, shortened to its error lines, and the kernel's source line it points at (Tint's
-    and naga's messages both name `:line:col`)."""
-    text = str(e)
-    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-    keep = [ln for ln in lines if "error" in ln.lower() or re.search(r":\d+:\d+", ln)]
-    msg = " | ".join((keep or lines)[:6])[:1500]
-    at = re.search(r":(\d+):(\d+)", text)
-    src = code.splitlines()
-    if at and 0 < int(at.group(1)) <= len(src):
-        msg += f" (kernel line {at.group(1)}: `{src[int(at.group(1)) - 1].strip()[:200]}`)"
-    return msg
 
 
 def requested_limits(adapter_limits) -> dict:
