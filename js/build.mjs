@@ -12,7 +12,7 @@ const here = dirname(fileURLToPath(import.meta.url));
 const out = resolve(process.argv[2] || resolve(here, "../scellis_jupyter/static"));
 const labOut = resolve(process.argv[3] || resolve(here, "../scellis_jupyter/labextensions/scellis-jupyter"));
 export const WIDGETS = ["plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view",
-  "heatmap_view", "round_monitor", "profile_view", "stage_explorer"];
+  "heatmap_view", "round_monitor", "profile_view", "stage_explorer", "gpu_device"];
 mkdirSync(out, { recursive: true });
 await build({
   entryPoints: WIDGETS.map((w) => resolve(here, "src", `${w}.js`)),

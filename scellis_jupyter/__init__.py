@@ -13,7 +13,7 @@ from . import conformance, ops, rng
 from .backends.device import Device, device, devices
 from .determinism import TIERS, set_tier, tier
 from .errors import (CatalogError, CorruptObject, DataError, DeviceError, Diagnostic, DTypeError, GraphError,
-                     KernelError, LRFinderError, PlanError, PlanRefused, QuantizeError, RunError, ScellisError,
+                     KernelError, DeviceGone, LRFinderError, PlanError, PlanRefused, QuantizeError, RunError, ScellisError,
                      ShapeError, SpecError, StoreError, TargetError, TierError, UsageError, VerifyError, WaitTimeout,
                      MagicError, EditError, NotebookError, WidgetError, SettingError)
 from .tensor import Tensor, tensor
@@ -63,7 +63,7 @@ def unload_ipython_extension(ip) -> None:
 
 __all__ = ["Device", "device", "devices", "tensor", "Tensor", "ops", "rng", "set_tier", "tier", "TIERS",
            "ScellisError", "Diagnostic", "UsageError", "SpecError", "CatalogError", "TargetError", "DataError",
-           "GraphError", "ShapeError", "DTypeError", "QuantizeError", "TierError", "DeviceError", "KernelError",
+           "GraphError", "ShapeError", "DTypeError", "QuantizeError", "TierError", "DeviceError", "KernelError", "DeviceGone",
            "PlanError", "PlanRefused", "RunError", "WaitTimeout", "LRFinderError", "VerifyError", "StoreError",
            "CorruptObject", "MagicError", "SettingError", "EditError", "NotebookError", "WidgetError", "Spec", "plan", "Plan", "Run", "StepResult", "GANRun", "GANStep", "train", "resume", "runs",
            "verify", "Detached", "__version__",

@@ -20,7 +20,8 @@ by class (`except sc.PlanRefused`) or by the stable `diagnostic.code`. The tree:
     │   └── QuantizeError           weights that cannot be encoded as asked (quantize)
     ├── TierError                   an unknown or unmet determinism tier (determinism-tier)
     ├── DeviceError                 no such device, or one that failed (device)
-    │   └── KernelError             a WGSL kernel missing or failing to compile (kernel)
+    │   ├── KernelError             a WGSL kernel missing or failing to compile (kernel)
+    │   └── DeviceGone              the device went away mid-run: the page closed or reloaded, or lost its GPU (device-gone)
     ├── PlanError                   a plan that cannot be made (plan)
     │   └── PlanRefused             a red plan: the run would not fit (plan-red); .diagnostic has the fixes
     ├── RunError                    a run that cannot start, go on or finish (run)
@@ -171,6 +172,13 @@ class DeviceError(ScellisError, RuntimeError):
 
 class KernelError(DeviceError):
     code = "kernel"
+
+
+class DeviceGone(DeviceError):
+    """The device went away under a run (the browser device's page closed or reloaded, its GPU lost): the run is
+    left `interrupted` at its last checkpoint, never `running` or `failed`."""
+
+    code = "device-gone"
 
 
 class PlanError(ScellisError):

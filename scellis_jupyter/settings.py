@@ -53,7 +53,7 @@ def _s(name, kind, default, group, doc, **kw) -> Setting:
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     # device and memory
     _s("SCELLIS_DEVICE", "text", None, "device",
-       "The device runs use: `auto`, `wgpu`, `reference`, or part of an adapter's name (default: the best)."),
+       "The device runs use: `auto`, `wgpu`, `reference`, `browser` (the WebGPU of the page showing the notebook), or part of an adapter's name (default: the best)."),
     _s("SCELLIS_DEVICE_MEMORY", "int", None, "device",
        "Declare the device's memory in bytes (the planner plans against it) instead of asking the driver.",
        lo=1, unit="bytes"),

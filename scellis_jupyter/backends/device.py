@@ -61,6 +61,11 @@ class Device:
         return self.adapter_type in ("discrete", "integrated")
 
     @property
+    def selector(self) -> str:
+        """The name that asks for this kind of device again (a resume's default): its backend, or `browser`."""
+        return "browser" if self.implementation == "browser" else self.backend
+
+    @property
     def program_backend(self) -> str:
         """What Programs for this device are compiled and cached under (the WebGPU implementation is part of it)."""
         return program_key(self.backend, self.implementation)
@@ -361,12 +366,14 @@ def device(name: str | None = None) -> Device:
         if stray:
             notice(f"scellis: {'; '.join(stray)}: not a setting scellis reads (`scellis settings` lists them).")
     if name in (None, "", AUTO):
-        name = settings.text("SCELLIS_DEVICE")
+        name = default_name()
     if name == AUTO:
         name = None
     key = ("pick", name)
     if key in _CACHE:
         return _CACHE[key]
+    if name == webgpu.BROWSER:
+        return browser_device()
     if name == "reference":
         d = _CACHE.setdefault("ref", _reference())
         d.choice = "asked for reference; not a GPU (as asked)"
@@ -409,6 +416,67 @@ def device(name: str | None = None) -> Device:
         _not_a_gpu(d, why)
         d.choice += f"; not a GPU ({'as asked' if name is not None else 'no GPU adapter found'})"
     _CACHE[key] = d
+    return d
+
+
+BROWSER_BUDGET = 1 << 30   # what the planner plans against on the page when nothing is declared
+
+
+def _available_names() -> str:
+    all_ = devices()
+    return ", ".join((["wgpu"] if len(all_) > 1 else []) + ["reference"] + [x.name for x in all_[:-1]])
+
+
+def browser_device() -> Device:
+    """The `browser` device: the WebGPU adapter of the page that shows the notebook, reached through the
+    transport the front-end registered (backends/wgpu/browser.py). Refused before any compute, naming why and
+    the devices there are, when no front-end is attached or its page has no WebGPU."""
+    from .wgpu import browser
+    t = browser.transport()
+    if t is None:
+        raise DeviceError("no front-end is attached to this kernel: the browser device runs on the WebGPU of the "
+                          "page that shows the notebook", where="device selection",
+                          hint=f"available here: {_available_names()}; in JupyterLab or Notebook, `%load_ext "
+                               f"scellis_jupyter` first (a headless kernel or nbconvert has no page)")
+    key = ("browser", id(t), getattr(t, "generation", 0))     # a new page (a reload): a new device
+    if key in _CACHE:
+        return _CACHE[key]
+    try:
+        hello = browser.hello(t)
+    except Exception as e:
+        raise DeviceError(f"the notebook's page did not answer: {getattr(e, 'message', None) or e}",
+                          where="device selection", hint=f"available here: {_available_names()}") from None
+    if not hello.get("gpu"):
+        raise DeviceError(f"the notebook's page has no WebGPU: {hello.get('why', 'no adapter')}",
+                          where="device selection",
+                          hint=f"available here: {_available_names()}; WebGPU needs Chrome or Edge 113+, Safari 26+ "
+                               "or Firefox 141+, on https or localhost")
+    impl = webgpu.load(webgpu.BROWSER)
+    a = browser.Adapter(t, hello)
+    info = a.info
+    kind = "cpu-emulated" if info.get("adapter_type") == "CPU" else "unknown"
+    declared = settings.number("SCELLIS_DEVICE_MEMORY")
+    mem, src = (declared, "declared") if declared else \
+        (BROWSER_BUDGET, "a budget: WebGPU reports no free memory; SCELLIS_DEVICE_MEMORY declares another")
+    d = Device("wgpu", f"browser {info['device']}", kind, dict(a.limits), mem, src, sorted(a.features),
+               choice=f"asked for 'browser': the WebGPU adapter of {a.where}", implementation=webgpu.BROWSER,
+               implementation_version=browser.agent(hello) or impl.version, _adapter=a, _webgpu=impl)
+    if not d.is_gpu:
+        _not_a_gpu(d, "as asked: the page's adapter is a CPU one")
+    _CACHE[key] = d
+    return d
+
+
+def default_name() -> str | None:
+    """The device a run naming none takes: `%scellis device NAME`'s choice, else SCELLIS_DEVICE (None: the best)."""
+    return _CACHE.get("default") or settings.text("SCELLIS_DEVICE")
+
+
+def use(name: str | None) -> Device:
+    """Make `name` the device this process's runs take when they name none (`%scellis device NAME`; over
+    SCELLIS_DEVICE); None or "auto": back to the setting. Refused, with nothing changed, when unavailable."""
+    d = device(name)
+    _CACHE["default"] = None if name in (None, "", AUTO) else name
     return d
 
 

@@ -102,7 +102,9 @@ class Model:
     # ---- planning ---------------------------------------------------------------------------------------
     @_one_line
     def plan(self, *, memory: int | None = None, batch_size: int | None = None, device=None) -> Plan:
-        key = (memory, batch_size, device)
+        from ..backends.device import default_name
+        # a plan naming no device is the default's: another default (%scellis device NAME) plans anew
+        key = (memory, batch_size, device if device is not None else ("default", default_name()))
         if key not in self._plans:
             self._plans[key] = make_plan(self.spec, device, memory=memory, batch_size=batch_size)
         return self._plans[key]

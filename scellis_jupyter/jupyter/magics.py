@@ -236,7 +236,9 @@ class ScellisMagics(Magics):
 
     def _do_device(self, cmd):
         from .. import settings
-        from ..backends.device import device
+        from ..backends.device import device, use
+        if cmd.name:
+            use(cmd.name)                    # refused, with nothing changed, when it is not available
         info = device().to_json()
         info["settings"] = settings.in_effect()            # SCELLIS_* set here (e.g. by %env), by name
         if cmd.json:
@@ -377,6 +379,9 @@ def load_ipython_extension(ip) -> None:
     not red stderr."""
     ip.register_magics(ScellisMagics)
     NOTICE[0] = _note
+    from ..backends.wgpu import browser
+    from .widgets.gpu_device import comm_transport
+    browser.set_transport(comm_transport)       # the browser device asks the page on first use
 
 
 def unload_ipython_extension(ip) -> None:
@@ -387,6 +392,8 @@ def unload_ipython_extension(ip) -> None:
     mm.registry.pop("ScellisMagics", None)
     if NOTICE[0] is _note:
         NOTICE[0] = stderr_note
+    from ..backends.wgpu import browser
+    browser.set_transport(None)
 
 
 __all__ = ["ScellisMagics", "load_ipython_extension", "unload_ipython_extension"]

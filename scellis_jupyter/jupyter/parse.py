@@ -157,6 +157,8 @@ def _build() -> dict[str, _Parser]:
     _store(p)
 
     p = new("device")
+    p.add_argument("name", nargs="?", help="use this device from now on in this kernel: auto, wgpu, reference, "
+                                           "browser (the GPU of this notebook's page), or part of an adapter's name")
     p.add_argument("--json", action="store_true")
 
     p = new("catalog")

@@ -63,7 +63,7 @@ def plan(spec, device=None, memory: int | None = None, batch_size: int | None = 
 
     ev = _evaluation_of(spec, evaluation)
     st, peak, bd, ex = at(bs)
-    warnings = _device_warnings(dev, t, [st.program])
+    warnings = _device_warnings(dev, t, [st.program]) + _wire_notes(dev, st)
     mem_verdict, verdict = _verdicts(peak, capacity, warnings)
     out = Plan(verdict, peak, capacity, source, bd, [], warnings, bs, dev.name, dev.backend, dev.adapter_type, t,
                spec.name, spec.hash, st.program.hash, len(st.program.steps), ex, st, opts.describe(),
@@ -354,3 +354,20 @@ def _sharded_peak(at, bs: int, opts, world: int, step) -> int:
 
 def plan_json(p: Plan) -> str:
     return json.dumps(p.to_json(), indent=2, default=str)
+
+
+def wire_bytes(st) -> int:
+    """Bytes a training step sends to its device beside the recorded commands: its batch (x, y or row ids)."""
+    from .. import dtypes as dt
+    return sum(dt.nbytes(tuple(leaf.node.shape), leaf.node.dtype) for leaf in st.leaves
+               if leaf.name in ("x", "y", "batch_rows"))
+
+
+def _wire_notes(dev, st) -> list[str]:
+    """On the browser device: what crosses the wire each step, and that the capacity is a budget."""
+    if getattr(dev, "implementation", "") != "browser":
+        return []
+    return [f"the browser device: each step sends {wire_bytes(st)} bytes (its batch; its row ids under [data] "
+            "placement = \"device\", which uploads the dataset once) to the page, in one message with its commands; "
+            "WebGPU reports no free memory, so the capacity is a declared budget"]
+

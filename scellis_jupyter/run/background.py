@@ -17,7 +17,7 @@ import time
 import weakref
 from typing import Callable
 
-from ..errors import ScellisError
+from ..errors import DeviceGone, ScellisError
 from .records import Events
 from .run import RunError
 from ..errors import WaitTimeout
@@ -180,6 +180,10 @@ class BackgroundRun:
                     run.interrupt(self._stop_req)
                     n_ck = self._new_checkpoints(n_ck)
                     break
+        except DeviceGone as e:                  # left interrupted at its last checkpoint (Run._recorded)
+            self.error = e.diagnostic
+            self._end(run, "interrupted", e.diagnostic.format())
+            return
         except ScellisError as e:
             self.error = e.diagnostic
             self._end(run, "failed", e.diagnostic.format())

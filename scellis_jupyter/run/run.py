@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..spec import Spec
-from ..errors import RunError, ScellisError
+from ..errors import DeviceGone, RunError, ScellisError
 from ..store import Store
 from ..data.memory import MemoryData
 from ..rng.generator import Generator
@@ -423,6 +423,9 @@ class Run:
         except KeyboardInterrupt:
             self._interrupt("interrupted by the user")
             raise
+        except DeviceGone as e:             # nothing on the device to checkpoint: the last checkpoint stands
+            self._interrupt(f"the device went away: {e.diagnostic.message}")
+            raise
         except BaseException as e:
             self._fail(e)
             raise
@@ -739,7 +742,7 @@ class Run:
         extra = {"loader": loader, "schedule": self.schedule.state_dict(),
                  "loss_scale": self.loss_scale, "good_steps": self._good_steps, "skipped": self.skipped,
                  "skip_run": self._skip_run, "swa_samples": self.swa_samples, "loss_history": self.loss_history, "horizon": self.horizon,
-                 "tier": self.tier, "device": self.device.backend, "program_hash": self.step_prog.program.hash,
+                 "tier": self.tier, "device": getattr(self.device, "selector", self.device.backend), "program_hash": self.step_prog.program.hash,
                  "options": self.step_prog.options.describe(), "spec_source": self.spec.source,
                  "base_dir": _abs(self.spec.base_dir), "eval_every": self.eval_every}
         if self.spec.memory is not None and self.store is not None:

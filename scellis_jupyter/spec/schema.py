@@ -34,7 +34,7 @@ KNOWN: dict[str, tuple[str, ...]] = {
 PRECISIONS = ("fp32", "mixed-f16", "f16")
 TIERS = ("debug", "prod", "fast")
 CHECKPOINTING = ("none", "activations")
-DEVICES = ("auto", "wgpu", "reference")
+DEVICES = ("auto", "wgpu", "reference", "browser")     # browser: the WebGPU of the page showing the notebook
 INPUT_DTYPES = ("f32", "f16", "i32")
 
 MAX_SIZE = 2 ** 24          # any single dimension: features, vocab, channels

@@ -8,7 +8,6 @@ see only `launch()` and `Storage` windows, and split work that exceeds the bindi
 from __future__ import annotations
 
 import os
-import re
 import struct
 import sys
 import time
@@ -18,11 +17,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ... import dtypes as dt, settings
-from ...errors import DeviceError, DTypeError, KernelError
+from ...errors import DeviceError, DeviceGone, DTypeError, KernelError
 from ..profiling import dispatch_tag, exclusive_seconds
 from ..storage import Storage, bind
 from ...program.liveness import align
 from . import shaders, webgpu
+from .shaders import compile_message
 from .kernels import LAUNCHERS
 from .templates import render
 
@@ -88,20 +88,6 @@ def program_key(backend: str, implementation: str | None) -> str:
     return backend if implementation in (None, "", webgpu.NATIVE) else f"{backend}+{implementation}"
 
 
-def compile_message(e: Exception, code: str = "") -> str:
-    """A shader compiler's message, shortened to its error lines, and the kernel's source line it points at (Tint's
-    and naga's messages both name `:line:col`)."""
-    text = str(e)
-    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
-    keep = [ln for ln in lines if "error" in ln.lower() or re.search(r":\d+:\d+", ln)]
-    msg = " | ".join((keep or lines)[:6])[:1500]
-    at = re.search(r":(\d+):(\d+)", text)
-    src = code.splitlines()
-    if at and 0 < int(at.group(1)) <= len(src):
-        msg += f" (kernel line {at.group(1)}: `{src[int(at.group(1)) - 1].strip()[:200]}`)"
-    return msg
-
-
 def requested_limits(adapter_limits) -> dict:
     """The limits to open the device with: the adapter's best, or WebGPU's defaults when
     SCELLIS_WGPU_LIMITS=default."""
@@ -154,7 +140,7 @@ class WgpuBackend:
         self._raw = impl.raw_calls()
         # WebGPU's rule against a writable binding overlapping another in one dispatch, which Dawn enforces:
         # inputs that would are copied apart first (`_unaliased`)
-        self.unalias = impl.name == webgpu.DAWN
+        self.unalias = impl.name in webgpu.TINT
         self.queue = self.device.queue
         self.features = set(want)
         self.limits = dict(self.device.limits)
@@ -167,7 +153,10 @@ class WgpuBackend:
         self.int64 = "shader-int64" in self.features
         self.offset_align = int(self.limits.get("min-storage-buffer-offset-alignment", 256))
         self.flush_after = env_flush_after()
-        self._pipelines: dict = {}
+        # pipelines by key; a device that several backends share (the browser's page) keeps one cache for all
+        self._pipelines: dict = getattr(self.device, "scellis_pipeline_cache", None)
+        if self._pipelines is None:
+            self._pipelines = {}
         self._bind_groups: dict = {}
         self._arena = None
         self._arena_size = 0
@@ -862,8 +851,11 @@ class WgpuBackend:
         if p is None:
             text = source() if callable(source) else source
             try:
-                mod = self.webgpu.create_module(self.device, text, self.checks_for(key.split(":")[0]))
+                mod = self.webgpu.create_module(self.device, text, self.checks_for(key.split(":")[0]),
+                                               label=key.split(":")[0])
                 p = self.device.create_compute_pipeline(layout="auto", compute={"module": mod, "entry_point": "main"})
+            except DeviceGone:
+                raise
             except Exception as e:
                 raise KernelError(f"kernel {key.split(':')[0]!r} failed to compile on {self.implementation}: "
                                   f"{compile_message(e, self.webgpu.prelude(text))}", where=f"device {self.label}") from e

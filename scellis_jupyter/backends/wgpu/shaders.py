@@ -24,6 +24,8 @@ fwd+bwd at L 4096 in 23.46 ms against 23.80 (H100, RESULTS.md 2026-12-06 15:00).
 """
 from __future__ import annotations
 
+import re
+
 from ... import settings
 
 _CHECKS = {"naga": 0x1 | 0x2, "bounds": 0x1, "loops": 0x2, "none": 0x0}   # WGPUShaderRuntimeChecks bits
@@ -42,8 +44,8 @@ def mode_for(policy: str, kernel: str, backend_type: str, implementation: str = 
     """The checks (a key of _CHECKS) kernel `kernel` compiles with under `policy` on an adapter of wgpu backend
     `backend_type` ("Vulkan", "Metal", ...). On Dawn the checks are the device's (robustness and validation off
     only under `none`, for every kernel): `naga` stands for Tint's own checks, whatever the kernel."""
-    if implementation == "dawn":
-        return "none" if policy == "none" else "naga"
+    if implementation in ("dawn", "browser"):
+        return "none" if policy == "none" and implementation == "dawn" else "naga"
     if policy != "auto":
         return policy
     return "none" if kernel in TRUSTED and backend_type.lower() == "vulkan" else "naga"
@@ -64,3 +66,17 @@ def create_trusted(device, code: str, mode: str, label: str = ""):
     if handle == _api.ffi.NULL:
         raise RuntimeError("shader module creation failed")
     return _api.GPUShaderModule(label, handle, device)
+
+
+def compile_message(e: Exception, code: str = "") -> str:
+    """A shader compiler's message, shortened to its error lines, and the kernel's source line it points at (Tint's
+    and naga's messages both name `:line:col`)."""
+    text = str(e)
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    keep = [ln for ln in lines if "error" in ln.lower() or re.search(r":\d+:\d+", ln)]
+    msg = " | ".join((keep or lines)[:6])[:1500]
+    at = re.search(r":(\d+):(\d+)", text)
+    src = code.splitlines()
+    if at and 0 < int(at.group(1)) <= len(src):
+        msg += f" (kernel line {at.group(1)}: `{src[int(at.group(1)) - 1].strip()[:200]}`)"
+    return msg

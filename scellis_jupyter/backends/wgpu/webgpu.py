@@ -22,7 +22,9 @@ from ...errors import DeviceError
 
 NATIVE = "wgpu-native"
 DAWN = "dawn"
-NAMES = (NATIVE, DAWN)
+BROWSER = "browser"     # the notebook page's navigator.gpu, driven from the kernel (browser.py)
+NAMES = (NATIVE, DAWN)  # what `auto` looks through; the browser is asked for by name only
+TINT = (DAWN, BROWSER)  # compiled by Tint, which keeps WebGPU's rules strictly (aliasing, `enable subgroups;`)
 
 # Dawn's instance toggles: experimental features (subgroup matrices) need `allow_unsafe_apis`; on NVIDIA's
 # Vulkan driver Dawn offers `shader-f16` (and the f16 subgroup-matrix configurations) only with the second.
@@ -38,6 +40,7 @@ _FEATURES = {
              "shader-int64": "shader-int64"},
     DAWN: {"shader-f16": "shader-f16", "timestamp-query": "timestamp-query", "subgroup": "subgroups",
            "subgroup-matrix": SUBGROUP_MATRIX},
+    BROWSER: {"shader-f16": "shader-f16", "subgroup": "subgroups"},
 }
 # a subgroup builtin function (subgroupAdd, ...) or builtin value (subgroup_size, subgroup_invocation_id, subgroup_id)
 _SUBGROUP_USE = re.compile(r"\bsubgroup([A-Z]\w*\s*\(|_size\b|_invocation_id\b|_id\b)")
@@ -75,7 +78,7 @@ class Implementation:
         """A device on `adapter` with the engine's optional `features` and `limits`; `unchecked`: Dawn's
         robustness and validation off (the caller decides where that is proven safe)."""
         req = [self.feature(f) for f in features if self.feature(f)]
-        if self.name == NATIVE:
+        if self.name in (NATIVE, BROWSER):
             return adapter.request_device_sync(required_features=req, required_limits=limits)
         from wgpudawn.backends.dawn import extras
         toggles = list(DAWN_UNCHECKED_TOGGLES) if unchecked else []
@@ -113,7 +116,7 @@ class Implementation:
     def prelude(self, code: str) -> str:
         """`code` with the `enable` directives this compiler needs: Tint wants `enable subgroups;` before
         subgroup builtins, naga refuses the directive (it enables them with the device feature)."""
-        if self.name == DAWN and "enable subgroups;" not in code and _SUBGROUP_USE.search(code):
+        if self.name in TINT and "enable subgroups;" not in code and _SUBGROUP_USE.search(code):
             return "enable subgroups;\n" + code
         return code
 
@@ -121,13 +124,16 @@ class Implementation:
         """A shader module of `code`; on wgpu-native `mode` (a key of shaders._CHECKS) picks naga's checks
         through its trusted entry point. Dawn has no per-module checks: its device's toggles decide."""
         code = self.prelude(code)
-        if self.name == DAWN or mode == "naga":
+        if self.name in TINT or mode == "naga":
             return device.create_shader_module(label=label, code=code)
         from . import shaders
         return shaders.create_trusted(device, code, mode, label)
 
     def raw_calls(self):
         """(set_pipeline, set_bind_group, dispatch, NULL): the C entry points the raw replay calls, or None."""
+        if self.name == BROWSER:
+            from . import browser
+            return browser.raw_calls()
         api = self._api
         try:
             return (api.lib.wgpuComputePassEncoderSetPipeline, api.lib.wgpuComputePassEncoderSetBindGroup,
@@ -180,6 +186,9 @@ def load(name: str) -> Implementation | None:
             from wgpudawn.backends.dawn import _api, extras
             extras.set_instance_extras(enable_toggles=list(DAWN_INSTANCE_TOGGLES))
             impl = Implementation(DAWN, str(getattr(wgpudawn, "__version__", "?")), wgpudawn, _api)
+        elif name == BROWSER:
+            from . import browser
+            impl = Implementation(BROWSER, f"protocol {browser.PROTOCOL}", browser.module, None)
     except Exception:
         impl = None
     _LOADED[name] = impl

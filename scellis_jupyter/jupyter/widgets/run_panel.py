@@ -126,6 +126,17 @@ class RunPanel(ScellisWidget):
                        steps_per_s=None, eta_s=None)
         self._rate = StepRate()
         self._unsub = run.subscribe(self._on_event)
+        if "via browser" in label:                     # the page's GPU: a hidden tab is said here
+            from .gpu_device import current
+            tr = current()
+            if tr is not None:
+                base = self.device_note
+
+                def page_note(note: str) -> None:
+                    self.device_note = " ".join(filter(None, [base, note]))
+                page_note(tr.note())
+                unwatch, unsub = tr.watch(page_note), self._unsub
+                self._unsub = lambda: (unwatch(), unsub())
 
     def _set(self, **kw) -> None:
         with self.hold_sync():
