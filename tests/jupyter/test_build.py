@@ -107,7 +107,7 @@ def _assert_bundles(names: set[str], prefix: str = "", sdist: bool = False) -> N
     """The widgets' bundles, and the lab extension: in the sdist as built, in a wheel as shared data, where
     JupyterLab finds it once installed (share/jupyter/labextensions/scellis-jupyter/)."""
     for w in ("plan_view", "loss_curve", "run_panel", "graph_view", "catalog_browser", "lr_finder_view", "heatmap_view",
-              "round_monitor", "profile_view", "stage_explorer"):
+              "round_monitor", "profile_view", "stage_explorer", "gpu_device"):
         assert f"{prefix}scellis_jupyter/static/{w}.js" in names, w
     assert f"{prefix}scellis_jupyter/static/elk-worker.min.js" in names
     assert not any("node_modules" in n for n in names)
