@@ -427,12 +427,22 @@ def _available_names() -> str:
     return ", ".join((["wgpu"] if len(all_) > 1 else []) + ["reference"] + [x.name for x in all_[:-1]])
 
 
+def _naming_devices(e: DeviceError) -> DeviceError:
+    """The browser device's refusal `e` (no page shows the notebook, or it went) with the devices there are."""
+    d = e.diagnostic
+    hint = f"available here: {_available_names()}" + (f"; {d.hint}" if d.hint else "")
+    return DeviceError(d.message, where="device selection", hint=hint)
+
+
 def browser_device() -> Device:
     """The `browser` device: the WebGPU adapter of the page that shows the notebook, reached through the
     transport the front-end registered (backends/wgpu/browser.py). Refused before any compute, naming why and
     the devices there are, when no front-end is attached or its page has no WebGPU."""
     from .wgpu import browser
-    t = browser.transport()
+    try:
+        t = browser.transport()          # the front-end's widget is shown and its page's hello awaited here
+    except DeviceError as e:
+        raise _naming_devices(e) from None
     if t is None:
         raise DeviceError("no front-end is attached to this kernel: the browser device runs on the WebGPU of the "
                           "page that shows the notebook", where="device selection",
@@ -443,6 +453,8 @@ def browser_device() -> Device:
         return _CACHE[key]
     try:
         hello = browser.hello(t)
+    except DeviceError as e:          # the page went between its hello and this question
+        raise _naming_devices(e) from None
     except Exception as e:
         raise DeviceError(f"the notebook's page did not answer: {getattr(e, 'message', None) or e}",
                           where="device selection", hint=f"available here: {_available_names()}") from None

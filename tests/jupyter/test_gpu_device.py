@@ -112,3 +112,23 @@ def test_a_hidden_tab_is_said_in_the_run_panel(monkeypatch):
     tr._on_msg(None, {"type": "visibility", "page": "p1", "state": "visible", "wake_lock": "refused: NotAllowedError"},
                [])
     assert "could not keep the screen awake" in panel.device_note
+
+
+def test_a_kernel_whose_widget_no_page_shows_is_refused_naming_why_and_the_devices(monkeypatch):
+    """nbconvert or a headless kernel: the GpuDevice widget is shown to no page, so no hello ever comes. Asking for
+    the browser device is then error[device] naming that and the devices there are, before any compute (here after
+    a shortened wait), not a claim that a page went away."""
+    import scellis_jupyter as sc
+    from scellis_jupyter.errors import DeviceError
+    monkeypatch.setattr(gpu_device, "READY_S", 0.3)
+    monkeypatch.setattr(browser, "_TRANSPORT", {})
+    monkeypatch.setattr(GpuDevice, "send", lambda self, *a, **k: None, raising=False)
+    browser.set_transport(gpu_device.comm_transport)
+    th, box = _in_thread(lambda: sc.device("browser"))
+    th.join(10)
+    err = box.get("err")
+    assert isinstance(err, DeviceError) and not isinstance(err, DeviceGone), box
+    text = str(err)
+    assert text.startswith("error[device] at device selection: no page showed the browser device's widget"), text
+    assert "nbconvert, a headless kernel" in text and "available here:" in text and "reference" in text
+    assert "t" in browser._TRANSPORT and not hasattr(browser._TRANSPORT["t"], "request")   # asked again next time

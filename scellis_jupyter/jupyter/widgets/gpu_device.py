@@ -129,18 +129,32 @@ class CommTransport:
 
     # ---- to the page -----------------------------------------------------------------------------------
     def _wait(self, ev: threading.Event, seconds: float, what: str) -> None:
-        if self.subshell is None and threading.current_thread() is threading.main_thread():
-            raise DeviceError(f"{what} cannot be waited for on the kernel's main thread: this kernel delivers the "
-                              "page's answers only between cells (this ipykernel routes no comm to a subshell; 7.4 does)",
-                              where="device browser", hint="train in the background (%scellis train NAME, without "
-                                                           "--wait), or upgrade ipykernel (7.4 routes comms to subshells)")
+        self._can_wait(what)
         if not ev.wait(seconds):
             raise DeviceGone(f"the notebook's page did not answer {what} within {seconds:.0f} s (closed, reloaded or "
                               "asleep?)", where="device browser",
                               hint="reopen the notebook's tab; the run's last checkpoint resumes it")
 
-    def ready(self, seconds: float = READY_S) -> dict:
-        """The page's hello (it sends it when the widget's model is created)."""
+    def _can_wait(self, what: str) -> None:
+        if self.subshell is None and threading.current_thread() is threading.main_thread():
+            raise DeviceError(f"{what} cannot be waited for on the kernel's main thread: this kernel delivers the "
+                              "page's answers only between cells (this ipykernel routes no comm to a subshell; 7.4 does)",
+                              where="device browser", hint="train in the background (%scellis train NAME, without "
+                                                           "--wait), or upgrade ipykernel (7.4 routes comms to subshells)")
+
+    def ready(self, seconds: float | None = None) -> dict:
+        """The page's hello (it sends it when the widget's model is created). No page ever having said it is a
+        kernel without a front-end (nbconvert, a headless kernel) or one that shows no widgets: refused as such."""
+        seconds = READY_S if seconds is None else seconds
+        if self.hello is None and self.page is None:
+            self._can_wait("the widget's hello")
+            if not self._ready.wait(seconds):
+                raise DeviceError(f"no page showed the browser device's widget within {seconds:.0f} s: this kernel "
+                                  "has no front-end showing it (nbconvert, a headless kernel), or the front-end "
+                                  "shows no widgets", where="device browser",
+                                  hint="open the notebook in JupyterLab or Notebook 7 (with WebGPU: Chrome or Edge "
+                                       "113+, Safari 26+), or choose another device")
+            return self.hello
         self._wait(self._ready, seconds, "the widget's hello")
         return self.hello
 
