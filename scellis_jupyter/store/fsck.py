@@ -32,7 +32,7 @@ _HASH = re.compile(r"[0-9a-f]{64}")
 # what each kind of problem is, and what --repair does about it
 KINDS = {
     "index-damaged": "the index is missing or cannot be opened, SQLite's integrity check fails, junk follows the "
-                     "database, or its WAL's checksum fails, ends mid-frame or is gone (repair: the index is rebuilt "
+                     "database, or its WAL's checksum fails, is cut short of its committed frames or is gone (repair: the index is rebuilt "
                      "from the objects; the old one is moved to quarantine/)",
     "lost-run": "the objects hold a run the index lacks, or a newer state of it than the index names (a lost or "
                 "rolled-back WAL, a deleted index) (repair: the index is rebuilt from the objects)",

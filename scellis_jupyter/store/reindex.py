@@ -6,9 +6,9 @@ lose a run, so every run record carries its id, state, version and the version i
 checkpoint manifest its run, step, epoch and parent: enough to rebuild the index from the objects alone.
 
 Three things live here: `file_problems` (what the index files themselves show before SQLite opens them:
-junk after the database, a WAL whose header checksum fails or that ends mid-frame, a WAL the shared
-memory file names but that is gone), `compare` (the objects against the index, both ways: a run or a
-checkpoint the objects hold and the index lacks is lost; an index row the objects contradict is damage)
+junk after the database, a WAL whose header checksum fails or that was cut short of the frames its shared
+memory says were committed, a WAL the shared memory file names but that is gone), `compare` (the objects
+against the index, both ways: a run or a checkpoint the objects hold and the index lacks is lost; an index row the objects contradict is damage)
 and `rebuild` (a new index from the objects; the old one is moved to quarantine/, never deleted).
 Writes killed between an object and its row leave at most one unnamed version per run, which is not
 reported: only what no crash of a writer can explain is.
@@ -101,18 +101,15 @@ def file_problems(root: str | os.PathLike) -> list[tuple[str, str, str]]:
     if _wal_checksum(wh[:24], magic & 1) != struct.unpack(">II", wh[24:32]):
         out.append(("index-damaged", "index", f"the checksum of {wal.name}'s header fails: SQLite ignores its "
                     f"{(wsize - 32) // (24 + page) if page else 0} frame(s) of transactions"))
-    elif page and (wsize - 32) % (24 + page) and _still(wal, wsize):
-        # (a writer appends a frame's header and its page in two writes: a size that stays put is no writer's)
-        out.append(("index-damaged", "index", f"{wal.name} ends mid-frame ({wsize} bytes): it was truncated"))
+    elif page and (wsize - 32) % (24 + page):
+        # A writer appends a frame's header and its page in two writes, so a writer killed between them leaves
+        # a WAL that ends mid-frame too; SQLite drops that uncommitted tail. Truncation shows as fewer whole
+        # frames than the shared memory says were committed.
+        whole, committed = (wsize - 32) // (24 + page), _shm_frames(shm)
+        if whole < committed:
+            out.append(("index-damaged", "index", f"{wal.name} ends mid-frame ({wsize} bytes) and holds {whole} "
+                        f"whole frame(s) where {shm.name} names {committed} committed: it was truncated"))
     return out
-
-
-def _still(p: Path, size: int, wait: float = 0.05) -> bool:
-    time.sleep(wait)
-    try:
-        return p.stat().st_size == size
-    except OSError:
-        return False
 
 
 def keep_wal(root: str | os.PathLike) -> str:

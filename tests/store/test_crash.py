@@ -30,13 +30,18 @@ CHILD = textwrap.dedent("""
     import numpy as np
     from scellis_jupyter.store import Store
 
+    def say(line):
+        # one write of the whole line: a child killed mid-print (print writes its pieces apart when unbuffered,
+        # PYTHONUNBUFFERED=1) would leave half a line that the server's next line runs into
+        os.write(1, (line + "\\n").encode())
+
     def child(root, seed):
         s = Store.open(root)
         rows = s.index.checkpoints()
         parent = max(rows, key=lambda r: r["created"])["hash"] if rows else None
         step = max((r["step"] for r in rows), default=0)
         run = s.start_run(spec_hash="crash-spec")
-        print(os.getpid(), run.id, flush=True)
+        say(f"{os.getpid()} {run.id}")
         rng = np.random.default_rng(seed)
         while True:
             step += 1
@@ -47,7 +52,7 @@ CHILD = textwrap.dedent("""
                                        epoch=0, step=step, metrics_history={"loss": [[step, 1.0 / step]]},
                                        spec_hash="crash-spec", parent=parent, run=run.id)
             run.checkpoint(parent, step=step, epoch=0)
-            print("saved", step, flush=True)
+            say(f"saved {step}")
 
     # a fork server: the imports (~2 s a process on a loaded CI machine) are paid once, not once per kill;
     # each child is a process of its own, killed by the test, and reaped here ("exit <code>")

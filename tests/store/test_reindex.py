@@ -136,6 +136,21 @@ def test_truncated_wal_is_damage(crashed, capsys):
     _rebuilt_and_whole(capsys, root, run)
 
 
+def test_a_writer_killed_mid_frame_is_no_damage(crashed, capsys):
+    """A writer writes a frame's header and its page in two writes: killed between them, the WAL ends
+    mid-frame past its last commit. SQLite drops that tail; fsck must not call it damage."""
+    root, run = crashed
+    wal = root / "index.sqlite-wal"
+    page = int.from_bytes(wal.read_bytes()[8:12], "big")
+    assert (wal.stat().st_size - 32) % (24 + page) == 0
+    with open(wal, "ab") as f:
+        f.write(os.urandom(24))                                            # the next frame's header, no page
+    assert file_problems(root) == []
+    r = fsck(root)
+    assert r.ok and r.problems == [], r.problems
+    assert [x.last_checkpoint_step() for x in Store.open(root).list_runs()] == [STEPS]
+
+
 @pytest.fixture
 def finished(tmp_path):
     s = Store.open(tmp_path / "st")
