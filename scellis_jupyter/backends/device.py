@@ -86,6 +86,12 @@ class Device:
             return ReferenceBackend()
         return WgpuBackend(self._adapter, self.name, self.memory_bytes, self._webgpu)
 
+    def gone(self) -> str:
+        """Why this device can no longer run anything (a browser page that closed or reloaded), or "": a run
+        that is not stepping (paused) learns of it here rather than at its next step."""
+        g = getattr(self._adapter, "gone", None) if self.implementation == "browser" else None
+        return g() if callable(g) else ""
+
     @property
     def via(self) -> str:
         """The WebGPU implementation and its version in words ("dawn 0.32.0.4"); "" for the reference."""

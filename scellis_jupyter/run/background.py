@@ -166,7 +166,11 @@ class BackgroundRun:
                 if self._stop_req is None and not self._go.is_set() and s.step < run.total_steps:
                     self._set_state("paused", "paused from the notebook")
                     while not self._go.wait(0.2):
-                        pass
+                        gone = _device_gone(run)
+                        if gone:             # its device went while paused: what it held there is lost
+                            it.throw(DeviceGone(gone, where=f"run {self.run_id}",
+                                                hint="the run's last checkpoint resumes it, here or on any other "
+                                                     "device"))
                     if self._stop_req is None:
                         self._set_state("running", "resumed")
                     if self._ck_req:
@@ -242,6 +246,14 @@ def _val_metrics(m: dict) -> dict:
     """Validation metrics under the names the curve shows (val_loss, val_accuracy, ...)."""
     return {(k if k.startswith(("val_", "test_")) else f"val_{k}"): v for k, v in m.items()
             if isinstance(v, (int, float))}
+
+
+def _device_gone(run) -> str:
+    g = getattr(getattr(run, "device", None), "gone", None)
+    try:
+        return g() if callable(g) else ""
+    except Exception:                            # noqa: BLE001 - asking must not end a paused run
+        return ""
 
 
 def _on_cpu(dev) -> bool:

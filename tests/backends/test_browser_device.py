@@ -1,6 +1,9 @@
 """The `browser` device without Jupyter: the engine's Programs replayed on the WebGPU of a headless Chromium page
 (SwiftShader) through backends/wgpu/browser.py's proxy and js/src/lib/webgpu_executor.js, the page reached by
 Playwright (tests/fixtures/browser_page.py). Checked against numpy and the reference path, never ourselves."""
+import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -14,7 +17,7 @@ from scellis_jupyter.errors import DeviceError, KernelError
 
 from scellis_jupyter.quickstart import SPEC
 
-from fixtures import browser_page
+from fixtures import browser_page, dawn
 
 
 def test_no_front_end_is_refused_naming_the_devices(monkeypatch):
@@ -140,6 +143,38 @@ def test_digits_mlp_trains_as_on_the_reference(dev, page, tmp_path):
     assert acc["wgpu"] == pytest.approx(acc["reference"], abs=0.02)
     assert per_step < 4, per_step              # batched: a few messages a step, not one per dispatch
     assert losses["wgpu"][-5:].mean() < losses["wgpu"][:5].mean()
+
+
+_DAWN_RUN = """
+import json, sys
+import scellis_jupyter as sc
+from scellis_jupyter.quickstart import SPEC
+from scellis_jupyter.run.run import Run
+run = Run(SPEC, device=sc.device("wgpu"), store=None, steps=int(sys.argv[1]), eval_every=10**6, tier="debug")
+losses = [float(s.loss).hex() for s in run]
+print("DAWN " + json.dumps({"via": run.device.via, "name": run.device.name, "losses": losses,
+                            "weights": run.weights_hash()}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(WHY is not None, reason=WHY or "")
+@pytest.mark.skipif(not dawn.available(), reason="no SwiftShader ICD: Dawn has no adapter here")
+def test_tier_debug_is_bit_identical_to_dawn_native_on_the_same_adapter(dev, tmp_path):
+    """Issue 37's determinism: the page's run under tier debug gives the very bits the same run gives on Dawn in
+    this process's stead (Dawn natively, over the SwiftShader Chromium ships: the page's adapter)."""
+    from scellis_jupyter.run.run import Run
+    steps = 12
+    r = subprocess.run([sys.executable, "-c", _DAWN_RUN, str(steps)], env=dawn.env(), capture_output=True, text=True,
+                       timeout=600, cwd=dawn.ROOT)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("DAWN ")), None)
+    assert line, r.stdout[-2000:] + r.stderr[-3000:]
+    native = json.loads(line[5:])
+    assert native["via"].startswith("dawn") and "swiftshader" in native["name"].lower(), native
+    run = Run(SPEC, device=dev, store=None, steps=steps, eval_every=10**6, tier="debug")
+    losses = [float(s.loss).hex() for s in run]
+    assert losses == native["losses"]
+    assert run.weights_hash() == native["weights"]
 
 
 @pytest.mark.slow

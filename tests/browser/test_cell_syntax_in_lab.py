@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 import lab_notebook as notebook
-from conftest import LABEXTENSIONS
+from fixtures.lab import LABEXTENSIONS
 
 pytestmark = pytest.mark.slow
 

@@ -112,6 +112,9 @@ def test_a_hidden_tab_is_said_in_the_run_panel(monkeypatch):
     tr._on_msg(None, {"type": "visibility", "page": "p1", "state": "visible", "wake_lock": "refused: NotAllowedError"},
                [])
     assert "could not keep the screen awake" in panel.device_note
+    # not ticked: the lock is the user's call, so the panel says what a sleeping screen does and where to tick it
+    tr._on_msg(None, {"type": "visibility", "page": "p1", "state": "visible", "wake_lock": "off"}, [])
+    assert "keep the screen awake" in panel.device_note and "could not" not in panel.device_note
 
 
 def test_a_kernel_whose_widget_no_page_shows_is_refused_naming_why_and_the_devices(monkeypatch):
@@ -132,3 +135,23 @@ def test_a_kernel_whose_widget_no_page_shows_is_refused_naming_why_and_the_devic
     assert text.startswith("error[device] at device selection: no page showed the browser device's widget"), text
     assert "nbconvert, a headless kernel" in text and "available here:" in text and "reference" in text
     assert "t" in browser._TRANSPORT and not hasattr(browser._TRANSPORT["t"], "request")   # asked again next time
+
+
+def test_a_browser_adapter_knows_its_page_is_gone_after_a_bye_or_a_reload():
+    """What a paused run asks (Device.gone): the page that said this adapter's hello closed, or another page now
+    serves the kernel; a new adapter of the reloaded page is not gone."""
+    from scellis_jupyter.backends.device import Device
+    tr = _transport()
+    page = Page(tr)
+    page.ready()
+    dev = Device("wgpu", "browser google swiftshader", "CPU", {}, 0, "declared", implementation="browser",
+                 _adapter=browser.Adapter(tr, HELLO))
+    assert dev.gone() == ""
+    tr._on_msg(None, {"type": "bye", "page": "p2"}, [])            # another tab's bye: not this page
+    assert dev.gone() == ""
+    tr._on_msg(None, {"type": "bye", "page": "p1"}, [])
+    assert "closed or reloaded" in dev.gone()
+    page.ready("p3")
+    assert "closed or reloaded" in dev.gone()                       # still the old page's device
+    assert browser.Adapter(tr, HELLO).gone() == ""
+    assert Device("wgpu", "x", "CPU", {}, 0, "declared").gone() == ""   # other devices never go

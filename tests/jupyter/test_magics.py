@@ -184,6 +184,36 @@ def test_stop_then_resume_continues_and_finished_runs_refuse_actions(ip, cell):
     assert "nothing left to resume" in msg
 
 
+def test_a_paused_run_whose_device_goes_is_interrupted_at_once(ip, cell, monkeypatch):
+    """A paused run does not step, so no request meets its gone device (a browser tab closed or reloaded meanwhile):
+    the pause itself notices, and the run ends `interrupted` at its last checkpoint, not paused with a record that
+    says running."""
+    cell(DATA)
+    cell(MLP)
+    cell("%scellis train mlp --steps 3000 --checkpoint-every 5")
+    br = ip.user_ns["mlp"].run
+    deadline = time.time() + 30
+    while not any(e["kind"] == "checkpoint" for e in br.events) and time.time() < deadline:
+        time.sleep(0.02)
+    br.pause()
+    deadline = time.time() + 30
+    while br.state != "paused" and time.time() < deadline:
+        time.sleep(0.02)
+    assert br.state == "paused"
+    why = []
+    monkeypatch.setattr(br.run.device, "gone", lambda: why[0] if why else "")
+    time.sleep(0.5)
+    assert br.state == "paused"                     # a device that is there: still paused
+    why.append("the notebook's page that held this device is gone (closed or reloaded)")
+    br.wait(30)
+    assert br.state == "interrupted" and "device-gone" in str(br.error) and "closed or reloaded" in str(br.error)
+    rec = br.run.store.get_run(br.run_id)
+    assert rec.state == "interrupted" and rec.last_checkpoint
+    c = cell("%scellis runs")
+    line = next(ln for ln in c.text.splitlines() if br.run_id in ln)
+    assert c.error is None and "interrupted" in line, c.text
+
+
 def test_pause_and_checkpoint_now(ip, cell):
     cell(DATA)
     cell(MLP)

@@ -327,6 +327,14 @@ class Adapter:
         self.user_agent = hello.get("userAgent", "")
         self.where = t.describe() if hasattr(t, "describe") else "the page"
         self._devices: dict = {}
+        self._generation = getattr(t, "generation", 0)      # which page said this hello
+
+    def gone(self) -> str:
+        """Why this adapter's page can no longer run anything (closed or reloaded since its hello), or ""."""
+        t = self._t
+        if getattr(t, "gone", False) or getattr(t, "generation", self._generation) != self._generation:
+            return "the notebook's page that held this device is gone (closed or reloaded)"
+        return ""
 
     def request_device_sync(self, required_features=(), required_limits=None, **_) -> Device:
         """The page's device with these features and limits: opened once per page and asked for again by every

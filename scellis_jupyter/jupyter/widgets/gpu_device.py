@@ -52,7 +52,7 @@ class CommTransport:
         self._ready = threading.Event()
         self.visibility = "visible"
         self.reloads = 0
-        self.wake_lock = ""              # "held", or why the page could not hold one
+        self.wake_lock = ""              # "off" (not ticked), "held", or why the page could not hold one
         self._watchers: list = []
         self.page: str | None = None     # the page that owns the GPU work
         self.gone = False
@@ -106,6 +106,9 @@ class CommTransport:
         if self.visibility == "hidden":
             return ("The notebook's tab is hidden: the browser throttles a hidden tab, so training on its GPU slows or "
                     "stops until the tab is shown again.")
+        if self.wake_lock == "off":
+            return ("A sleeping screen stops training on the tab's GPU: tick \"keep the screen awake\" on the browser "
+                    "GPU widget (where %scellis device browser ran) to let the browser keep it on.")
         if self.wake_lock and self.wake_lock != "held":
             return f"The page could not keep the screen awake ({self.wake_lock}): a sleeping screen stops training."
         return ""
@@ -226,7 +229,8 @@ def comm_transport() -> CommTransport:
     h = tr.ready()
     if h.get("gpu"):
         i = h.get("info") or {}
-        w.status = f"browser GPU: {i.get('vendor', '')} {i.get('architecture', '')} ({h.get('userAgent', '')[:60]})"
+        from ...backends.wgpu.browser import agent
+        w.status = f"browser GPU: {i.get('vendor', '')} {i.get('architecture', '')} ({agent(h) or 'this browser'})"
         w.state = "ready"
     else:
         w.status = f"browser GPU: none ({h.get('why', '')})"
