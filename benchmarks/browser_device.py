@@ -3,10 +3,14 @@ WebGPU of a headless Chromium page (SwiftShader) through the browser device, aga
 over the same SwiftShader adapter, and what crosses the wire per step (messages, bytes each way, commands).
 
     python benchmarks/browser_device.py [--steps 200] [--warmup 30] [--spec benchmarks/specs/transformer.toml]
+    python benchmarks/browser_device.py --lab [--steps 200] [--warmup 30]
 
 The page is reached through Playwright (tests/fixtures/browser_page.py), not a notebook comm: this measures the
-proxy, the executor and the page's GPU, not JupyterLab's websocket (the lab test shows ~5 steps/s there, with the
-curve and panel widgets updating beside it)."""
+proxy, the executor and the page's GPU. `--lab` measures the same spec in a JupyterLab tab over the GpuDevice
+widget's comm (tests/fixtures/lab.py starts the server, with whatever server extensions the environment enables:
+`jupyter server extension disable scellis_jupyter.jupyter.server_extension` gives the as-shipped server's figures):
+the round trip of an empty message from a cell, steps/s of a Run stepped in the cell, and steps/s of `%scellis train`
+in the background with its panel and curve."""
 from __future__ import annotations
 
 import argparse
@@ -19,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "browser"), str(ROOT / "tests")]   # conftest: the browser tests'
 SWIFTSHADER = "/usr/lib/chromium/vk_swiftshader_icd.json"
 
 DAWN = r"""
@@ -90,12 +94,86 @@ def dawn(steps: int, warm: int, spec_path: str = "") -> dict | None:
     return json.loads(lines[-1]) if lines else {"error": r.stderr[-500:]}
 
 
+LAB_CELLS = [
+    "%load_ext scellis_jupyter\nimport json, time\nimport scellis_jupyter as sc",
+    "%scellis device browser",
+    """from scellis_jupyter.quickstart import SPEC
+from scellis_jupyter.run.run import Run
+d = sc.device("browser").impl.device
+d.flush()
+t0 = time.perf_counter()
+for _ in range(50):
+    d.flush()
+rtt = (time.perf_counter() - t0) / 50
+run = Run(SPEC, device=sc.device("browser"), store=None, steps={warm} + {steps}, eval_every=10**6)
+it = iter(run)
+for _ in range({warm}):
+    next(it)
+t0 = time.perf_counter()
+for _ in range({steps}):
+    next(it)
+fg = {steps} / (time.perf_counter() - t0)
+for _ in it:
+    pass
+print("LAB " + json.dumps({{"rtt_ms": rtt * 1e3, "cell_steps_per_s": fg}}))""",
+    "%%scellis digits\n{spec}",
+    "%scellis train digits --steps {total} --checkpoint-every 1000000",
+    "%scellis wait digits",
+    """ev = [e for e in digits.run.events if e["kind"] == "step"]
+a, b = ev[{warm}], ev[-1]
+print("LAB " + json.dumps({{"background_steps_per_s": (b["step"] - a["step"]) / (b["time"] - a["time"]),
+                           "events": len(ev)}}))""",
+]
+
+
+def lab(steps: int, warm: int) -> dict:
+    """The digits spec in a JupyterLab tab (headless Chromium, WebGPU over SwiftShader) over the widget comm."""
+    import re
+    import nbformat
+    from playwright.sync_api import sync_playwright
+    from fixtures.lab import lab_server
+    from fixtures.browser_page import CHROMIUM, WEBGPU_ARGS
+    from conftest import run_cell
+    from test_lab import _open, _wait
+    from scellis_jupyter.quickstart import SPEC
+    cells = [c.format(steps=steps, warm=warm, total=steps + warm, spec=SPEC.strip()) for c in LAB_CELLS]
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as d, lab_server(Path(d)) as (url, nb_dir), sync_playwright() as pw:
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+        nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+        nbformat.write(nb, nb_dir / "lab_bench.ipynb")
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=WEBGPU_ARGS, headless=True)
+        page = browser.new_context(viewport={"width": 1280, "height": 2000}).new_page()
+        _open(page, url, "lab_bench.ipynb")
+        loc = page.locator(".jp-Notebook .jp-Cell")
+        _wait(lambda: loc.count() >= len(cells), 60, what="the cells")
+        for i in range(len(cells)):
+            run_cell(page, i, timeout=600)
+            text = loc.nth(i).locator(".jp-OutputArea").inner_text()
+            for m in re.finditer(r"LAB (\{.*\})", text):
+                out.update(json.loads(m.group(1)))
+            if "Error" in text and "LAB" not in text and i != 3:
+                out.setdefault("errors", []).append(text[-800:])
+        browser.close()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--spec", default="", help="a spec file (default: the quickstart's digits MLP)")
+    ap.add_argument("--lab", action="store_true", help="in a JupyterLab tab over the widget comm")
     a = ap.parse_args()
+    if a.lab:
+        r = lab(a.steps, a.warmup)
+        print(json.dumps(r, indent=1))
+        if "rtt_ms" in r:
+            print(f"JupyterLab tab, digits MLP: an empty message's round trip {r['rtt_ms']:.1f} ms; "
+                  f"{r['cell_steps_per_s']:.1f} steps/s stepped in a cell, "
+                  f"{r.get('background_steps_per_s', float('nan')):.1f} steps/s with %scellis train (panel and curve)")
+        return
     p = page(a.steps, a.warmup, a.spec)
     n = dawn(a.steps, a.warmup, a.spec)
     same = n is not None and n.get("losses") == p["losses"]

@@ -120,6 +120,10 @@ def _assert_bundles(names: set[str], prefix: str = "", sdist: bool = False) -> N
     assert any(n.startswith(f"{lab}scellis-jupyter/static/remoteEntry.") and n.endswith(".js") for n in names)
     if not sdist:
         assert not any(n.startswith("scellis_jupyter/labextensions/") for n in names)     # not twice
+    # the server extension's config (kernel websockets without Nagle's delay), where Jupyter reads config
+    cfg = "jupyter_server_config.d/scellis_jupyter.json"
+    assert (f"{prefix}jupyter-config/{cfg}" if sdist else
+            f"scellis_jupyter-{_hook_version()}.data/data/etc/jupyter/{cfg}") in names, sorted(names)
 
 
 def _hook_version() -> str:
