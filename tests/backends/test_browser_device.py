@@ -202,6 +202,27 @@ def test_a_checkpoint_made_on_the_page_resumes_on_the_reference_and_back(dev, tm
 
 @pytest.mark.slow
 @pytest.mark.skipif(WHY is not None, reason=WHY or "")
+def test_a_run_trained_on_the_page_verifies_on_the_reference_and_shows(dev, tmp_path, capsys):
+    """`verify` re-executes the page's run from its pinned inputs on the reference path (another device: within
+    the tier's cross-device tolerance) and `show` names the page's device and implementation."""
+    from scellis_jupyter import cli
+    from scellis_jupyter.run.run import Run
+    from scellis_jupyter.run.verify import verify
+    store = str(tmp_path / "store")
+    run = Run(SPEC, device=dev, store=store, steps=20, eval_every=10)
+    for _ in run:
+        pass
+    rid = run.result()["run"]
+    v = verify(rid, store=store, device="reference")
+    assert v.ok, [c for c in v.checks if not c.ok]
+    assert v.mode == "tolerance" and {c.name for c in v.checks} >= {"spec", "weights"}, v.checks
+    assert cli.main(["show", rid, "--store", store]) == 0
+    out = capsys.readouterr().out
+    assert "browser" in out and "swiftshader" in out.lower(), out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(WHY is not None, reason=WHY or "")
 def test_no_webgpu_on_the_page_is_refused_before_compute(page, tmp_path, monkeypatch):
     args = [a for a in browser_page.WEBGPU_ARGS if "webgpu" not in a and "Vulkan" not in a] + ["--disable-gpu"]
     with browser_page.page_transport(tmp_path, args=args, pw=page.pw) as t:
