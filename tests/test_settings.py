@@ -116,7 +116,7 @@ def test_cache_dir_precedence(monkeypatch, tmp_path):
 
 def _sources():
     files = list(PKG.rglob("*.py")) + [ROOT / "hatch_build.py", ROOT / "notebooks" / "build.py",
-                                       ROOT / "tests" / "browser" / "conftest.py", ROOT / "tests" / "run" / "test_run.py"]
+                                       ROOT / "tests" / "fixtures" / "lab.py", ROOT / "tests" / "run" / "test_run.py"]
     return {p: p.read_text() for p in files}
 
 

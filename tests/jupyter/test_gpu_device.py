@@ -117,6 +117,26 @@ def test_a_hidden_tab_is_said_in_the_run_panel(monkeypatch):
     assert "keep the screen awake" in panel.device_note and "could not" not in panel.device_note
 
 
+def test_an_action_on_a_run_whose_page_is_gone_is_refused_with_that_reason(monkeypatch):
+    tr = _transport()
+    Page(tr).ready()
+    monkeypatch.setattr(gpu_device, "_CURRENT", [tr])
+
+    class Run:
+        device_label, tier, name, run_id, state, step, total_steps, started = (
+            "wgpu:browser google swiftshader via browser Chrome 156", "debug", "digits", "run-1", "running", 3, 10, 0)
+
+        def subscribe(self, fn):
+            return lambda: None
+    panel = RunPanel(Run())
+    panel._on_event({"kind": "state", "state": "interrupted", "step": 3, "reason":
+                     "error[device-gone] at device browser: the notebook's page was closed or reloaded: what it held on "
+                     "its GPU is gone\n  hint: the run's last checkpoint resumes it, here or on any other device"})
+    why = panel.act("pause")
+    assert why.startswith("the run is interrupted: nothing to pause (it ended: error[device-gone]"), why
+    assert "closed or reloaded" in why and panel.notice == why and "\n" not in why
+
+
 def test_a_kernel_whose_widget_no_page_shows_is_refused_naming_why_and_the_devices(monkeypatch):
     """nbconvert or a headless kernel: the GpuDevice widget is shown to no page, so no hello ever comes. Asking for
     the browser device is then error[device] naming that and the devices there are, before any compute (here after

@@ -499,7 +499,9 @@ def test_widget_and_magic_actions_on_a_failed_run_are_refused_with_the_reason(ip
     panel, _curve = show.show_training(m.run, lambda w: None, on_resume=m.resume)
     assert panel.state == "failed"
     for action in ("stop", "pause", "resume", "checkpoint"):
-        assert panel.act(action) == f"the run is failed: nothing to {action}"
+        got = panel.act(action)                     # and why it ended, in one line
+        assert got.startswith(f"the run is failed: nothing to {action} (it ended: error[") and "\n" not in got, got
+        assert "diverged" in got, got
     assert panel.act("resume_run") == "only an interrupted run can be resumed from here"
     assert panel.notice == "only an interrupted run can be resumed from here" and panel.run is m.run
     msg = _usage(cell("%scellis stop boom"))

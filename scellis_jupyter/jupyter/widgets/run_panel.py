@@ -178,6 +178,8 @@ class RunPanel(ScellisWidget):
     def act(self, action: str) -> str | None:
         """Do what a button does; returns the refusal (also shown as the notice) or None when done."""
         why = refusal(self.state, action, self.on_resume is not None)
+        if why is not None and action != "resume_run" and self.state in ("interrupted", "failed") and self.reason:
+            why = f"{why} (it ended: {self.reason.splitlines()[0]})"     # e.g. the page that ran it went away
         if why is None:
             try:
                 if action == "resume_run":
