@@ -91,19 +91,24 @@ def test_a_closed_or_reloaded_page_fails_what_waits_as_device_gone():
     assert tr.page == "p3" and tr.generation == gen + 1 and not tr.gone
 
 
-def test_a_hidden_tab_is_said_in_the_run_panel(monkeypatch):
+class _PageRun:
+    """A run on the page's device, as a RunPanel sees one (its events are played in by the test)."""
+    device_label, tier, name, run_id, state, step, total_steps, started = (
+        "wgpu:browser google swiftshader via browser Chrome 156", "debug", "digits", "run-1", "running", 3, 10, 0)
+
+    def subscribe(self, fn):
+        return lambda: None
+
+
+def _panel_on_the_page(monkeypatch) -> tuple:
     tr = _transport()
-    page = Page(tr)
-    page.ready()
+    Page(tr).ready()
     monkeypatch.setattr(gpu_device, "_CURRENT", [tr])
+    return tr, RunPanel(_PageRun())
 
-    class Run:
-        device_label, tier, name, run_id, state, step, total_steps, started = (
-            "wgpu:browser google swiftshader via browser Chrome 156", "debug", "digits", "run-1", "running", 3, 10, 0)
 
-        def subscribe(self, fn):
-            return lambda: None
-    panel = RunPanel(Run())
+def test_a_hidden_tab_is_said_in_the_run_panel(monkeypatch):
+    tr, panel = _panel_on_the_page(monkeypatch)
     assert "hidden" not in panel.device_note
     tr._on_msg(None, {"type": "visibility", "page": "p1", "state": "hidden", "wake_lock": "held"}, [])
     assert "tab is hidden" in panel.device_note and "throttles" in panel.device_note
@@ -118,17 +123,7 @@ def test_a_hidden_tab_is_said_in_the_run_panel(monkeypatch):
 
 
 def test_an_action_on_a_run_whose_page_is_gone_is_refused_with_that_reason(monkeypatch):
-    tr = _transport()
-    Page(tr).ready()
-    monkeypatch.setattr(gpu_device, "_CURRENT", [tr])
-
-    class Run:
-        device_label, tier, name, run_id, state, step, total_steps, started = (
-            "wgpu:browser google swiftshader via browser Chrome 156", "debug", "digits", "run-1", "running", 3, 10, 0)
-
-        def subscribe(self, fn):
-            return lambda: None
-    panel = RunPanel(Run())
+    _tr, panel = _panel_on_the_page(monkeypatch)
     panel._on_event({"kind": "state", "state": "interrupted", "step": 3, "reason":
                      "error[device-gone] at device browser: the notebook's page was closed or reloaded: what it held on "
                      "its GPU is gone\n  hint: the run's last checkpoint resumes it, here or on any other device"})
