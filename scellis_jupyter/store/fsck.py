@@ -32,8 +32,8 @@ _HASH = re.compile(r"[0-9a-f]{64}")
 # what each kind of problem is, and what --repair does about it
 KINDS = {
     "index-damaged": "the index is missing or cannot be opened, SQLite's integrity check fails, junk follows the "
-                     "database, or its WAL's checksum fails, is cut short of its committed frames or is gone (repair: the index is rebuilt "
-                     "from the objects; the old one is moved to quarantine/)",
+                     "database, or its WAL's checksum fails, is cut short of its committed frames or is gone "
+                     "(repair: the index is rebuilt from the objects; the old one is moved to quarantine/)",
     "lost-run": "the objects hold a run the index lacks, or a newer state of it than the index names (a lost or "
                 "rolled-back WAL, a deleted index) (repair: the index is rebuilt from the objects)",
     "lost-checkpoint": "stored checkpoints of a run that its record lists have no index row (repair: the index is "

@@ -8,8 +8,9 @@ checkpoint manifest its run, step, epoch and parent: enough to rebuild the index
 Three things live here: `file_problems` (what the index files themselves show before SQLite opens them:
 junk after the database, a WAL whose header checksum fails or that was cut short of the frames its shared
 memory says were committed, a WAL the shared memory file names but that is gone), `compare` (the objects
-against the index, both ways: a run or a checkpoint the objects hold and the index lacks is lost; an index row the objects contradict is damage)
-and `rebuild` (a new index from the objects; the old one is moved to quarantine/, never deleted).
+against the index, both ways: a run or a checkpoint the objects hold and the index lacks is lost; an index
+row the objects contradict is damage) and `rebuild` (a new index from the objects; the old one is moved to
+quarantine/, never deleted).
 Writes killed between an object and its row leave at most one unnamed version per run, which is not
 reported: only what no crash of a writer can explain is.
 """
