@@ -8,6 +8,8 @@
 // loads in flight while the current one is multiplied. Out-of-range rows, columns and k are staged as zeros, so
 // any M, N, K works. The store goes through workgroup memory one fragment at a time (Cs), where every
 // invocation writes its share of C with the bounds, the `acc` flag and the epilogue of the plain kernel.
+// DIRECT tiles skip the staging: every subgroup loads its fragments from A and B themselves (the L1 cache
+// serves the rows its neighbours share); only for shapes that fill whole tiles (matmul_sgm.direct_fits).
 // EMU: the same kernel with the subgroup-matrix types and builtins replaced by plain WGSL of the same semantics
 // (sgm_* below: a fragment is a private array every invocation of the emulated subgroup holds whole, loads and
 // stores read and write workgroup memory with the same offsets, strides and orientation, and lane 0 writes),
@@ -15,8 +17,11 @@
 {{ENABLE}}
 #include matmul:params
 
+#if DIRECT
+#else
 var<workgroup> As: array<{{T}}, {{AS_LEN}}>;   // A's tile as stored: [TM][ASTR] (k along rows), transposed [BK][ASTR]
 var<workgroup> Bs: array<{{T}}, {{BS_LEN}}>;   // B's tile as stored: [BK][BSTR], transposed [TN][BSTR]
+#endif
 var<workgroup> Cs: array<f32, {{CS_LEN}}>;     // one result fragment per subgroup, row-major [M8][N8]
 {{EPILOGUE}}
 {{EMULATION}}
@@ -31,6 +36,14 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
   let fn0 = (sg % {{WN}}u) * {{SN}}u;
   {{DECL}}
   var k0 = kbeg;
+#if DIRECT
+  // DIRECT: fragments straight from A and B (the launcher picks it only where every fragment of every workgroup
+  // lies inside the operands: M, N multiples of the tile, the k range a multiple of BK, 16-byte aligned rows)
+  while (k0 < kend) {
+    {{COMPUTE}}
+    k0 = k0 + {{BK}}u;
+  }
+#else
   {{FETCH}}
   while (k0 < kend) {
     {{PUT}}
@@ -40,6 +53,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     {{COMPUTE}}
     workgroupBarrier();
   }
+#endif
   {{STORE}}
 }
 
@@ -161,6 +175,12 @@ subgroupMatrixLoad<subgroup_matrix_left<{{T}}, {{K8}}, {{M8}}>>(&As, {{OFF}}, {{
 //=== real_load_b
 subgroupMatrixLoad<subgroup_matrix_right<{{T}}, {{N8}}, {{K8}}>>(&Bs, {{OFF}}, {{COL}}, {{STR}}u)
 
+//=== real_gload_a
+subgroupMatrixLoad<subgroup_matrix_left<{{T}}, {{K8}}, {{M8}}>>(&A, {{OFF}}, {{COL}}, {{STR}})
+
+//=== real_gload_b
+subgroupMatrixLoad<subgroup_matrix_right<{{T}}, {{N8}}, {{K8}}>>(&B, {{OFF}}, {{COL}}, {{STR}})
+
 //=== real_mma
 subgroupMatrixMultiplyAccumulate(a{{I}}, b{{J}}, acc{{I}}_{{J}})
 
@@ -183,6 +203,12 @@ sgm_load_a({{OFF}}, {{COL}}, {{STR}}u)
 //=== emu_load_b
 sgm_load_b({{OFF}}, {{COL}}, {{STR}}u)
 
+//=== emu_gload_a
+sgm_gload_a({{OFF}}, {{COL}}, {{STR}})
+
+//=== emu_gload_b
+sgm_gload_b({{OFF}}, {{COL}}, {{STR}})
+
 //=== emu_mma
 sgm_mma(a{{I}}, b{{J}}, acc{{I}}_{{J}})
 
@@ -199,6 +225,26 @@ if (t % {{SGS}}u == 0u) { sgm_store(sg * {{MN8}}u, acc{{I}}_{{J}}); }
 alias sgm_left = array<{{T}}, {{MK8}}>;
 alias sgm_right = array<{{T}}, {{KN8}}>;
 alias sgm_result = array<f32, {{MN8}}>;
+#if DIRECT
+fn sgm_gload_a(off: u32, col_major: bool, stride: u32) -> sgm_left {
+  var f: sgm_left;
+  for (var r = 0u; r < {{M8}}u; r++) {
+    for (var c = 0u; c < {{K8}}u; c++) {
+      f[r * {{K8}}u + c] = A[select(off + r * stride + c, off + c * stride + r, col_major)];
+    }
+  }
+  return f;
+}
+fn sgm_gload_b(off: u32, col_major: bool, stride: u32) -> sgm_right {
+  var f: sgm_right;
+  for (var r = 0u; r < {{K8}}u; r++) {
+    for (var c = 0u; c < {{N8}}u; c++) {
+      f[r * {{N8}}u + c] = B[select(off + r * stride + c, off + c * stride + r, col_major)];
+    }
+  }
+  return f;
+}
+#else
 fn sgm_load_a(off: u32, col_major: bool, stride: u32) -> sgm_left {
   var f: sgm_left;
   for (var r = 0u; r < {{M8}}u; r++) {
@@ -217,6 +263,7 @@ fn sgm_load_b(off: u32, col_major: bool, stride: u32) -> sgm_right {
   }
   return f;
 }
+#endif
 fn sgm_mma(a: sgm_left, b: sgm_right, acc: sgm_result) -> sgm_result {
   var out = acc;
   for (var r = 0u; r < {{M8}}u; r++) {

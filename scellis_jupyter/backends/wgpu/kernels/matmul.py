@@ -543,7 +543,13 @@ def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) ->
     cfg = matmul_sgm.config_for(be, d, getattr(be, "tier", None))
     if cfg is None:
         return False
-    name = _sgm_tile(be, cfg, d, m, n, struct.unpack_from("<3I", params)[2], z, ta, tb)
+    vals = struct.unpack_from("<8I3Ii4I4I4I4I", params)
+    k, kc, lds, offs = vals[2], vals[7], vals[4:6], vals[8:10]
+    s3 = (vals[16:19], vals[20:23])
+
+    def direct(tile: str) -> bool:
+        return matmul_sgm.direct_fits(cfg, tile, m, n, k, kc, band, offs, s3, lds)
+    name = _sgm_tile(be, cfg, d, m, n, k, z, ta, tb, direct)
     if name is None:
         return False
     tm = matmul_sgm.tile(cfg, name)[0]
@@ -570,21 +576,25 @@ def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) ->
     return True
 
 
-def _sgm_tile(be, cfg, d: str, m: int, n: int, k: int, z: int, ta: bool, tb: bool) -> str | None:
+def _sgm_tile(be, cfg, d: str, m: int, n: int, k: int, z: int, ta: bool, tb: bool,
+              direct=lambda tile: False) -> str | None:
     """The subgroup-matrix tile of an m x n x k product (z of them): the rule's (matmul_sgm.choose_tile), or where
     the matmul tuner runs (SCELLIS_MATMUL_TUNE=on, or auto under tier fast on a GPU) the fastest fitting tile,
-    timed once per shape class on scratch operands and cached with the SIMT tiles' choices."""
-    rule = matmul_sgm.choose_tile(cfg, be, m, n)
+    timed once per shape class on scratch operands and cached with the SIMT tiles' choices. `direct(tile)`: whether
+    this chunk fits a direct tile (the tuner's key says so: a class's direct and staged chunks choose apart)."""
+    rule = matmul_sgm.choose_tile(cfg, be, m, n, direct)
     if rule is None or settings.text("SCELLIS_MATMUL_SGM_TILE") or tune_mode(be) != "on":
         return rule
     tuner = getattr(be, "_matmul_tuner", None)
     if tuner is None:
         tuner = be._matmul_tuner = Tuner(be)
-    key = f"sgm:{matmul_sgm.key(cfg, '')}:{shape_class(d, m, n, k, z)}" + (":ta" if ta else "") + (":tb" if tb else "")
+    ok = [t for t in matmul_sgm.TILES if matmul_sgm.fits(cfg, t, be) and (t not in matmul_sgm.DIRECT or direct(t))]
+    key = (f"sgm:{matmul_sgm.key(cfg, '')}:{shape_class(d, m, n, k, z)}" + (":ta" if ta else "") + (":tb" if tb else "")
+           + (":direct" if any(t in matmul_sgm.DIRECT for t in ok) else ""))
     got = tuner.table.get(key)
-    if got is None or got[0] not in matmul_sgm.TILES or not matmul_sgm.fits(cfg, got[0], be):
+    if got is None or got[0] not in ok:
         times = {}
-        for name in (t for t in matmul_sgm.TILES if matmul_sgm.fits(cfg, t, be)):
+        for name in ok:
             try:
                 times[name] = _time_sgm(be, cfg, name, d, m, n, k, z, ta, tb)
             except Exception:       # a tile that fails to build or run here is simply not chosen
