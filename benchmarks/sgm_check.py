@@ -11,6 +11,9 @@ print("device:", d, "|", d.choice)
 print("features:", sorted(be.features), "configs:", d.subgroup_matrix_configs[:3])
 from scellis_jupyter.backends.wgpu.kernels import matmul_sgm
 print("usable configs:", matmul_sgm.configs(be))
+_c = matmul_sgm.configs(be)
+print("workgroup storage:", be.limits.get("max-compute-workgroup-storage-size"), "| tiles that fit:",
+      [t for t in matmul_sgm.TILES if _c and matmul_sgm.fits(_c[0], t, be)])
 rng = np.random.default_rng(0)
 worst = 0.0
 def check(name, got, want):

@@ -8,8 +8,8 @@
 // loads in flight while the current one is multiplied. Out-of-range rows, columns and k are staged as zeros, so
 // any M, N, K works. The store goes through workgroup memory one fragment at a time (Cs), where every
 // invocation writes its share of C with the bounds, the `acc` flag and the epilogue of the plain kernel.
-// DIRECT tiles skip the staging: every subgroup loads its fragments from A and B themselves (the L1 cache
-// serves the rows its neighbours share); only for shapes that fill whole tiles (matmul_sgm.direct_fits).
+// WHOLE tiles, for chunks that fill whole tiles with 16-byte aligned rows (matmul_sgm.whole_fits), drop every
+// bound: vec4 loads straight into two staging buffers that alternate, one barrier a step.
 // EMU: the same kernel with the subgroup-matrix types and builtins replaced by plain WGSL of the same semantics
 // (sgm_* below: a fragment is a private array every invocation of the emulated subgroup holds whole, loads and
 // stores read and write workgroup memory with the same offsets, strides and orientation, and lane 0 writes),
@@ -17,12 +17,9 @@
 {{ENABLE}}
 #include matmul:params
 
-#if DIRECT
-#else
-var<workgroup> As: array<{{T}}, {{AS_LEN}}>;   // A's tile as stored: [TM][ASTR] (k along rows), transposed [BK][ASTR]
-var<workgroup> Bs: array<{{T}}, {{BS_LEN}}>;   // B's tile as stored: [BK][BSTR], transposed [TN][BSTR]
-#endif
-var<workgroup> Cs: array<f32, {{CS_LEN}}>;     // one result fragment per subgroup, row-major [M8][N8]
+var<workgroup> As: array<{{T}}, {{AS_LEN}}>;   // A's tile(s) as stored: [TM][ASTR] (k along rows), transposed [BK][ASTR]
+var<workgroup> Bs: array<{{T}}, {{BS_LEN}}>;   // B's tile(s) as stored: [BK][BSTR], transposed [TN][BSTR]
+var<workgroup> Cs: array<f32, {{CS_LEN}}>;     // one row of result fragments per subgroup, [M8][SN] each
 {{EPILOGUE}}
 {{EMULATION}}
 
@@ -36,21 +33,44 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
   let fn0 = (sg % {{WN}}u) * {{SN}}u;
   {{DECL}}
   var k0 = kbeg;
-#if DIRECT
-  // DIRECT: fragments straight from A and B (the launcher picks it only where every fragment of every workgroup
-  // lies inside the operands: M, N multiples of the tile, the k range a multiple of BK, 16-byte aligned rows)
-  while (k0 < kend) {
-    {{COMPUTE}}
+#if WHOLE
+  // WHOLE: two staging buffers, one barrier a step, loads with no bounds (the launcher picks it only where every
+  // workgroup's rows, columns and k steps lie inside the operands, and A and B are bound as vec4s)
+  {{FETCH}}
+  {{PUT0}}
+  workgroupBarrier();
+  loop {
+    let more1 = k0 + {{BK}}u < kend;
     k0 = k0 + {{BK}}u;
+    if (more1) {
+      {{FETCH}}
+    }
+    {{COMPUTE0}}
+    if (more1) {
+      {{PUT1}}
+    }
+    workgroupBarrier();
+    if (!more1) { break; }
+    let more2 = k0 + {{BK}}u < kend;
+    k0 = k0 + {{BK}}u;
+    if (more2) {
+      {{FETCH}}
+    }
+    {{COMPUTE1}}
+    if (more2) {
+      {{PUT0}}
+    }
+    workgroupBarrier();
+    if (!more2) { break; }
   }
 #else
   {{FETCH}}
   while (k0 < kend) {
-    {{PUT}}
+    {{PUT0}}
     workgroupBarrier();
     k0 = k0 + {{BK}}u;
     {{FETCH}}
-    {{COMPUTE}}
+    {{COMPUTE0}}
     workgroupBarrier();
   }
 #endif
@@ -132,9 +152,25 @@ var r{{J}} = vec4<{{T}}>();
   }
   r{{J}} = v; }
 
+//=== wfetch_a
+// WHOLE: A slot (row-major) with no bounds: 4 consecutive k of one row, one vec4 load
+{ let e = (t + {{E0}}u) * 4u; r{{J}} = A[(abase + (m0 + e / {{BK}}u) * p.lda + k0 + e % {{BK}}u) / 4u]; }
+
+//=== wfetch_a_t
+// WHOLE: transposed A slot (stored [K, M]): 4 consecutive m of one k row
+{ let e = (t + {{E0}}u) * 4u; r{{J}} = A[(abase + (k0 + e / {{TM}}u) * p.lda + m0 + e % {{TM}}u) / 4u]; }
+
+//=== wfetch_b
+// WHOLE: B slot: 4 consecutive n of one k row
+{ let e = (t + {{E0}}u) * 4u; r{{J}} = B[(bbase + (k0 + e / {{TN}}u) * p.ldb + n0 + e % {{TN}}u) / 4u]; }
+
+//=== wfetch_b_t
+// WHOLE: transposed B slot (stored [N, K]): 4 consecutive k of one n row
+{ let e = (t + {{E0}}u) * 4u; r{{J}} = B[(bbase + (n0 + e / {{BK}}u) * p.ldb + k0 + e % {{BK}}u) / 4u]; }
+
 //=== put
-// slot J into tile S (As or Bs) at row e / W, column e % W of its stored orientation (row stride STR)
-{ let e = (t + {{E0}}u) * 4u; let o = (e / {{W}}u) * {{STR}}u + e % {{W}}u;
+// slot J into tile S (As or Bs; buffer at BASE) at row e / W, column e % W of its stored orientation (row stride STR)
+{ let e = (t + {{E0}}u) * 4u; let o = {{BASE}}u + (e / {{W}}u) * {{STR}}u + e % {{W}}u;
   {{S}}[o] = r{{J}}.x; {{S}}[o + 1u] = r{{J}}.y; {{S}}[o + 2u] = r{{J}}.z; {{S}}[o + 3u] = r{{J}}.w; }
 
 //=== load_a
@@ -146,14 +182,16 @@ let b{{J}} = {{LOAD_B}};
 //=== mma
 acc{{I}}_{{J}} = {{MMA}};
 
-//=== store_fragment
-// fragment (I, J) of every subgroup through Cs: each invocation writes its share of the NSG fragments
+//=== store_row
+// row I of every subgroup's fragments through Cs: subgroup s stores its FN fragments side by side as a row-major
+// M8 x SN strip at Cs[s * M8 * SN], then every invocation writes its share of the NSG strips (consecutive
+// invocations along a strip's row: contiguous columns of C)
 {{STORE_CS}}
 workgroupBarrier();
 for (var e = t; e < {{CS_LEN}}u; e = e + {{THREADS}}u) {
-  let s = e / {{MN8}}u;
-  let row = m0 + (s / {{WN}}u) * {{SM}}u + {{I}}u * {{M8}}u + (e % {{MN8}}u) / {{N8}}u;
-  let col = n0 + (s % {{WN}}u) * {{SN}}u + {{J}}u * {{N8}}u + e % {{N8}}u;
+  let s = e / {{MSN}}u;
+  let row = m0 + (s / {{WN}}u) * {{SM}}u + {{I}}u * {{M8}}u + (e % {{MSN}}u) / {{SN}}u;
+  let col = n0 + (s % {{WN}}u) * {{SN}}u + e % {{SN}}u;
   if (row < p.M && col < p.N) {
     {{STORE_ONE}}
   }
@@ -175,12 +213,6 @@ subgroupMatrixLoad<subgroup_matrix_left<{{T}}, {{K8}}, {{M8}}>>(&As, {{OFF}}, {{
 //=== real_load_b
 subgroupMatrixLoad<subgroup_matrix_right<{{T}}, {{N8}}, {{K8}}>>(&Bs, {{OFF}}, {{COL}}, {{STR}}u)
 
-//=== real_gload_a
-subgroupMatrixLoad<subgroup_matrix_left<{{T}}, {{K8}}, {{M8}}>>(&A, {{OFF}}, {{COL}}, {{STR}})
-
-//=== real_gload_b
-subgroupMatrixLoad<subgroup_matrix_right<{{T}}, {{N8}}, {{K8}}>>(&B, {{OFF}}, {{COL}}, {{STR}})
-
 //=== real_mma
 subgroupMatrixMultiplyAccumulate(a{{I}}, b{{J}}, acc{{I}}_{{J}})
 
@@ -188,7 +220,7 @@ subgroupMatrixMultiplyAccumulate(a{{I}}, b{{J}}, acc{{I}}_{{J}})
 subgroup_matrix_result<f32, {{N8}}, {{M8}}>
 
 //=== real_store_cs
-subgroupMatrixStore(&Cs, sg * {{MN8}}u, acc{{I}}_{{J}}, false, {{N8}}u);
+subgroupMatrixStore(&Cs, sg * {{MSN}}u + {{J}}u * {{N8}}u, acc{{I}}_{{J}}, false, {{SN}}u);
 
 //=== real_sgid_param
 , @builtin(subgroup_id) sg: u32
@@ -203,12 +235,6 @@ sgm_load_a({{OFF}}, {{COL}}, {{STR}}u)
 //=== emu_load_b
 sgm_load_b({{OFF}}, {{COL}}, {{STR}}u)
 
-//=== emu_gload_a
-sgm_gload_a({{OFF}}, {{COL}}, {{STR}})
-
-//=== emu_gload_b
-sgm_gload_b({{OFF}}, {{COL}}, {{STR}})
-
 //=== emu_mma
 sgm_mma(a{{I}}, b{{J}}, acc{{I}}_{{J}})
 
@@ -216,7 +242,7 @@ sgm_mma(a{{I}}, b{{J}}, acc{{I}}_{{J}})
 sgm_result
 
 //=== emu_store_cs
-if (t % {{SGS}}u == 0u) { sgm_store(sg * {{MN8}}u, acc{{I}}_{{J}}); }
+if (t % {{SGS}}u == 0u) { sgm_store(sg * {{MSN}}u + {{J}}u * {{N8}}u, acc{{I}}_{{J}}, {{SN}}u); }
 
 //=== emulation
 // Plain WGSL of the builtins' semantics for one configuration: a left fragment is M8 x K8 (row r, column c at
@@ -225,26 +251,6 @@ if (t % {{SGS}}u == 0u) { sgm_store(sg * {{MN8}}u, acc{{I}}_{{J}}); }
 alias sgm_left = array<{{T}}, {{MK8}}>;
 alias sgm_right = array<{{T}}, {{KN8}}>;
 alias sgm_result = array<f32, {{MN8}}>;
-#if DIRECT
-fn sgm_gload_a(off: u32, col_major: bool, stride: u32) -> sgm_left {
-  var f: sgm_left;
-  for (var r = 0u; r < {{M8}}u; r++) {
-    for (var c = 0u; c < {{K8}}u; c++) {
-      f[r * {{K8}}u + c] = A[select(off + r * stride + c, off + c * stride + r, col_major)];
-    }
-  }
-  return f;
-}
-fn sgm_gload_b(off: u32, col_major: bool, stride: u32) -> sgm_right {
-  var f: sgm_right;
-  for (var r = 0u; r < {{K8}}u; r++) {
-    for (var c = 0u; c < {{N8}}u; c++) {
-      f[r * {{N8}}u + c] = B[select(off + r * stride + c, off + c * stride + r, col_major)];
-    }
-  }
-  return f;
-}
-#else
 fn sgm_load_a(off: u32, col_major: bool, stride: u32) -> sgm_left {
   var f: sgm_left;
   for (var r = 0u; r < {{M8}}u; r++) {
@@ -263,7 +269,6 @@ fn sgm_load_b(off: u32, col_major: bool, stride: u32) -> sgm_right {
   }
   return f;
 }
-#endif
 fn sgm_mma(a: sgm_left, b: sgm_right, acc: sgm_result) -> sgm_result {
   var out = acc;
   for (var r = 0u; r < {{M8}}u; r++) {
@@ -275,6 +280,6 @@ fn sgm_mma(a: sgm_left, b: sgm_right, acc: sgm_result) -> sgm_result {
   }
   return out;
 }
-fn sgm_store(off: u32, f: sgm_result) {
-  for (var i = 0u; i < {{MN8}}u; i++) { Cs[off + i] = f[i]; }
+fn sgm_store(off: u32, f: sgm_result, stride: u32) {
+  for (var i = 0u; i < {{MN8}}u; i++) { Cs[off + (i / {{N8}}u) * stride + i % {{N8}}u] = f[i]; }
 }

@@ -547,11 +547,16 @@ def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) ->
     k, kc, lds, offs = vals[2], vals[7], vals[4:6], vals[8:10]
     s3 = (vals[16:19], vals[20:23])
 
-    def direct(tile: str) -> bool:
-        return matmul_sgm.direct_fits(cfg, tile, m, n, k, kc, band, offs, s3, lds)
-    name = _sgm_tile(be, cfg, d, m, n, k, z, ta, tb, direct)
+    grown = [Storage(be, w.buffer, w.offset, w.shape, w.dtype, (w.nbytes + 15) // 16 * 16) for w in wins[:2]]
+    vec_ok = all(w.offset % 16 == 0 and w.nbytes <= be.binding_limit for w in grown)
+
+    def whole(tile: str) -> bool:
+        return vec_ok and matmul_sgm.whole_fits(cfg, tile, m, n, k, kc, band, offs, s3, lds)
+    name = _sgm_tile(be, cfg, d, m, n, k, z, ta, tb, whole)
     if name is None:
         return False
+    if name in matmul_sgm.WHOLE:    # A and B bound as vec4s: their windows grow to whole 16 bytes (as _vec4's do)
+        wins, vec = grown + list(wins[2:]), (True, True)
     tm = matmul_sgm.tile(cfg, name)[0]
     if band and tm > BAND_REACH:       # a banded product's reach is counted in rows of the tallest SIMT tile
         return False
@@ -577,20 +582,20 @@ def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) ->
 
 
 def _sgm_tile(be, cfg, d: str, m: int, n: int, k: int, z: int, ta: bool, tb: bool,
-              direct=lambda tile: False) -> str | None:
+              whole=lambda tile: False) -> str | None:
     """The subgroup-matrix tile of an m x n x k product (z of them): the rule's (matmul_sgm.choose_tile), or where
     the matmul tuner runs (SCELLIS_MATMUL_TUNE=on, or auto under tier fast on a GPU) the fastest fitting tile,
-    timed once per shape class on scratch operands and cached with the SIMT tiles' choices. `direct(tile)`: whether
-    this chunk fits a direct tile (the tuner's key says so: a class's direct and staged chunks choose apart)."""
-    rule = matmul_sgm.choose_tile(cfg, be, m, n, direct)
+    timed once per shape class on scratch operands and cached with the SIMT tiles' choices. `whole(tile)`: whether
+    this chunk fits a whole tile (the tuner's key says so: a class's whole and bounded chunks choose apart)."""
+    rule = matmul_sgm.choose_tile(cfg, be, m, n, whole)
     if rule is None or settings.text("SCELLIS_MATMUL_SGM_TILE") or tune_mode(be) != "on":
         return rule
     tuner = getattr(be, "_matmul_tuner", None)
     if tuner is None:
         tuner = be._matmul_tuner = Tuner(be)
-    ok = [t for t in matmul_sgm.TILES if matmul_sgm.fits(cfg, t, be) and (t not in matmul_sgm.DIRECT or direct(t))]
+    ok = [t for t in matmul_sgm.TILES if matmul_sgm.fits(cfg, t, be) and (t not in matmul_sgm.WHOLE or whole(t))]
     key = (f"sgm:{matmul_sgm.key(cfg, '')}:{shape_class(d, m, n, k, z)}" + (":ta" if ta else "") + (":tb" if tb else "")
-           + (":direct" if any(t in matmul_sgm.DIRECT for t in ok) else ""))
+           + (":whole" if any(t in matmul_sgm.WHOLE for t in ok) else ""))
     got = tuner.table.get(key)
     if got is None or got[0] not in ok:
         times = {}

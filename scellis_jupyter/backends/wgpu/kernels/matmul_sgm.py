@@ -43,17 +43,20 @@ class Config:
 
 
 # (FM, FN, KF, WM, WN): FM x FN fragments a subgroup, KF fragments of k a step, WM x WN subgroups; the tile is
-# TM = WM * FM * M8 by TN = WN * FN * N8. Direct tiles (DIRECT) come first: the rule takes one where it fits.
+# TM = WM * FM * M8 by TN = WN * FN * N8. WHOLE tiles come first: the rule takes one where the chunk fits it.
 TILES = {
-    "sgm_d_big": (4, 4, 1, 2, 2),    # direct: 2x2 subgroups of 4x4 fragments (128x128 for 16x16x16)
-    "sgm_d_one": (4, 4, 1, 1, 1),    # direct: one subgroup of 4x4 fragments (64x64)
-    "sgm_d_mid": (2, 2, 1, 2, 2),    # direct: 2x2 subgroups of 2x2 fragments (64x64)
-    "sgm_big": (4, 4, 2, 2, 2),      # staged: 2x2 subgroups of 4x4 fragments (128x128 for 16x16x16), BK 2 fragments
-    "sgm_wide": (2, 4, 2, 2, 2),     # staged: 2x4 fragments a subgroup (64x128)
-    "sgm_mid": (2, 2, 2, 2, 2),      # staged: 2x2 fragments a subgroup (64x64)
-    "sgm_small": (2, 2, 2, 1, 1),    # staged: one subgroup of 2x2 fragments (32x32)
+    "sgm_w_big": (4, 4, 1, 2, 2),    # whole: 2x2 subgroups of 4x4 fragments (128x128 for 16x16x16), two buffers
+    "sgm_w_wide": (2, 4, 1, 2, 2),   # whole: 2x4 fragments a subgroup (64x128)
+    "sgm_w_mid": (2, 2, 1, 2, 2),    # whole: 2x2 fragments a subgroup (64x64)
+    "sgm_big": (4, 4, 2, 2, 2),      # 2x2 subgroups of 4x4 fragments (128x128 for 16x16x16), BK 2 fragments
+    "sgm_wide": (2, 4, 2, 2, 2),     # 2x4 fragments a subgroup (64x128)
+    "sgm_mid": (2, 2, 2, 2, 2),      # 2x2 fragments a subgroup (64x64)
+    "sgm_small": (2, 2, 2, 1, 1),    # one subgroup of 2x2 fragments (32x32)
 }
-DIRECT = frozenset({"sgm_d_big", "sgm_d_one", "sgm_d_mid"})
+# Tiles for chunks that fill whole tiles: no bounds on any load, vec4 loads of every orientation, two staging
+# buffers (one barrier a step). On the H100 such a kernel ran 4096^3 f16 at 138-166 TFLOP/s against 25-49 for
+# the bounded single-buffer one (benchmarks/RESULTS.md, 2026-12-07 evening).
+WHOLE = frozenset({"sgm_w_big", "sgm_w_wide", "sgm_w_mid"})
 PAD_BYTES = 16          # each staged row padded by 16 bytes: fragment loads stay 16-byte aligned, rows spread over banks
 
 
@@ -119,13 +122,14 @@ def strides(cfg: Config, name: str, ta: bool, tb: bool) -> tuple[int, int, int, 
 
 
 def smem_bytes(cfg: Config, name: str, ta: bool = False, tb: bool = False) -> int:
-    """Workgroup memory of tile `name`: the staged A and B tiles (none for a direct tile) and one f32 result
-    fragment a subgroup."""
+    """Workgroup memory of tile `name`: the staged A and B tiles (two of each for a whole tile) and one row of
+    f32 result fragments a subgroup."""
     astr, arows, bstr, brows = strides(cfg, name, ta, tb)
     _tm, _tn, _bk, wm, wn = tile(cfg, name)[:5]
     isz = 2 if cfg.component == "f16" else 4
-    staged = 0 if name in DIRECT else (astr * arows + bstr * brows) * isz
-    return staged + wm * wn * cfg.m * cfg.n * 4
+    staged = (astr * arows + bstr * brows) * isz * (2 if name in WHOLE else 1)
+    fn = tile(cfg, name)[6]
+    return staged + wm * wn * cfg.m * fn * cfg.n * 4
 
 
 def fits(cfg: Config, name: str, be) -> bool:
@@ -138,15 +142,15 @@ def fits(cfg: Config, name: str, be) -> bool:
             <= int(lim.get("max-compute-workgroup-storage-size", 16384))
             and threads <= int(lim.get("max-compute-invocations-per-workgroup", 256))
             and threads <= int(lim.get("max-compute-workgroup-size-x", 256))
-            and (name in DIRECT or ((tm * bk) % (4 * threads) == 0 and (tn * bk) % (4 * threads) == 0)))
+            and (tm * bk) % (4 * threads) == 0 and (tn * bk) % (4 * threads) == 0)
 
 
-def direct_fits(cfg: Config, name: str, m: int, n: int, k: int, kc: int, band: int, offs, strides3, lds) -> bool:
-    """Whether the direct tile `name` can run an m x n x k chunk: every fragment of every workgroup inside the
-    operands (m, n multiples of the tile; k, and a K-split's k per split, multiples of BK; no causal band, whose k
-    range starts anywhere), and every fragment's rows 16-byte aligned (element offsets, batch strides and leading
-    dimensions multiples of 16 bytes), as the matrix units' loads want."""
-    if name not in DIRECT:
+def whole_fits(cfg: Config, name: str, m: int, n: int, k: int, kc: int, band: int, offs, strides3, lds) -> bool:
+    """Whether the whole tile `name` can run an m x n x k chunk: every workgroup's rows, columns and k steps
+    inside the operands (m, n multiples of the tile; k, and a K-split's k per split, multiples of BK; no causal
+    band, whose k range starts anywhere), and every row 16-byte aligned (element offsets, batch strides and
+    leading dimensions multiples of 16 bytes), so every load is one unchecked vec4."""
+    if name not in WHOLE:
         return False
     tm, tn, bk = tile(cfg, name)[:3]
     per16 = 16 // (2 if cfg.component == "f16" else 4)
@@ -154,21 +158,21 @@ def direct_fits(cfg: Config, name: str, m: int, n: int, k: int, kc: int, band: i
             and all(x % per16 == 0 for x in (*offs[:2], *strides3[0], *strides3[1], *lds)))
 
 
-def choose_tile(cfg: Config, be, m: int, n: int, direct=lambda name: False) -> str | None:
+def choose_tile(cfg: Config, be, m: int, n: int, whole=lambda name: False) -> str | None:
     """The tile for an m x n product: the largest that still gives the GPU some 2 x 66 workgroups to spread (a
-    132-SM H100; smaller GPUs fill sooner), direct tiles first where `direct(name)` says the chunk fits one, else
-    the smallest staged tile that fits; None when none fits the device. SCELLIS_MATMUL_SGM_TILE forces one (for
-    measuring; a forced direct tile where the chunk does not fit it runs staged on sgm_big's shape)."""
+    132-SM H100; smaller GPUs fill sooner), whole tiles first where `whole(name)` says the chunk fits one, else
+    the smallest bounded tile that fits; None when none fits the device. SCELLIS_MATMUL_SGM_TILE forces one (for
+    measuring; a forced whole tile where the chunk does not fit it runs on sgm_big)."""
     forced = settings.text("SCELLIS_MATMUL_SGM_TILE")
-    names = [t for t in TILES if fits(cfg, t, be) and (t not in DIRECT or direct(t))]
+    names = [t for t in TILES if fits(cfg, t, be) and (t not in WHOLE or whole(t))]
     if forced:
         if forced not in TILES:
             raise SettingError(f"SCELLIS_MATMUL_SGM_TILE={forced!r} is not a subgroup-matrix tile",
                                where="environment", hint=f"one of {', '.join(TILES)}")
-        if forced in DIRECT and forced not in names:
+        if forced in WHOLE and forced not in names:
             forced = "sgm_big"
         return forced if forced in names else None
-    names = [t for t in names if t in DIRECT] + [t for t in names if t not in DIRECT]
+    names = [t for t in names if t in WHOLE] + [t for t in names if t not in WHOLE]
     for name in names:
         tm, tn = tile(cfg, name)[:2]
         if -(-m // tm) * -(-n // tn) >= 132:
@@ -203,69 +207,70 @@ def source(cfg: Config, name: str, dtype: str, epi_parts: tuple[str, str, str], 
     sn_ = functools.partial(snippet, "matmul_sgm")
     emu = cfg.emulated
     mode = "emu" if emu else "real"
-    direct = name in DIRECT
-    a_slots, b_slots = (0, 0) if direct else (tm * bk // 4 // threads, tn * bk // 4 // threads)
+    whole = name in WHOLE
+    if whole:
+        va = vb = True          # every slot one vec4 load (the launcher binds A and B so)
+    a_slots, b_slots = tm * bk // 4 // threads, tn * bk // 4 // threads
+    alen, blen = astr * arows, bstr * brows
 
     decl = [sn_("acc", I=i, J=j, RESULT=sn_(f"{mode}_result", M8=cfg.m, N8=cfg.n)) for i in range(fm)
             for j in range(fn)]
     decl += [sn_("stage", J=j, T=t) for j in range(a_slots + b_slots)]
-    fetch = [sn_("fetch_a_t" if ta else "fetch_a", flags={"VA": va}, J=j, E0=j * threads, BK=bk, TM=tm, T=t)
+    pre = "w" if whole else ""
+    fetch = [sn_(pre + ("fetch_a_t" if ta else "fetch_a"), flags={"VA": va}, J=j, E0=j * threads, BK=bk, TM=tm, T=t)
              for j in range(a_slots)]
-    fetch += [sn_("fetch_b_t" if tb else "fetch_b", flags={"VB": vb}, J=a_slots + j, E0=j * threads, BK=bk, TN=tn,
-                  T=t) for j in range(b_slots)]
-    put = [sn_("put", J=j, E0=j * threads, W=tm if ta else bk, STR=astr, S="As") for j in range(a_slots)]
-    put += [sn_("put", J=a_slots + j, E0=j * threads, W=bk if tb else tn, STR=bstr, S="Bs") for j in range(b_slots)]
+    fetch += [sn_(pre + ("fetch_b_t" if tb else "fetch_b"), flags={"VB": vb}, J=a_slots + j, E0=j * threads, BK=bk,
+                  TN=tn, T=t) for j in range(b_slots)]
 
-    compute = []
-    for kk in range(0, bk, cfg.k):
-        lines = []
-        for i in range(fm):
-            if direct:      # straight from A: rows m0 + fm0 + i M8.., k from k0 + kk, with A's own row stride
-                r, c = f"m0 + fm0 + {i * cfg.m}u", f"k0 + {kk}u"
-                off = f"abase + ({c}) * p.lda + {r}" if ta else f"abase + ({r}) * p.lda + {c}"
-                load = sn_(f"{mode}_gload_a", T=t, K8=cfg.k, M8=cfg.m, OFF=off, COL="true" if ta else "false",
-                           STR="p.lda")
-            else:
-                off = (f"{kk}u * {astr}u + fm0 + {i * cfg.m}u" if ta else f"(fm0 + {i * cfg.m}u) * {astr}u + {kk}u")
-                load = sn_(f"{mode}_load_a", T=t, K8=cfg.k, M8=cfg.m, OFF=off, COL="true" if ta else "false",
-                           STR=astr)
-            lines.append(sn_("load_a", I=i, LOAD_A=load))
-        for j in range(fn):
-            if direct:
-                c, r = f"n0 + fn0 + {j * cfg.n}u", f"k0 + {kk}u"
-                off = f"bbase + ({c}) * p.ldb + {r}" if tb else f"bbase + ({r}) * p.ldb + {c}"
-                load = sn_(f"{mode}_gload_b", T=t, N8=cfg.n, K8=cfg.k, OFF=off, COL="true" if tb else "false",
-                           STR="p.ldb")
-            else:
-                off = (f"(fn0 + {j * cfg.n}u) * {bstr}u + {kk}u" if tb else f"{kk}u * {bstr}u + fn0 + {j * cfg.n}u")
-                load = sn_(f"{mode}_load_b", T=t, N8=cfg.n, K8=cfg.k, OFF=off, COL="true" if tb else "false",
-                           STR=bstr)
-            lines.append(sn_("load_b", J=j, LOAD_B=load))
-        lines += [sn_("mma", I=i, J=j, MMA=sn_(f"{mode}_mma", I=i, J=j)) for i in range(fm) for j in range(fn)]
-        compute.append("{\n" + "\n".join(lines) + "\n}")
+    def put(buf: int) -> str:
+        out = [sn_("put", J=j, E0=j * threads, W=tm if ta else bk, STR=astr, S="As", BASE=buf * alen)
+               for j in range(a_slots)]
+        out += [sn_("put", J=a_slots + j, E0=j * threads, W=bk if tb else tn, STR=bstr, S="Bs", BASE=buf * blen)
+                for j in range(b_slots)]
+        return "\n".join(out)
+
+    def compute(buf: int) -> str:
+        out = []
+        for kk in range(0, bk, cfg.k):
+            lines = []
+            for i in range(fm):
+                off = (f"{buf * alen + kk * astr}u + fm0 + {i * cfg.m}u" if ta
+                       else f"{buf * alen + kk}u + (fm0 + {i * cfg.m}u) * {astr}u")
+                lines.append(sn_("load_a", I=i, LOAD_A=sn_(f"{mode}_load_a", T=t, K8=cfg.k, M8=cfg.m, OFF=off,
+                                                           COL="true" if ta else "false", STR=astr)))
+            for j in range(fn):
+                off = (f"{buf * blen + kk}u + (fn0 + {j * cfg.n}u) * {bstr}u" if tb
+                       else f"{buf * blen + kk * bstr}u + fn0 + {j * cfg.n}u")
+                lines.append(sn_("load_b", J=j, LOAD_B=sn_(f"{mode}_load_b", T=t, N8=cfg.n, K8=cfg.k, OFF=off,
+                                                           COL="true" if tb else "false", STR=bstr)))
+            lines += [sn_("mma", I=i, J=j, MMA=sn_(f"{mode}_mma", I=i, J=j)) for i in range(fm) for j in range(fn)]
+            out.append("{\n" + "\n".join(lines) + "\n}")
+        return "\n".join(out)
 
     mn8 = cfg.m * cfg.n
     one = sn_("store_one_epi") if epi_text else sn_("store_one", CBT=ct)
-    store = [sn_("store_fragment", I=i, J=j, M8=cfg.m, N8=cfg.n, MN8=mn8, WN=wn, SM=fm * cfg.m, SN=fn * cfg.n,
-                 CS_LEN=nsg * mn8, THREADS=threads, STORE_ONE=one,
-                 STORE_CS=sn_(f"{mode}_store_cs", I=i, J=j, MN8=mn8, N8=cfg.n, SGS=cfg.sgs))
-             for i in range(fm) for j in range(fn)]
+    msn = cfg.m * fn * cfg.n            # one subgroup's strip of a fragment row in Cs
+    store = [sn_("store_row", I=i, M8=cfg.m, MSN=msn, WN=wn, SM=fm * cfg.m, SN=fn * cfg.n, CS_LEN=nsg * msn,
+                 THREADS=threads, STORE_ONE=one,
+                 STORE_CS="\n".join(sn_(f"{mode}_store_cs", I=i, J=j, MSN=msn, N8=cfg.n, SN=fn * cfg.n, SGS=cfg.sgs)
+                                    for j in range(fn)))
+             for i in range(fm)]
 
-    if direct:
-        va = vb = False         # the matrix loads read A and B as arrays of scalars
     if emu:
         head = enable
-        emulation = sn_("emulation", flags={"DIRECT": direct}, T=t, M8=cfg.m, N8=cfg.n, K8=cfg.k, MK8=cfg.m * cfg.k, KN8=cfg.k * cfg.n,
+        emulation = sn_("emulation", T=t, M8=cfg.m, N8=cfg.n, K8=cfg.k, MK8=cfg.m * cfg.k, KN8=cfg.k * cfg.n,
                         MN8=mn8)
         sgid_param, sgid = "", sn_("emu_sgid", SGS=cfg.sgs)
     else:
         head = "\n".join(x for x in (enable, "enable chromium_experimental_subgroup_matrix;") if x)
         emulation = ""
         sgid_param, sgid = sn_("real_sgid_param"), ""
-    return render("matmul_sgm", flags={"VA": va, "VB": vb, "DIRECT": direct}, ENABLE=head, T=t, CBT=ct,
+    nbuf = 2 if whole else 1
+    return render("matmul_sgm", flags={"VA": va, "VB": vb, "WHOLE": whole}, ENABLE=head, T=t, CBT=ct,
                   AACC="read" if ro[0] else "read_write", BACC="read" if ro[1] else "read_write",
                   TM=tm, TN=tn, BK=bk, NSG=nsg, WM=wm, WN=wn, FM=fm, FN=fn, M8=cfg.m, N8=cfg.n,
-                  SM=fm * cfg.m, SN=fn * cfg.n, THREADS=threads, AS_LEN=astr * arows, BS_LEN=bstr * brows,
-                  CS_LEN=nsg * mn8, EPI_PARAMS=epi_params, EPILOGUE=epi_text, EMULATION=emulation,
+                  SM=fm * cfg.m, SN=fn * cfg.n, THREADS=threads, AS_LEN=nbuf * alen, BS_LEN=nbuf * blen,
+                  CS_LEN=nsg * msn, EPI_PARAMS=epi_params, EPILOGUE=epi_text, EMULATION=emulation,
                   SGID_PARAM=sgid_param, SGID=sgid, BAND=band, DECL="\n".join(decl), FETCH="\n".join(fetch),
-                  PUT="\n".join(put), COMPUTE="\n".join(compute), STORE="\n".join(store))
+                  PUT0=put(0), PUT1=put(1) if whole else "", COMPUTE0=compute(0), COMPUTE1=compute(1) if whole else "",
+                  STORE="\n".join(store))
