@@ -19,7 +19,7 @@
 
 var<workgroup> As: array<{{T}}, {{AS_LEN}}>;   // A's tile(s) as stored: [TM][ASTR] (k along rows), transposed [BK][ASTR]
 var<workgroup> Bs: array<{{T}}, {{BS_LEN}}>;   // B's tile(s) as stored: [BK][BSTR], transposed [TN][BSTR]
-var<workgroup> Cs: array<f32, {{CS_LEN}}>;     // one row of result fragments per subgroup, [M8][SN] each
+var<workgroup> Cs: array<f32, {{CS_LEN}}>;     // a strip of result fragments per subgroup, [M8][SW] each
 {{EPILOGUE}}
 {{EMULATION}}
 
@@ -183,15 +183,15 @@ let b{{J}} = {{LOAD_B}};
 acc{{I}}_{{J}} = {{MMA}};
 
 //=== store_row
-// row I of every subgroup's fragments through Cs: subgroup s stores its FN fragments side by side as a row-major
-// M8 x SN strip at Cs[s * M8 * SN], then every invocation writes its share of the NSG strips (consecutive
-// invocations along a strip's row: contiguous columns of C)
+// fragments (I, J0..) of every subgroup through Cs: subgroup s stores them side by side as a row-major M8 x SW
+// strip at Cs[s * M8 * SW], then every invocation writes its share of the NSG strips (consecutive invocations
+// along a strip's row: contiguous columns of C)
 {{STORE_CS}}
 workgroupBarrier();
 for (var e = t; e < {{CS_LEN}}u; e = e + {{THREADS}}u) {
   let s = e / {{MSN}}u;
-  let row = m0 + (s / {{WN}}u) * {{SM}}u + {{I}}u * {{M8}}u + (e % {{MSN}}u) / {{SN}}u;
-  let col = n0 + (s % {{WN}}u) * {{SN}}u + e % {{SN}}u;
+  let row = m0 + (s / {{WN}}u) * {{SM}}u + {{I}}u * {{M8}}u + (e % {{MSN}}u) / {{SW}}u;
+  let col = n0 + (s % {{WN}}u) * {{SN}}u + {{COL0}}u + e % {{SW}}u;
   if (row < p.M && col < p.N) {
     {{STORE_ONE}}
   }
@@ -220,7 +220,7 @@ subgroupMatrixMultiplyAccumulate(a{{I}}, b{{J}}, acc{{I}}_{{J}})
 subgroup_matrix_result<f32, {{N8}}, {{M8}}>
 
 //=== real_store_cs
-subgroupMatrixStore(&Cs, sg * {{MSN}}u + {{J}}u * {{N8}}u, acc{{I}}_{{J}}, false, {{SN}}u);
+subgroupMatrixStore(&Cs, sg * {{MSN}}u + {{JJ}}u * {{N8}}u, acc{{I}}_{{J}}, false, {{SW}}u);
 
 //=== real_sgid_param
 , @builtin(subgroup_id) sg: u32
@@ -242,7 +242,7 @@ sgm_mma(a{{I}}, b{{J}}, acc{{I}}_{{J}})
 sgm_result
 
 //=== emu_store_cs
-if (t % {{SGS}}u == 0u) { sgm_store(sg * {{MSN}}u + {{J}}u * {{N8}}u, acc{{I}}_{{J}}, {{SN}}u); }
+if (t % {{SGS}}u == 0u) { sgm_store(sg * {{MSN}}u + {{JJ}}u * {{N8}}u, acc{{I}}_{{J}}, {{SW}}u); }
 
 //=== emulation
 // Plain WGSL of the builtins' semantics for one configuration: a left fragment is M8 x K8 (row r, column c at

@@ -133,6 +133,25 @@ def test_whole_fits_rule():
         assert not matmul_sgm.whole_fits(cfg, "sgm_w_big", **{**ok, **bad}), bad
 
 
+def test_store_strip_shrinks_to_the_workgroup_memory_limit(emu, monkeypatch):
+    """Where the device's workgroup memory holds the staging and only one result fragment a subgroup, the store
+    goes through Cs a fragment at a time (csf 1), where it holds a whole fragment row, a row at a time; both
+    give the same product."""
+    cfg = matmul_sgm.configs(WG.impl)[0]
+    monkeypatch.setenv("SCELLIS_MATMUL_SGM_TILE", "sgm_big")
+    fn, wm, wn = matmul_sgm.tile(cfg, "sgm_big")[6], *matmul_sgm.tile(cfg, "sgm_big")[3:5]
+    one = max(matmul_sgm.smem_bytes(cfg, "sgm_big", ta, tb, 1) for ta in (False, True) for tb in (False, True))
+    assert matmul_sgm.cs_frags(cfg, "sgm_big", one) == 1 and matmul_sgm.cs_frags(cfg, "sgm_big", one - 4) == 0
+    assert matmul_sgm.cs_frags(cfg, "sgm_big", 1 << 20) == fn
+    a, b = R.standard_normal((70, 41)).astype(np.float32), R.standard_normal((41, 53)).astype(np.float32)
+    want = a.astype(np.float64) @ b
+    assert rel(mm(a, b), want) < 1e-5
+    monkeypatch.setitem(WG.impl.limits, "max-compute-workgroup-storage-size", one)
+    WG.impl.forget_programs()
+    assert rel(mm(a, b), want) < 1e-5
+    assert any("sgm_big@" in k and "c1:" in k for k in sgm_keys()), sgm_keys()
+
+
 def test_batched_broadcast(emu):
     a = R.standard_normal((3, 2, 19, 24)).astype(np.float32)
     b = R.standard_normal((2, 24, 21)).astype(np.float32)

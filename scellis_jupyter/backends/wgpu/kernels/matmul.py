@@ -566,17 +566,20 @@ def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) ->
     gx, gy = matmul_sgm.groups(cfg, name, m, n)
     if max(gx, gy, z) > WG_MAX:
         return False
+    csf = matmul_sgm.cs_frags(cfg, name, matmul_sgm.smem_limit(be))
+    tkey = matmul_sgm.key(cfg, name, csf)
     if ep:
         src = ep[0].source(4)
         ro = _readonly(wins[0].buffer, wins[1].buffer, [w.buffer for w in (wins[2], *ep[0].wins)])
         parts = _epi_parts(src, d)
-        be.launch(_sgm_key(_key(matmul_sgm.key(cfg, name), f"epi{src[3]}:{d}", False, ta, tb, band, None, va, vb, ro)),
-                  lambda: matmul_sgm.source(cfg, name, d, parts, band_text, ta, tb, va, vb, ro, None),
+        be.launch(_sgm_key(_key(tkey, f"epi{src[3]}:{d}", False, ta, tb, band, None, va, vb, ro)),
+                  lambda: matmul_sgm.source(cfg, name, d, parts, band_text, ta, tb, va, vb, ro, None, csf),
                   list(wins) + ep[0].wins, params + ep[1], (gx, gy, z))
         return True
     ro = _readonly(wins[0].buffer, wins[1].buffer, [wins[2].buffer])
-    be.launch(_sgm_key(_key(matmul_sgm.key(cfg, name), d, False, ta, tb, band, c_dtype, va, vb, ro)),
-              lambda: matmul_sgm.source(cfg, name, d, _epi_parts(None, d), band_text, ta, tb, va, vb, ro, c_dtype),
+    be.launch(_sgm_key(_key(tkey, d, False, ta, tb, band, c_dtype, va, vb, ro)),
+              lambda: matmul_sgm.source(cfg, name, d, _epi_parts(None, d), band_text, ta, tb, va, vb, ro, c_dtype,
+                                        csf),
               wins, params, (gx, gy, z))
     return True
 
@@ -616,8 +619,9 @@ def _time_sgm(be, cfg, name: str, d: str, m: int, n: int, k: int, z: int, ta: bo
     bufs = [be._buffer(max(4, z * x * isz)) for x in (m * k, k * n, m * n)]
     s3 = [[0, 0, m * k], [0, 0, k * n], [0, 0, m * n]] if z > 1 else [[0, 0, 0]] * 3
     ro = (True, True)
-    pipe = be.pipeline(_sgm_key(_key(matmul_sgm.key(cfg, name), d, False, ta, tb, 0, None, False, False, ro)),
-                       matmul_sgm.source(cfg, name, d, _epi_parts(None, d), "", ta, tb, False, False, ro, None))
+    csf = matmul_sgm.cs_frags(cfg, name, matmul_sgm.smem_limit(be))
+    pipe = be.pipeline(_sgm_key(_key(matmul_sgm.key(cfg, name, csf), d, False, ta, tb, 0, None, False, False, ro)),
+                       matmul_sgm.source(cfg, name, d, _epi_parts(None, d), "", ta, tb, False, False, ro, None, csf))
     params = _params(m, n, k, 0, m if ta else k, k if tb else n, n, 0, (0, 0, 0), [1, 1, z], z, s3, 0)
     ubuf = be.device.create_buffer_with_data(data=params + bytes((-len(params)) % 16), usage=0x40 | 0x08)
     entries = [{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": ubuf.size}}]

@@ -121,25 +121,41 @@ def strides(cfg: Config, name: str, ta: bool, tb: bool) -> tuple[int, int, int, 
     return a[0], a[1], b[0], b[1]
 
 
-def smem_bytes(cfg: Config, name: str, ta: bool = False, tb: bool = False) -> int:
-    """Workgroup memory of tile `name`: the staged A and B tiles (two of each for a whole tile) and one row of
-    f32 result fragments a subgroup."""
+def staging_bytes(cfg: Config, name: str, ta: bool = False, tb: bool = False) -> int:
+    """Workgroup memory of tile `name`'s staged A and B tiles (two of each for a whole tile)."""
     astr, arows, bstr, brows = strides(cfg, name, ta, tb)
-    _tm, _tn, _bk, wm, wn = tile(cfg, name)[:5]
     isz = 2 if cfg.component == "f16" else 4
-    staged = (astr * arows + bstr * brows) * isz * (2 if name in WHOLE else 1)
-    fn = tile(cfg, name)[6]
-    return staged + wm * wn * cfg.m * fn * cfg.n * 4
+    return (astr * arows + bstr * brows) * isz * (2 if name in WHOLE else 1)
+
+
+def cs_frags(cfg: Config, name: str, limit: int) -> int:
+    """How many of a fragment row's FN fragments each subgroup stores through Cs at once: the most (a divisor
+    of FN) whose strips fit `limit` bytes of workgroup memory beside the staging of any orientation; 0: none."""
+    fn, wm, wn = tile(cfg, name)[6], *tile(cfg, name)[3:5]
+    staged = max(staging_bytes(cfg, name, ta, tb) for ta in (False, True) for tb in (False, True))
+    for c in range(fn, 0, -1):
+        if fn % c == 0 and staged + wm * wn * cfg.m * c * cfg.n * 4 <= limit:
+            return c
+    return 0
+
+
+def smem_limit(be) -> int:
+    return int(getattr(be, "limits", {}).get("max-compute-workgroup-storage-size", 16384))
+
+
+def smem_bytes(cfg: Config, name: str, ta: bool = False, tb: bool = False, csf: int = 1) -> int:
+    """Workgroup memory of tile `name`: the staging and `csf` f32 result fragments a subgroup (Cs)."""
+    wm, wn = tile(cfg, name)[3:5]
+    return staging_bytes(cfg, name, ta, tb) + wm * wn * cfg.m * csf * cfg.n * 4
 
 
 def fits(cfg: Config, name: str, be) -> bool:
-    """Whether tile `name` runs on `be`: its workgroup memory and invocations within the device's limits, and
-    every thread a whole number of 4-element staging slots."""
+    """Whether tile `name` runs on `be`: its workgroup memory (with at least one result fragment a subgroup in
+    Cs) and invocations within the device's limits, and every thread a whole number of 4-element staging slots."""
     tm, tn, bk, wm, wn = tile(cfg, name)[:5]
     threads = wm * wn * cfg.sgs
     lim = getattr(be, "limits", {})
-    return (max(smem_bytes(cfg, name, ta, tb) for ta in (False, True) for tb in (False, True))
-            <= int(lim.get("max-compute-workgroup-storage-size", 16384))
+    return (cs_frags(cfg, name, smem_limit(be)) > 0
             and threads <= int(lim.get("max-compute-invocations-per-workgroup", 256))
             and threads <= int(lim.get("max-compute-workgroup-size-x", 256))
             and (tm * bk) % (4 * threads) == 0 and (tn * bk) % (4 * threads) == 0)
@@ -185,18 +201,19 @@ def groups(cfg: Config, name: str, m: int, n: int) -> tuple[int, int]:
     return -(-n // tn), -(-m // tm)
 
 
-def key(cfg: Config, name: str) -> str:
-    """The part of a pipeline key that names the configuration and tile."""
-    return f"{name}@{cfg.component}{cfg.m}x{cfg.n}x{cfg.k}s{cfg.sgs}" + ("emu" if cfg.emulated else "")
+def key(cfg: Config, name: str, csf: int = 0) -> str:
+    """The part of a pipeline key that names the configuration, tile and Cs strip (csf fragments)."""
+    return (f"{name}@{cfg.component}{cfg.m}x{cfg.n}x{cfg.k}s{cfg.sgs}" + ("emu" if cfg.emulated else "")
+            + (f"c{csf}" if csf else ""))
 
 
 @functools.lru_cache(maxsize=None)
 def source(cfg: Config, name: str, dtype: str, epi_parts: tuple[str, str, str], band: str, ta: bool, tb: bool,
-           va: bool, vb: bool, ro: tuple, c_dtype: str | None) -> str:
+           va: bool, vb: bool, ro: tuple, c_dtype: str | None, csf: int = 1) -> str:
     """WGSL of tile `name` under `cfg` for `dtype` operands. `epi_parts`: (EPILOGUE, EPI_PARAMS, ENABLE) of an
     epilogue (matmul._epi_parts; its store is then `epilogue()`), `band`: the causal band's statements, `va` /
     `vb`: A / B bound as vec4s (matmul._vec4), `ro`: A / B read-only, `c_dtype`: C's type where it is not the
-    operands' (f32 K-split partials)."""
+    operands' (f32 K-split partials), `csf`: result fragments a subgroup stores through Cs at once (cs_frags)."""
     tm, tn, bk, wm, wn, fm, fn = tile(cfg, name)
     nsg = wm * wn
     threads = nsg * cfg.sgs
@@ -249,12 +266,13 @@ def source(cfg: Config, name: str, dtype: str, epi_parts: tuple[str, str, str], 
 
     mn8 = cfg.m * cfg.n
     one = sn_("store_one_epi") if epi_text else sn_("store_one", CBT=ct)
-    msn = cfg.m * fn * cfg.n            # one subgroup's strip of a fragment row in Cs
-    store = [sn_("store_row", I=i, M8=cfg.m, MSN=msn, WN=wn, SM=fm * cfg.m, SN=fn * cfg.n, CS_LEN=nsg * msn,
-                 THREADS=threads, STORE_ONE=one,
-                 STORE_CS="\n".join(sn_(f"{mode}_store_cs", I=i, J=j, MSN=msn, N8=cfg.n, SN=fn * cfg.n, SGS=cfg.sgs)
-                                    for j in range(fn)))
-             for i in range(fm)]
+    sw = csf * cfg.n                    # a subgroup's strip in Cs: M8 rows of csf fragments
+    msn = cfg.m * sw
+    store = [sn_("store_row", I=i, M8=cfg.m, MSN=msn, WN=wn, SM=fm * cfg.m, SN=fn * cfg.n, SW=sw, COL0=j0 * cfg.n,
+                 CS_LEN=nsg * msn, THREADS=threads, STORE_ONE=one,
+                 STORE_CS="\n".join(sn_(f"{mode}_store_cs", I=i, J=j, JJ=j - j0, MSN=msn, N8=cfg.n, SW=sw,
+                                         SGS=cfg.sgs) for j in range(j0, j0 + csf)))
+             for i in range(fm) for j0 in range(0, fn, csf)]
 
     if emu:
         head = enable
