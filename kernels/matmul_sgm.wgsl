@@ -36,6 +36,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
 #if WHOLE
   // WHOLE: two staging buffers, one barrier a step, loads with no bounds (the launcher picks it only where every
   // workgroup's rows, columns and k steps lie inside the operands, and A and B are bound as vec4s)
+  if (k0 < kend) {       // (a band or a K-split may leave a tile no k)
   {{FETCH}}
   {{PUT0}}
   workgroupBarrier();
@@ -62,6 +63,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     }
     workgroupBarrier();
     if (!more2) { break; }
+  }
   }
 #else
   {{FETCH}}

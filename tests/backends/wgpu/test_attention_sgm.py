@@ -69,6 +69,20 @@ def test_causal_forward_and_gradients_on_the_matrix_units(emu):
         assert _rel(x, y) < 3e-3, what
 
 
+def test_causal_on_whole_tiles(emu, monkeypatch):
+    """Lengths and head size in whole tiles: the banded products (tiles past the diagonal skipped, k ranges cut at
+    it) run on the whole tiles, their band offsets on whole k steps, with lq < lk (offset lk - lq) and lq = lk."""
+    monkeypatch.setenv("SCELLIS_WGPU_SUBGROUP_MATRIX_EMULATE", "f16:4x4x4:4")   # whole tiles need small subgroups
+    monkeypatch.setenv("SCELLIS_MATMUL_SGM_TILE", "sgm_w_mid")                   # (the rule takes the tile that
+    WG.impl.forget_programs()                                                    # spreads best: tiny shapes here)
+    for lq, lk in ((32, 64), (64, 64)):
+        q, k, v, g = _case(5, (2,), lq, lk, 16)
+        got = _run(q, k, v, g, causal=True)
+        for what, x, y in zip(("out", "dq", "dk", "dv"), got, dense(q, k, v, g, True, None, 1 / np.sqrt(16))):
+            assert _rel(x, y) < 3e-3, (lq, lk, what)
+    assert any(p.startswith("sgm_w_mid@") for p in _products()), _products()
+
+
 def test_masked_with_dropout_on_the_matrix_units(emu):
     """Key-padding mask and attention dropout: the forward's row kernel draws the keep factors and the backward's
     probs kernel draws them again (the project's numpy Philox, word offset + (head * Lq + i) * Lk + j); dropped

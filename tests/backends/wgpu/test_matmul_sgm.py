@@ -82,53 +82,54 @@ def test_every_tile_on_edges_and_transposes(emu, monkeypatch, tile):
 
 
 @pytest.mark.parametrize("tile", sorted(matmul_sgm.WHOLE))
-def test_whole_tiles_transposes_and_batches(emu, monkeypatch, tile):
-    """A whole tile (unbounded vec4 loads, two staging buffers) on shapes that fill whole tiles, with an odd and
-    an even number of k steps: plain, A and B read transposed, and a batch with broadcast B; every product ran
-    on that tile."""
+def test_whole_tiles(emu, monkeypatch, tile):
+    """A whole tile (unbounded vec4 loads, two staging buffers) on shapes that fill whole tiles, with one, an
+    even and an odd number of k steps; on the smallest tile also A and B read transposed and a batch with
+    broadcast B (each a pipeline of its own: compiling the emulated fragments is what costs here). Every product
+    ran on that tile."""
     monkeypatch.setenv("SCELLIS_WGPU_SUBGROUP_MATRIX_EMULATE", "f32:4x4x4:4")   # whole tiles of one k fragment a
     WG.impl.forget_programs()                                                    # step need small subgroups here
     cfg = matmul_sgm.configs(WG.impl)[0]
     assert matmul_sgm.fits(cfg, tile, WG.impl)
     tm, tn, bk = matmul_sgm.tile(cfg, tile)[:3]
     monkeypatch.setenv("SCELLIS_MATMUL_SGM_TILE", tile)
-    m, n, k = 2 * tm, 3 * tn, 5 * bk
-    for kk in (bk, 2 * bk, 4 * bk):
-        a, b = R.standard_normal((m, kk)).astype(np.float32), R.standard_normal((kk, n)).astype(np.float32)
-        assert rel(mm(a, b), a.astype(np.float64) @ b) < 1e-5, kk
-    a = R.standard_normal((m, k)).astype(np.float32)
-    b = R.standard_normal((k, n)).astype(np.float32)
-    assert rel(mm(a, b), a.astype(np.float64) @ b) < 1e-5
-    at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
-    got = (sc.tensor(at, device=WG).T @ sc.tensor(bt, device=WG).T).numpy()
-    assert rel(got, a.astype(np.float64) @ b) < 1e-5
-    ab = R.standard_normal((3, m, k)).astype(np.float32)
-    assert rel(mm(ab, b), ab.astype(np.float64) @ b) < 1e-5
+    m, n = 2 * tm, 3 * tn
+    for k in (bk, 4 * bk, 5 * bk):
+        a, b = R.standard_normal((m, k)).astype(np.float32), R.standard_normal((k, n)).astype(np.float32)
+        assert rel(mm(a, b), a.astype(np.float64) @ b) < 1e-5, k
     keys = [k for k in sgm_keys() if f":{tile}@" in k]
-    assert any("+ta" in k and "+tb" in k for k in keys) and any("+ta" not in k for k in keys), keys
+    if tile == "sgm_w_mid":
+        at, bt = np.ascontiguousarray(a.T), np.ascontiguousarray(b.T)
+        got = (sc.tensor(at, device=WG).T @ sc.tensor(bt, device=WG).T).numpy()
+        assert rel(got, a.astype(np.float64) @ b) < 1e-5
+        ab = R.standard_normal((3, m, k)).astype(np.float32)
+        assert rel(mm(ab, b), ab.astype(np.float64) @ b) < 1e-5
+        keys = [k for k in sgm_keys() if f":{tile}@" in k]
+        assert any("+ta" in k and "+tb" in k for k in keys), keys
+    assert any("+ta" not in k for k in keys), keys
 
 
-@pytest.mark.parametrize("shape", [(65, 32, 16), (64, 33, 16), (64, 32, 17)])
-def test_whole_tile_falls_back_where_a_chunk_does_not_fill_it(emu, monkeypatch, shape):
+def test_whole_tile_falls_back_where_a_chunk_does_not_fill_it(emu, monkeypatch):
     """Rows, columns or k that are not whole tiles (an unbounded load there would read past the operands) run on
     a bounded tile, correctly."""
     monkeypatch.setenv("SCELLIS_MATMUL_SGM_TILE", "sgm_w_big")
-    m, n, k = shape
-    a = R.standard_normal((m, k)).astype(np.float32)
-    b = R.standard_normal((k, n)).astype(np.float32)
     WG.impl._pipelines = {k: v for k, v in WG.impl._pipelines.items() if not k.startswith("matmul_sgm:")}
-    assert rel(mm(a, b), a.astype(np.float64) @ b) < 1e-5
+    for m, n, k in ((65, 32, 16), (64, 33, 16), (64, 32, 17)):
+        a = R.standard_normal((m, k)).astype(np.float32)
+        b = R.standard_normal((k, n)).astype(np.float32)
+        assert rel(mm(a, b), a.astype(np.float64) @ b) < 1e-5, (m, n, k)
     assert sgm_keys() and not any(":sgm_w_" in k for k in sgm_keys()), sgm_keys()
 
 
 def test_whole_fits_rule():
-    """The launcher's test for a whole tile: whole tiles, k (and a split's k) in whole steps, no causal band,
-    16-byte aligned offsets, batch strides and leading dimensions."""
+    """The launcher's test for a whole tile: whole tiles, k (and a split's k) and a causal band's offset in whole
+    steps, 16-byte aligned offsets, batch strides and leading dimensions."""
     cfg = matmul_sgm.Config("f16", 16, 16, 16, 32)
     ok = dict(m=128, n=128, k=64, kc=0, band=0, offs=(0, 0), strides3=((0, 0, 0), (0, 0, 0)), lds=(64, 128))
     assert matmul_sgm.whole_fits(cfg, "sgm_w_big", **ok)
     assert not matmul_sgm.whole_fits(cfg, "sgm_big", **ok)
-    for bad in (dict(m=120), dict(n=136), dict(k=72), dict(kc=40), dict(band=1), dict(offs=(4, 0)),
+    assert matmul_sgm.whole_fits(cfg, "sgm_w_big", **{**ok, "band": 2, "band_off": -32})
+    for bad in (dict(m=120), dict(n=136), dict(k=72), dict(kc=40), dict(band=1, band_off=8), dict(offs=(4, 0)),
                 dict(strides3=((0, 0, 12), (0, 0, 0))), dict(lds=(68, 128))):
         assert not matmul_sgm.whole_fits(cfg, "sgm_w_big", **{**ok, **bad}), bad
 

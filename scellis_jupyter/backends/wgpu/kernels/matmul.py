@@ -551,7 +551,7 @@ def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) ->
     vec_ok = all(w.offset % 16 == 0 and w.nbytes <= be.binding_limit for w in grown)
 
     def whole(tile: str) -> bool:
-        return vec_ok and matmul_sgm.whole_fits(cfg, tile, m, n, k, kc, band, offs, s3, lds)
+        return vec_ok and matmul_sgm.whole_fits(cfg, tile, m, n, k, kc, band, offs, s3, lds, vals[11])
     name = _sgm_tile(be, cfg, d, m, n, k, z, ta, tb, whole)
     if name is None:
         return False

@@ -161,16 +161,19 @@ def fits(cfg: Config, name: str, be) -> bool:
             and (tm * bk) % (4 * threads) == 0 and (tn * bk) % (4 * threads) == 0)
 
 
-def whole_fits(cfg: Config, name: str, m: int, n: int, k: int, kc: int, band: int, offs, strides3, lds) -> bool:
+def whole_fits(cfg: Config, name: str, m: int, n: int, k: int, kc: int, band: int, offs, strides3, lds,
+               band_off: int = 0) -> bool:
     """Whether the whole tile `name` can run an m x n x k chunk: every workgroup's rows, columns and k steps
-    inside the operands (m, n multiples of the tile; k, and a K-split's k per split, multiples of BK; no causal
-    band, whose k range starts anywhere), and every row 16-byte aligned (element offsets, batch strides and
-    leading dimensions multiples of 16 bytes), so every load is one unchecked vec4."""
+    inside the operands (m, n multiples of the tile; k, and a K-split's k per split, multiples of BK; a causal
+    band's offset too, so the k range a band leaves a tile starts and ends on whole steps), and every row 16-byte
+    aligned (element offsets, batch strides and leading dimensions multiples of 16 bytes), so every load is one
+    unchecked vec4."""
     if name not in WHOLE:
         return False
     tm, tn, bk = tile(cfg, name)[:3]
     per16 = 16 // (2 if cfg.component == "f16" else 4)
-    return (band == 0 and m % tm == 0 and n % tn == 0 and k % bk == 0 and kc % bk == 0 and k > 0
+    return ((band == 0 or band_off % bk == 0) and m % tm == 0 and n % tn == 0 and k % bk == 0 and kc % bk == 0
+            and k > 0
             and all(x % per16 == 0 for x in (*offs[:2], *strides3[0], *strides3[1], *lds)))
 
 
