@@ -1,6 +1,6 @@
 #!/bin/bash
 # The issue-34 device call: Dawn and the matrix units on the lent GPU, torch in the same call (bash benchmarks/dawn_gpu.sh
-# [sections...]; sections: check f16 attn gpt f32 unchecked, all by default; the device README says how .gl and .whl are
+# [sections...]; sections: check f16 designs attn gpt f32 unchecked, all by default; the device README says how .gl and .whl are
 # prepared and carried). Everything it prints also goes to $OUT/log where OUT is set.
 for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>&1 | tail -2
@@ -8,7 +8,7 @@ export PYTHONPATH=/tmp/site:$PWD VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/
 LOG=${OUT:-/tmp}/log
 exec > >(tee -a "$LOG") 2>&1
 want() { [ $# -eq 0 ] || [[ " $ARGS " == *" $1 "* ]]; }
-ARGS="${*:-check f16 attn gpt f32 unchecked}"
+ARGS="${*:-check f16 designs attn gpt f32 unchecked}"
 K="python3 benchmarks/kernels.py --no-write"
 date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__)"
@@ -16,6 +16,10 @@ if want check; then echo "== sgm check (dawn)"; SCELLIS_WEBGPU=dawn timeout 90 p
 if want f16; then
   echo "== f16 matmul, dawn, sgm (tier prod)"
   SCELLIS_WEBGPU=dawn timeout 100 $K --sections matmul --sizes 4096,8192 --dtypes f16 --tier prod 2>&1 | grep -v "^#" | tail -4
+fi
+if want designs; then
+  echo "== sgm designs beside the engine's own kernels, one bare harness (4096^3 f16)"
+  timeout 120 python3 benchmarks/sgm_designs.py
 fi
 if want attn; then
   echo "== attention f16 (tier prod), dawn"
