@@ -27,6 +27,21 @@ def _wait(pred, timeout=60.0, every=0.2, what="condition"):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def _saved(path: Path) -> dict:
+    """The notebook as saved, or {} while JupyterLab is still writing it (the file is rewritten on save, so a
+    read can find it empty or cut short)."""
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, OSError):
+        return {}
+
+
+def _widget_state(path: Path) -> dict:
+    """The widget states saved in the notebook at `path` ({} while none is, or while it is being written)."""
+    st = _saved(path).get("metadata", {}).get("widgets", {})
+    return st.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+
+
 def _open(page, url, name):
     page.goto(f"{url}/lab/tree/{name}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
@@ -222,9 +237,7 @@ def _drive(lab, page, errors, artifacts, run_cell):
 
     # save (widget state included), shut the kernel down, reload: the saved state shows
     page.keyboard.press("Control+s")
-    time.sleep(2.0)
-    saved = json.loads((nb_dir / "widgets.ipynb").read_text())
-    state = saved["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    state = _wait(lambda: _widget_state(nb_dir / "widgets.ipynb"), 20, what="the notebook saved with widget state")
     assert len(state) >= 7
     assert (nb_dir / "widgets.ipynb").stat().st_size < 1_000_000
     page.click("text=Kernel >> nth=0")
@@ -308,9 +321,8 @@ def test_a_saved_running_panel_whose_kernel_is_gone_says_so(lab, chromium_browse
         page.keyboard.press("Control+s")
 
         def saved_running():
-            st = json.loads(path.read_text()).get("metadata", {}).get("widgets", {})
-            st = st.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
-            return any(v["state"].get("state") == "running" and v["state"].get("name") == "orphan" for v in st.values())
+            return any(v["state"].get("state") == "running" and v["state"].get("name") == "orphan"
+                       for v in _widget_state(path).values())
         _wait(saved_running, 20, what="the notebook saved with the panel running")
         page.click("text=Kernel >> nth=0")
         page.click("text=Shut Down Kernel")

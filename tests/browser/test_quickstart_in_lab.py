@@ -5,7 +5,6 @@ finishing it, the saved state after a reload, and the saved notebook's static fo
 
 Two settings differ from the checked-in notebook (as nbclient runs it at small settings): more steps, so
 there is time to watch and stop the run, and `--memory` on the spec cell, so its plan is red with fixes."""
-import json
 import re
 import shutil
 import time
@@ -14,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from test_lab import _attr, _cell_text, _lab_page, _open, _wait
+from test_lab import _attr, _cell_text, _lab_page, _open, _wait, _widget_state
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,8 +128,7 @@ def _drive(page, url, path, artifacts, errors, run_cell):
     # save with widget state, shut the kernel down, reload: the saved widgets show their last state
     page.keyboard.press("Escape")
     page.keyboard.press("Control+s")
-    _wait(lambda: "application/vnd.jupyter.widget-state+json" in json.loads(path.read_text()).get("metadata", {})
-          .get("widgets", {}), 20, what="the notebook to be saved with widget state")
+    _wait(lambda: _widget_state(path), 20, what="the notebook to be saved with widget state")
     page.click("text=Kernel >> nth=0")
     page.click("text=Shut Down Kernel")
     time.sleep(1.5)
