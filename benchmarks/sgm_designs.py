@@ -27,18 +27,25 @@ os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 M8 = N8 = K8 = 16
 
 
+def _mma_step(tag, fm, fn, a, a_off, a_str, b, b_off, b_str) -> list[str]:
+    """One k fragment: fm left fragments from `a` at a_off(i), fn right ones from `b` at b_off(j) (row-major, the
+    given strides), and their fm x fn multiply-accumulates into c{i}_{j}."""
+    out = [f"    let a{i}_{tag} = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&{a}, {a_off(i)}, false, {a_str});"
+           for i in range(fm)]
+    out += [f"    let b{j}_{tag} = subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&{b}, {b_off(j)}, false, "
+            f"{b_str});" for j in range(fn)]
+    return out + [f"    c{i}_{j} = subgroupMatrixMultiplyAccumulate(a{i}_{tag}, b{j}_{tag}, c{i}_{j});"
+                  for i in range(fm) for j in range(fn)]
+
+
 def direct(fm, fn, wm, wn, ku):
     """One subgroup's fm x fn fragments loaded straight from A and B, ku k fragments a step."""
     sm, sn = fm * M8, fn * N8
     decl = "\n".join(f"  var c{i}_{j} = subgroup_matrix_result<f32, 16, 16>();" for i in range(fm) for j in range(fn))
     body = []
     for u in range(ku):
-        body += [f"    let a{i}_{u} = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&A, (row0 + {i * M8}u) * p.k"
-                 f" + kk + {u * K8}u, false, p.k);" for i in range(fm)]
-        body += [f"    let b{j}_{u} = subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&B, (kk + {u * K8}u) * p.n"
-                 f" + col0 + {j * N8}u, false, p.n);" for j in range(fn)]
-        body += [f"    c{i}_{j} = subgroupMatrixMultiplyAccumulate(a{i}_{u}, b{j}_{u}, c{i}_{j});"
-                 for i in range(fm) for j in range(fn)]
+        body += _mma_step(u, fm, fn, "A", lambda i: f"(row0 + {i * M8}u) * p.k + kk + {u * K8}u", "p.k",
+                          "B", lambda j: f"(kk + {u * K8}u) * p.n + col0 + {j * N8}u", "p.n")
     stores = "\n".join(f"  subgroupMatrixStore(&C, (row0 + {i * M8}u) * p.n + col0 + {j * N8}u, c{i}_{j}, false, p.n);"
                        for i in range(fm) for j in range(fn))
     body = "\n".join(body)
@@ -91,12 +98,8 @@ def staged(fm, fn, wm, wn, bk, nbuf, pad=8):
     def compute(buf):
         out = []
         for kk in range(0, bk, K8):
-            out += [f"    let a{i}_{kk} = subgroupMatrixLoad<subgroup_matrix_left<f16, 16, 16>>(&As, {buf * alen}u + "
-                    f"(fm0 + {i * M8}u) * {astr}u + {kk}u, false, {astr}u);" for i in range(fm)]
-            out += [f"    let b{j}_{kk} = subgroupMatrixLoad<subgroup_matrix_right<f16, 16, 16>>(&Bs, {buf * blen}u + "
-                    f"{kk}u * {bstr}u + fn0 + {j * N8}u, false, {bstr}u);" for j in range(fn)]
-            out += [f"    c{i}_{j} = subgroupMatrixMultiplyAccumulate(a{i}_{kk}, b{j}_{kk}, c{i}_{j});"
-                    for i in range(fm) for j in range(fn)]
+            out += _mma_step(kk, fm, fn, "As", lambda i: f"{buf * alen}u + (fm0 + {i * M8}u) * {astr}u + {kk}u",
+                             f"{astr}u", "Bs", lambda j: f"{buf * blen}u + {kk}u * {bstr}u + fn0 + {j * N8}u", f"{bstr}u")
         return "\n".join(out)
     stores = "\n".join(f"  subgroupMatrixStore(&C, (m0 + fm0 + {i * M8}u) * p.n + n0 + fn0 + {j * N8}u, c{i}_{j}, "
                        f"false, p.n);" for i in range(fm) for j in range(fn))
@@ -114,33 +117,26 @@ def staged(fm, fn, wm, wn, bk, nbuf, pad=8):
     workgroupBarrier();
   }}"""
     else:
+        def half(i: int) -> str:
+            """Step i of the loop unrolled by two: compute from buffer i - 1 while the next tile lands in the other."""
+            return f"""    let more{i} = k0 + {i * bk}u < p.k;
+    if (more{i}) {{
+{fetch(f"k0 + {i * bk}u")}
+    }}
+    {{
+{compute(i - 1)}
+    }}
+    if (more{i}) {{
+{put(i % 2)}
+    }}
+    workgroupBarrier();"""
         loop = f"""{fetch("0u")}
 {put(0)}
   workgroupBarrier();
   for (var k0 = 0u; k0 < p.k; k0 += {2 * bk}u) {{
-    let more1 = k0 + {bk}u < p.k;
-    if (more1) {{
-{fetch(f"k0 + {bk}u")}
-    }}
-    {{
-{compute(0)}
-    }}
-    if (more1) {{
-{put(1)}
-    }}
-    workgroupBarrier();
+{half(1)}
     if (!more1) {{ break; }}
-    let more2 = k0 + {2 * bk}u < p.k;
-    if (more2) {{
-{fetch(f"k0 + {2 * bk}u")}
-    }}
-    {{
-{compute(1)}
-    }}
-    if (more2) {{
-{put(0)}
-    }}
-    workgroupBarrier();
+{half(2)}
   }}"""
     src = f"""enable f16;
 enable subgroups;
