@@ -432,9 +432,13 @@ def _matmul(be, v, ins, out, epi=None):
     return True
 
 
+# kernels/matmul.wgsl Params: M N K acc lda ldb ldc kc, off (x y z, band offset), bsz, sa, sb, sc (.w: split stride)
+_PARAMS = struct.Struct("<8I3Ii4I4I4I4I")
+
+
 def _params(m, n, k, acc, lda, ldb, ldc, kc, offs, dims, nbat, st3, psplit, band_off: int = 0) -> bytes:
-    return struct.pack("<8I3Ii4I4I4I4I", m, n, k, acc, lda, ldb, ldc, kc, *offs, band_off, *dims, nbat,
-                       *st3[0], 0, *st3[1], 0, *st3[2], psplit)
+    return _PARAMS.pack(m, n, k, acc, lda, ldb, ldc, kc, *offs, band_off, *dims, nbat,
+                        *st3[0], 0, *st3[1], 0, *st3[2], psplit)
 
 
 def _windows(be, plan, bstart, bsize, m0, m1, n0, n1, k0, k1):
@@ -504,18 +508,28 @@ def _vec4(be, d: str, ta: bool, tb: bool, wins: list, offs, lda: int, ldb: int, 
     if not vec4_enabled() or d not in ("f32", "f16") or (d == "f16" and not vec4_enabled("f16")):
         return False, False, wins
 
+    grown = [_vec4_window(be, w) for w in wins[:2]]
+
     def ok(i: int, ld: int, extent: int) -> bool:
-        w = wins[i]
         return (ld % 4 == 0 and extent % 4 == 0 and offs[i] % 4 == 0 and all(x % 4 == 0 for x in st3[i])
-                and w.offset % 16 == 0 and (w.nbytes + 15) // 16 * 16 <= be.binding_limit)
+                and grown[i] is not None)
     va = ok(0, lda, m) if ta else (k > 0 and band != BAND_KBEG and vec4_enabled(f"a-rows:{d}") and ok(0, lda, k))
     vb = (not tb) and ok(1, ldb, n)
     wins = list(wins)
     for flag, i in ((va, 0), (vb, 1)):
         if flag:
-            w = wins[i]
-            wins[i] = Storage(be, w.buffer, w.offset, w.shape, w.dtype, (w.nbytes + 15) // 16 * 16)
+            wins[i] = grown[i]
     return va, vb, wins
+
+
+def _vec4_window(be, w: Storage) -> Storage | None:
+    """Window `w` grown to whole 16 bytes, as an operand bound as vec4s needs (a binding's vec4 array length rounds
+    down; a buffer's size is a multiple of 16 bytes, so the bytes are there); None where its offset is not 16-byte
+    aligned or the grown window passes the binding limit."""
+    nbytes = (w.nbytes + 15) // 16 * 16
+    if w.offset % 16 or nbytes > be.binding_limit:
+        return None
+    return Storage(be, w.buffer, w.offset, w.shape, w.dtype, nbytes)
 
 
 def _launch_tile(be, d, variant, wins, params, z, packed=False, ep=None, ta=False, tb=False, band=0, c_dtype=None,
@@ -543,19 +557,17 @@ def _launch_sgm(be, d, wins, params, z, m, n, ep, ta, tb, band, c_dtype, vec) ->
     cfg = matmul_sgm.config_for(be, d, getattr(be, "tier", None))
     if cfg is None:
         return False
-    vals = struct.unpack_from("<8I3Ii4I4I4I4I", params)
+    vals = _PARAMS.unpack_from(params)
     k, kc, lds, offs = vals[2], vals[7], vals[4:6], vals[8:10]
     s3 = (vals[16:19], vals[20:23])
-
-    grown = [Storage(be, w.buffer, w.offset, w.shape, w.dtype, (w.nbytes + 15) // 16 * 16) for w in wins[:2]]
-    vec_ok = all(w.offset % 16 == 0 and w.nbytes <= be.binding_limit for w in grown)
+    grown = [_vec4_window(be, w) for w in wins[:2]]
 
     def whole(tile: str) -> bool:
-        return vec_ok and matmul_sgm.whole_fits(cfg, tile, m, n, k, kc, band, offs, s3, lds, vals[11])
+        return None not in grown and matmul_sgm.whole_fits(cfg, tile, m, n, k, kc, band, offs, s3, lds, vals[11])
     name = _sgm_tile(be, cfg, d, m, n, k, z, ta, tb, whole)
     if name is None:
         return False
-    if name in matmul_sgm.WHOLE:    # A and B bound as vec4s: their windows grow to whole 16 bytes (as _vec4's do)
+    if name in matmul_sgm.WHOLE:    # A and B bound as vec4s, their windows grown to whole 16 bytes
         wins, vec = grown + list(wins[2:]), (True, True)
     tm = matmul_sgm.tile(cfg, name)[0]
     if band and tm > BAND_REACH:       # a banded product's reach is counted in rows of the tallest SIMT tile
@@ -596,7 +608,7 @@ def _sgm_tile(be, cfg, d: str, m: int, n: int, k: int, z: int, ta: bool, tb: boo
     tuner = getattr(be, "_matmul_tuner", None)
     if tuner is None:
         tuner = be._matmul_tuner = Tuner(be)
-    ok = [t for t in matmul_sgm.TILES if matmul_sgm.fits(cfg, t, be) and (t not in matmul_sgm.WHOLE or whole(t))]
+    ok = matmul_sgm.candidates(cfg, be, whole)
     key = (f"sgm:{matmul_sgm.key(cfg, '')}:{shape_class(d, m, n, k, z)}" + (":ta" if ta else "") + (":tb" if tb else "")
            + (":whole" if any(t in matmul_sgm.WHOLE for t in ok) else ""))
     got = tuner.table.get(key)
@@ -620,8 +632,9 @@ def _time_sgm(be, cfg, name: str, d: str, m: int, n: int, k: int, z: int, ta: bo
     s3 = [[0, 0, m * k], [0, 0, k * n], [0, 0, m * n]] if z > 1 else [[0, 0, 0]] * 3
     ro = (True, True)
     csf = matmul_sgm.cs_frags(cfg, name, matmul_sgm.smem_limit(be))
-    pipe = be.pipeline(_sgm_key(_key(matmul_sgm.key(cfg, name, csf), d, False, ta, tb, 0, None, False, False, ro)),
-                       matmul_sgm.source(cfg, name, d, _epi_parts(None, d), "", ta, tb, False, False, ro, None, csf))
+    vec = name in matmul_sgm.WHOLE      # (a whole tile binds A and B as vec4s whatever it is given)
+    pipe = be.pipeline(_sgm_key(_key(matmul_sgm.key(cfg, name, csf), d, False, ta, tb, 0, None, vec, vec, ro)),
+                       matmul_sgm.source(cfg, name, d, _epi_parts(None, d), "", ta, tb, vec, vec, ro, None, csf))
     params = _params(m, n, k, 0, m if ta else k, k if tb else n, n, 0, (0, 0, 0), [1, 1, z], z, s3, 0)
     ubuf = be.device.create_buffer_with_data(data=params + bytes((-len(params)) % 16), usage=0x40 | 0x08)
     entries = [{"binding": 0, "resource": {"buffer": ubuf, "offset": 0, "size": ubuf.size}}]

@@ -131,10 +131,10 @@ def staging_bytes(cfg: Config, name: str, ta: bool = False, tb: bool = False) ->
 def cs_frags(cfg: Config, name: str, limit: int) -> int:
     """How many of a fragment row's FN fragments each subgroup stores through Cs at once: the most (a divisor
     of FN) whose strips fit `limit` bytes of workgroup memory beside the staging of any orientation; 0: none."""
-    fn, wm, wn = tile(cfg, name)[6], *tile(cfg, name)[3:5]
-    staged = max(staging_bytes(cfg, name, ta, tb) for ta in (False, True) for tb in (False, True))
+    fn = tile(cfg, name)[6]
+    orients = [(ta, tb) for ta in (False, True) for tb in (False, True)]
     for c in range(fn, 0, -1):
-        if fn % c == 0 and staged + wm * wn * cfg.m * c * cfg.n * 4 <= limit:
+        if fn % c == 0 and max(smem_bytes(cfg, name, ta, tb, c) for ta, tb in orients) <= limit:
             return c
     return 0
 
@@ -177,13 +177,19 @@ def whole_fits(cfg: Config, name: str, m: int, n: int, k: int, kc: int, band: in
             and all(x % per16 == 0 for x in (*offs[:2], *strides3[0], *strides3[1], *lds)))
 
 
+def candidates(cfg: Config, be, whole=lambda name: False) -> list[str]:
+    """The tiles that fit `be` for a chunk, in TILES order (whole tiles first): a whole tile only where
+    `whole(name)` says the chunk fits it."""
+    return [t for t in TILES if fits(cfg, t, be) and (t not in WHOLE or whole(t))]
+
+
 def choose_tile(cfg: Config, be, m: int, n: int, whole=lambda name: False) -> str | None:
     """The tile for an m x n product: the largest that still gives the GPU some 2 x 66 workgroups to spread (a
     132-SM H100; smaller GPUs fill sooner), whole tiles first where `whole(name)` says the chunk fits one, else
     the smallest bounded tile that fits; None when none fits the device. SCELLIS_MATMUL_SGM_TILE forces one (for
     measuring; a forced whole tile where the chunk does not fit it runs on sgm_big)."""
     forced = settings.text("SCELLIS_MATMUL_SGM_TILE")
-    names = [t for t in TILES if fits(cfg, t, be) and (t not in WHOLE or whole(t))]
+    names = candidates(cfg, be, whole)
     if forced:
         if forced not in TILES:
             raise SettingError(f"SCELLIS_MATMUL_SGM_TILE={forced!r} is not a subgroup-matrix tile",
@@ -191,7 +197,6 @@ def choose_tile(cfg: Config, be, m: int, n: int, whole=lambda name: False) -> st
         if forced in WHOLE and forced not in names:
             forced = "sgm_big"
         return forced if forced in names else None
-    names = [t for t in names if t in WHOLE] + [t for t in names if t not in WHOLE]
     for name in names:
         tm, tn = tile(cfg, name)[:2]
         if -(-m // tm) * -(-n // tn) >= 132:
