@@ -41,27 +41,9 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
   {{PUT0}}
   workgroupBarrier();
   loop {
-    let more1 = k0 + {{BK}}u < kend;
-    k0 = k0 + {{BK}}u;
-    if (more1) {
-      {{FETCH}}
-    }
-    {{COMPUTE0}}
-    if (more1) {
-      {{PUT1}}
-    }
-    workgroupBarrier();
+    {{STEP1}}
     if (!more1) { break; }
-    let more2 = k0 + {{BK}}u < kend;
-    k0 = k0 + {{BK}}u;
-    if (more2) {
-      {{FETCH}}
-    }
-    {{COMPUTE1}}
-    if (more2) {
-      {{PUT0}}
-    }
-    workgroupBarrier();
+    {{STEP2}}
     if (!more2) { break; }
   }
   }
@@ -153,6 +135,20 @@ var r{{J}} = vec4<{{T}}>();
     if (gk + 3u < kend) { v.w = B[i + 3u]; }
   }
   r{{J}} = v; }
+
+//=== whole_step
+// step I of the WHOLE loop, unrolled by two so each buffer's offsets stay constants: the next tile's loads in
+// flight while this one is multiplied from one buffer, then staged into the other
+let more{{I}} = k0 + {{BK}}u < kend;
+k0 = k0 + {{BK}}u;
+if (more{{I}}) {
+  {{FETCH}}
+}
+{{COMPUTE}}
+if (more{{I}}) {
+  {{PUT}}
+}
+workgroupBarrier();
 
 //=== wfetch_a
 // WHOLE: A slot (row-major) with no bounds: 4 consecutive k of one row, one vec4 load

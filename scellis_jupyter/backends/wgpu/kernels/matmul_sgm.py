@@ -292,11 +292,12 @@ def source(cfg: Config, name: str, dtype: str, epi_parts: tuple[str, str, str], 
         emulation = ""
         sgid_param, sgid = sn_("real_sgid_param"), ""
     nbuf = 2 if whole else 1
+    steps = {f"STEP{i}": sn_("whole_step", I=i, BK=bk, FETCH="\n".join(fetch), COMPUTE=compute(i - 1), PUT=put(i % 2))
+             if whole else "" for i in (1, 2)}
     return render("matmul_sgm", flags={"VA": va, "VB": vb, "WHOLE": whole}, ENABLE=head, T=t, CBT=ct,
                   AACC="read" if ro[0] else "read_write", BACC="read" if ro[1] else "read_write",
                   TM=tm, TN=tn, BK=bk, NSG=nsg, WM=wm, WN=wn, FM=fm, FN=fn, M8=cfg.m, N8=cfg.n,
                   SM=fm * cfg.m, SN=fn * cfg.n, THREADS=threads, AS_LEN=nbuf * alen, BS_LEN=nbuf * blen,
                   CS_LEN=nsg * msn, EPI_PARAMS=epi_params, EPILOGUE=epi_text, EMULATION=emulation,
                   SGID_PARAM=sgid_param, SGID=sgid, BAND=band, DECL="\n".join(decl), FETCH="\n".join(fetch),
-                  PUT0=put(0), PUT1=put(1) if whole else "", COMPUTE0=compute(0), COMPUTE1=compute(1) if whole else "",
-                  STORE="\n".join(store))
+                  PUT0=put(0), COMPUTE0=compute(0), STORE="\n".join(store), **steps)
