@@ -1,4 +1,5 @@
-"""The real subgroup-matrix matmul (Dawn, a GPU with matrix units) against float64 on the CPU, before any timing:
+"""The real subgroup-matrix matmul and flash attention (Dawn, a GPU with matrix units) against float64 on the CPU,
+before any timing (attention: forward and gradients on kernels/flash_sgm.wgsl, causal and not, head sizes 16-128):
     SCELLIS_WEBGPU=dawn python benchmarks/sgm_check.py      # prints SGM-CHECK ok | FAILED and the worst error"""
 import os, sys, time, json
 import numpy as np
@@ -38,6 +39,18 @@ tx, tw, tbias = (sc.tensor(v, dtype="f16", device=d) for v in (x, w, bias))
 got = sc.ops.relu(tx @ tw + tbias).numpy()
 ref = np.maximum(x.astype(np.float64) @ w + bias, 0)
 check("f16 relu(x @ w + b) (epilogue)", got, ref)
-keys = sorted({k.split(":")[0] + ":" + k.split(":")[1] for k in be._pipelines if k.startswith("matmul")})
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from fixtures.attention import dense          # noqa: E402  (softmax attention and its gradients in float64)
+os.environ["SCELLIS_ATTENTION_KERNEL"] = "sgm"  # the matrix-unit flash kernels (kernels/flash_sgm.wgsl; opt-in)
+for (batch, lq, lk, dh, causal) in [((2, 3), 37, 45, 64, True), ((2,), 130, 130, 64, False), ((1, 2), 200, 77, 32, True),
+                                    ((1,), 300, 300, 128, True), ((2,), 64, 64, 16, False)]:
+    q, k, v, g = (h(rng.standard_normal(batch + s)) for s in ((lq, dh), (lk, dh), (lk, dh), (lq, dh)))
+    ts = [sc.tensor(a, dtype="f16", device=d, requires_grad=True) for a in (q, k, v)]
+    o = sc.ops.attention(*ts, causal=causal)
+    o.backward(sc.tensor(g, dtype="f16", device=d))
+    got = [o.numpy()] + [t.grad.numpy() for t in ts]
+    for what, x, y in zip(("out", "dq", "dk", "dv"), got, dense(q, k, v, g, causal, None, 1 / np.sqrt(dh))):
+        check(f"attention {what} {batch} {lq}x{lk} d{dh} causal={causal}", x, y)
+keys = sorted({k.split(":")[0] + ":" + k.split(":")[1] for k in be._pipelines if k.startswith(("matmul", "flash"))})
 print("matmul pipelines:", keys)
 print("SGM-CHECK", "ok" if worst < 5e-3 else "FAILED", f"worst {worst:.2e}", flush=True)

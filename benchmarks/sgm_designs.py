@@ -162,11 +162,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
 
 
 DESIGNS = {
-    "direct 4x4 1sg": ("direct", (4, 4, 1, 1, 1)), "direct 4x4 2x2sg": ("direct", (4, 4, 2, 2, 1)),
-    "staged 4x4 2x2sg bk32 1buf": ("staged", (4, 4, 2, 2, 32, 1)),
+    "direct 4x4 2x2sg": ("direct", (4, 4, 2, 2, 1)),
     "staged 4x4 2x2sg bk16 2buf": ("staged", (4, 4, 2, 2, 16, 2)),
     "staged 4x4 2x2sg bk32 2buf": ("staged", (4, 4, 2, 2, 32, 2)),
+    "staged 4x4 2x2sg bk16 2buf pad0": ("staged", (4, 4, 2, 2, 16, 2, 0)),
+    "staged 4x4 2x4sg bk16 2buf": ("staged", (4, 4, 2, 4, 16, 2)),
+    "staged 4x4 4x2sg bk16 2buf": ("staged", (4, 4, 4, 2, 16, 2)),
+    "staged 2x4 4x2sg bk32 2buf": ("staged", (2, 4, 4, 2, 32, 2)),
     "staged 4x2 2x4sg bk32 2buf": ("staged", (4, 2, 2, 4, 32, 2)),
+    "staged 2x2 4x4sg bk32 2buf": ("staged", (2, 2, 4, 4, 32, 2)),
     "staged 4x4 2x4sg bk32 1buf": ("staged", (4, 4, 2, 4, 32, 1)),
 }
 

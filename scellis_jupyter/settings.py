@@ -149,8 +149,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "`flash` (the flash kernels) or `scores` (materialized scores; also runs a head too long for one chunk "
        "in blocks of query rows).", choices=("auto", "flash", "scores")),
     _s("SCELLIS_ATTENTION_KERNEL", "choice", "auto", "kernels",
-       "`rowwise`: the one-row-per-thread flash kernels instead of the register-tiled ones.",
-       choices=("auto", "rowwise")),
+       "`rowwise`: the one-row-per-thread flash kernels instead of the register-tiled ones; `sgm`: the flash "
+       "kernels on the matrix units (kernels/flash_sgm.wgsl) wherever they can run (subgroup matrices, head sizes "
+       "in whole fragments, no mask, no dropout; else as `auto`). Opt-in until checked on a GPU with matrix units.",
+       choices=("auto", "rowwise", "sgm")),
     _s("SCELLIS_ATTENTION_TILE_FWD", "text", None, "kernels", "The forward flash tile, `TYxCK` (e.g. `8x2`)."),
     _s("SCELLIS_ATTENTION_TILE_DQ", "text", None, "kernels", "The dQ flash tile, `TYxCK`."),
     _s("SCELLIS_ATTENTION_TILE_DKDV", "text", None, "kernels", "The dK/dV flash tile, `TYxCK`."),

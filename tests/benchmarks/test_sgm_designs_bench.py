@@ -21,7 +21,7 @@ def test_each_design_tiles_the_sizes_it_runs(name):
     assert 4096 % bm == 0 and 4096 % bn == 0 and 2048 % bm == 0
     assert "subgroupMatrixMultiplyAccumulate" in src and "enable chromium_experimental_subgroup_matrix;" in src
     if kind == "staged":
-        fm, fn, wm, wn, bk, _nbuf = v
+        fm, fn, wm, wn, bk = v[:5]
         threads = 32 * wm * wn
         assert (bm * bk) % (4 * threads) == 0 and (bk * bn) % (4 * threads) == 0
 

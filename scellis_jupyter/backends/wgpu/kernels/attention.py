@@ -34,7 +34,7 @@ from ..templates import WGSL_TYPE, enable_f16, render
 from .registry import launcher
 from .strided import broadcast_strides, collapse, contiguous_strides, window
 from .elementwise import fill
-from . import matmul_sgm
+from . import flash_sgm, matmul_sgm
 from .attention_scores import Drop, cast_into, f32_scratch, heads_per_chunk, scores_bwd, scores_fwd, widened
 
 BQ = 32            # threads per workgroup = rows (query rows, or key rows in dk/dv) owned by it
@@ -247,7 +247,8 @@ def _attention(be, v, ins, out):
         return
     isz = dt.ITEMSIZE[t]
     scale = float(v.attrs["scale"])
-    chunk = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask)
+    sg = _sgm_plans(be, v, t, d, dv, mask, ("fwd",), (q, k, val, o))
+    chunk = None if sg else heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask)
     if chunk is not None:
         half = on_matrix_units(be, t)
         if t == "f16":          # computed in f32 (or on the matrix units from f16 operands), rounded once
@@ -259,9 +260,14 @@ def _attention(be, v, ins, out):
         if t == "f16":
             cast_into(be, o, o16)
         return
-    cfg = _flash_cfg(be, "fwd", d, dv)
+    cfg = None if sg else _flash_cfg(be, "fwd", d, dv)
     drop, dtail = _dropout(be, v, cfg is not None, 5 + (mask is not None) + (sbase is not None))
-    if cfg is not None:
+    if sg:
+        rows_per, pscale = sg["fwd"].br, scale * LOG2E
+
+        def kernel(vec):
+            return flash_sgm.key(sg["fwd"], causal), flash_sgm.source(sg["fwd"], causal)
+    elif cfg is not None:
         ty, ck = cfg
         rows_per = 4 * ty
         def kernel(vec):
@@ -307,6 +313,22 @@ def _attention(be, v, ins, out):
         be.launch(key, src, storages, params, nb * nqb)
 
 
+def _sgm_plans(be, v, t: str, d: int, dv: int, mask, kinds: tuple, operands) -> dict | None:
+    """The flash_sgm plans of `kinds` where the matrix-unit flash kernels run this attention, else None: asked for
+    (SCELLIS_ATTENTION_KERNEL=sgm: opt-in until they are checked on a GPU with matrix units; no GPU was lent since
+    they were written), f16 (or an f32 configuration's f32) operands on a device with matrix units under the
+    program's tier, head sizes in whole fragments, no bool mask, no dropout, every operand 16-byte-row aligned
+    (vec4 bindings), and not SCELLIS_ATTENTION_PATH=scores."""
+    if (settings.choice("SCELLIS_ATTENTION_KERNEL") != "sgm" or mask is not None or float(v.attrs.get("dropout", 0.0))
+            or settings.choice("SCELLIS_ATTENTION_PATH") == "scores"):
+        return None
+    isz = dt.ITEMSIZE[t]
+    if any(s.dtype != t or s.offset % (4 * isz) for s in operands):
+        return None
+    plans = {kd: flash_sgm.plan(be, kd, t, d, dv, getattr(be, "tier", None)) for kd in kinds}
+    return plans if all(plans.values()) else None
+
+
 def on_matrix_units(be, t: str) -> bool:
     """Whether the score path's products of `t` operands run on the matrix units (kernels/matmul_sgm.py): f16
     where the device offers an f16 configuration under the program's tier (never debug). They then take the f16
@@ -344,7 +366,8 @@ def _attention_bwd(be, v, ins, out):
             fill(be, dvv, 0)
         return
     scale = float(v.attrs["scale"])
-    chunk = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask) if dout.dtype == t else None
+    sg = _sgm_plans(be, v, t, d, dv, mask, ("dq", "dkdv"), (q, k, val, o, dout, dq, dk, dvv))
+    chunk = heads_per_chunk(be, v, t, bh, lq, lk, d, dv, mask) if dout.dtype == t and not sg else None
     if chunk is not None:
         g16, half = g, None
         if t == "f16" and on_matrix_units(be, t):    # f16 products on the matrix units; row kernels read f32
@@ -370,9 +393,13 @@ def _attention_bwd(be, v, ins, out):
         raise KernelError(f"attention gradient dtype {dout.dtype} differs from q's {t}", where="op 'attention_bwd'")
     has = mask is not None
     kst, sst = _render("attention_bwd", "stats", has, dict(base, BK=1))
-    cdq, ckv = _flash_cfg(be, "dq", d, dv), _flash_cfg(be, "dkdv", d, dv)
+    cdq, ckv = (None, None) if sg else (_flash_cfg(be, "dq", d, dv), _flash_cfg(be, "dkdv", d, dv))
     drop, dtail = _dropout(be, v, cdq is not None and ckv is not None, 7 + has + (sbase is not None))
-    if cdq is not None and ckv is not None:
+    if sg:
+        def kernels(vec):
+            return tuple((flash_sgm.key(sg[kd], causal), flash_sgm.source(sg[kd], causal)) for kd in ("dq", "dkdv"))
+        rows_dq, rows_kv, pscale = sg["dq"].br, sg["dkdv"].br, scale * LOG2E
+    elif cdq is not None and ckv is not None:
         fb = dict(ENABLE=base["ENABLE"], T=base["T"], D=d, DV=dv, CAUSAL=base["CAUSAL"],
                   MASKED=str(has).lower(), MASK_BINDING=8, BASE_BINDING=8 + has)
         def kernels(vec):
