@@ -3,7 +3,7 @@
 // section, with the Params and bindings of flash_fwd.wgsl / flash_bwd.wgsl (the same chunk plan and stats pass):
 //   fwd:  one workgroup per (head, BR query rows); subgroup s owns rows s M8 .. + M8 and keeps their q
 //         fragments and their output O in fragments. Per staged key block (BC keys): S = q k^T on the matrix
-//         units into workgroup memory (Ss), the online softmax by threads (one a row, base 2), P rounded to
+//         units into workgroup memory (Fs), the online softmax by threads (one a row, base 2), P rounded to
 //         f16 (Ps), O += P v on the matrix units. O is rescaled only when a row's maximum grows by more than
 //         TAU (2^TAU bounds P, in f16 range): the rows keep an older maximum until then, which the final
 //         division by the row sum cancels, so O stays in fragments on almost every block (a rare workgroup-
@@ -43,6 +43,18 @@ fn {{FN}}(t: u32, base: u32, r0: u32, nvalid: u32) {
     {{DST}}[o] = x.x; {{DST}}[o + 1u] = x.y; {{DST}}[o + 2u] = x.z; {{DST}}[o + 3u] = x.w;
   }
 }
+
+//=== key_end
+// keys a block of query rows can see: every key, or (causal) up to its last row + coff
+var kend = p.lk;
+if (CAUSAL) {
+  let last = i32(p.r0 + min(q0 + BR, p.nrows)) - 1;
+  kend = u32(clamp(last + p.coff + 1, 0, i32(p.lk)));
+}
+
+//=== fs4
+// 4 consecutive f32 of the workgroup array Fs
+fn fs4(i: u32) -> vec4<f32> { return vec4<f32>(Fs[i], Fs[i + 1u], Fs[i + 2u], Fs[i + 3u]); }
 
 //=== real_types
 alias LEFT = subgroup_matrix_left<{{T}}, {{K8}}, {{M8}}>;
@@ -154,7 +166,8 @@ const TAU: f32 = 8.0;                          // rescale O only when a row maxi
 var<workgroup> Ks: array<{{T}}, {{KS_LEN}}>;    // [key][d]
 var<workgroup> Vs: array<{{T}}, {{VS_LEN}}>;    // [key][dv]
 var<workgroup> Ps: array<{{T}}, {{PS_LEN}}>;    // [query row][key]: P in f16 (q's staging at the start)
-var<workgroup> Ss: array<f32, {{SS_LEN}}>;      // [query row][key]: scores; O for a rescale and the store
+var<workgroup> Fs: array<f32, {{SS_LEN}}>;      // [query row][key]: scores; O for a rescale and the store
+#include flash_sgm:fs4
 var<workgroup> mrow: array<f32, BR>;            // the maximum each row's P and O are relative to
 var<workgroup> lrow: array<f32, BR>;            // row sums relative to it
 var<workgroup> arow: array<f32, BR>;            // this block's rescale factor of each row
@@ -178,12 +191,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   workgroupBarrier();
   {{LOAD_Q}}
   {{ZERO_O}}
-  // keys this block can see: every key, or (causal) up to its last row + coff
-  var kend = p.lk;
-  if (CAUSAL) {
-    let last = i32(p.r0 + min(q0 + BR, p.nrows)) - 1;
-    kend = u32(clamp(last + p.coff + 1, 0, i32(p.lk)));
-  }
+#include flash_sgm:key_end
   for (var j0 = 0u; j0 < kend; j0 = j0 + BC) {
     workgroupBarrier();
     stage_k(t, kbase, j0, p.lk);
@@ -199,9 +207,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       var mx = NEG;
       for (var c0 = 0u; c0 < BC; c0 = c0 + 1u) {
         let c = (c0 + r) % BC;                  // rows start at different columns: no bank conflicts
-        var s = Ss[r * {{SSTR}}u + c] * p.scale;
+        var s = Fs[r * {{SSTR}}u + c] * p.scale;
         if (need && (j0 + c >= p.lk || q0 + r >= p.nrows || (CAUSAL && i32(j0 + c) > i))) { s = NEG; }
-        Ss[r * {{SSTR}}u + c] = s;
+        Fs[r * {{SSTR}}u + c] = s;
         mx = max(mx, s);
       }
       let mo = mrow[r];
@@ -217,7 +225,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       var l = 0.0;
       for (var c0 = 0u; c0 < BC; c0 = c0 + 1u) {
         let c = (c0 + r) % BC;
-        let pv = exp2(Ss[r * {{SSTR}}u + c] - mref);
+        let pv = exp2(Fs[r * {{SSTR}}u + c] - mref);
         l = l + pv;
         Ps[r * {{PSTR}}u + c] = {{T}}(pv);
       }
@@ -230,7 +238,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       workgroupBarrier();
       for (var e = t; e < BR * DV; e = e + NT) {
         let r = e / DV;
-        Ss[r * {{SSTR}}u + e % DV] *= arow[r];
+        Fs[r * {{SSTR}}u + e % DV] *= arow[r];
       }
       workgroupBarrier();
       {{RELOAD_O}}
@@ -247,9 +255,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (q0 + r < p.nrows) {
       let l = lrow[r];
       let inv = select(0.0, 1.0 / l, l > 0.0);
-      let x = vec4<f32>(Ss[r * {{SSTR}}u + c], Ss[r * {{SSTR}}u + c + 1u], Ss[r * {{SSTR}}u + c + 2u],
-                        Ss[r * {{SSTR}}u + c + 3u]);
-      o[(obase + (q0 + r) * DV + c) >> 2u] = TB(x * inv);
+      o[(obase + (q0 + r) * DV + c) >> 2u] = TB(fs4(r * {{SSTR}}u + c) * inv);
     }
   }
   for (var r = t; r < BR; r = r + NT) {
@@ -276,6 +282,7 @@ var<workgroup> Ks: array<{{T}}, {{KS_LEN}}>;    // [key][d]
 var<workgroup> Vs: array<{{T}}, {{VS_LEN}}>;    // [key][dv]
 var<workgroup> Xs: array<{{T}}, {{XS_LEN}}>;    // q's, then dout's staging; then dS [query row][key] in f16
 var<workgroup> Fs: array<f32, {{FS_LEN}}>;      // S [row][key] at 0, dP at {{DOFF}}; dq for the store
+#include flash_sgm:fs4
 var<workgroup> lrow: array<f32, BR>;            // lse * log2 e of each row (NEG past the rows)
 var<workgroup> drow: array<f32, BR>;            // delta = rowsum(dout * out)
 {{STAGES}}
@@ -312,11 +319,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
   workgroupBarrier();
   {{LOAD_G}}
   {{ZERO_DQ}}
-  var kend = p.lk;
-  if (CAUSAL) {
-    let last = i32(p.r0 + min(q0 + BR, p.nrows)) - 1;
-    kend = u32(clamp(last + p.coff + 1, 0, i32(p.lk)));
-  }
+#include flash_sgm:key_end
   for (var j0 = 0u; j0 < kend; j0 = j0 + BC) {
     workgroupBarrier();
     stage_k(t, kbase, j0, p.lk);
@@ -348,9 +351,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let r = e / (D / 4u);
     let c = (e % (D / 4u)) * 4u;
     if (q0 + r < p.nrows) {
-      let x = vec4<f32>(Fs[r * {{OSTR}}u + c], Fs[r * {{OSTR}}u + c + 1u], Fs[r * {{OSTR}}u + c + 2u],
-                        Fs[r * {{OSTR}}u + c + 3u]);
-      dq[(p.goff + (rbase + q0 + r) * D + c) >> 2u] = TB(x * p.nscale);
+      dq[(p.goff + (rbase + q0 + r) * D + c) >> 2u] = TB(fs4(r * {{OSTR}}u + c) * p.nscale);
     }
   }
 }
@@ -371,6 +372,7 @@ var<workgroup> Gs: array<{{T}}, {{GS_LEN}}>;    // [query row][dv]: dout
 var<workgroup> Ps: array<{{T}}, {{PS_LEN}}>;    // [key][query row]: P^T in f16 (k's, then v's staging at the start)
 var<workgroup> Es: array<{{T}}, {{ES_LEN}}>;    // [key][query row]: dS^T in f16
 var<workgroup> Fs: array<f32, {{FS_LEN}}>;      // S^T [key][row] at 0, dP^T at {{DOFF}}; dk, then dv, for the store
+#include flash_sgm:fs4
 var<workgroup> st: array<vec2<f32>, BC>;        // (lse * log2 e, delta) of the staged query rows
 {{STAGES}}
 
@@ -436,8 +438,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let c = (e % (D / 4u)) * 4u;
     if (kb0 + r < p.lk) {
       let a = (p.goff + (bl * p.lk + kb0 + r) * D + c) >> 2u;
-      var x = vec4<f32>(Fs[r * {{OSTR}}u + c], Fs[r * {{OSTR}}u + c + 1u], Fs[r * {{OSTR}}u + c + 2u],
-                        Fs[r * {{OSTR}}u + c + 3u]) * p.nscale;
+      var x = fs4(r * {{OSTR}}u + c) * p.nscale;
       if (p.accum != 0u) { x = x + vec4<f32>(dk[a]); }
       dk[a] = TB(x);
     }
@@ -450,8 +451,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let c = (e % (DV / 4u)) * 4u;
     if (kb0 + r < p.lk) {
       let a = (p.g2off + (bl * p.lk + kb0 + r) * DV + c) >> 2u;
-      var x = vec4<f32>(Fs[r * {{OSTR}}u + c], Fs[r * {{OSTR}}u + c + 1u], Fs[r * {{OSTR}}u + c + 2u],
-                        Fs[r * {{OSTR}}u + c + 3u]);
+      var x = fs4(r * {{OSTR}}u + c);
       if (p.accum != 0u) { x = x + vec4<f32>(dv[a]); }
       dv[a] = TB(x);
     }

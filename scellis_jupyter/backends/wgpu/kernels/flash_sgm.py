@@ -189,9 +189,9 @@ def source(pl: Plan, causal: bool) -> str:
             STAGES="\n".join([stage("stage_q", "q", "Ps", d, br, pst), stage("stage_k", "k", "Ks", d, bc, lay["KSTR"]),
                               stage("stage_v", "v", "Vs", dv, bc, lay["VSTR"])]),
             LOAD_Q=held("qf", "Ps", d // k8, pst), ZERO_O=zero("of", dv // n8),
-            SCORES=products("qf", d // k8, "Ks", "KSTR", "Ss", sst),
-            STORE_O=store("of", dv // n8, sst, "Ss"),
-            RELOAD_O="\n".join(frag_ld(f"of{j}", ld("a", "Ss", False), f"{own(sst)} + {j * n8}u", sst, decl=False)
+            SCORES=products("qf", d // k8, "Ks", "KSTR", "Fs", sst),
+            STORE_O=store("of", dv // n8, sst, "Fs"),
+            RELOAD_O="\n".join(frag_ld(f"of{j}", ld("a", "Fs", False), f"{own(sst)} + {j * n8}u", sst, decl=False)
                                for j in range(dv // n8)),
             PV=accumulate("of", dv // n8, "Ps", pst, "Vs", lay["VSTR"]))
     elif kind == "dq":
