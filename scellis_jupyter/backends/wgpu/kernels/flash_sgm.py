@@ -111,7 +111,7 @@ def source(pl: Plan, causal: bool) -> str:
     m8, n8, k8 = cfg.m, cfg.n, cfg.k
     mode = "emu" if cfg.emulated else "real"
     sn_ = functools.partial(snippet, "flash_sgm")
-    rows, cols = {"LEFT": (m8, k8), "RIGHT": (k8, n8), "RES": (m8, n8)}, None
+    rows = {"LEFT": (m8, k8), "RIGHT": (k8, n8), "RES": (m8, n8)}
     kinds = {"l": "LEFT", "r": "RIGHT", "a": "RES"}
 
     def ld_fn(what: str, arr: str, col: bool) -> str:
@@ -154,9 +154,8 @@ def source(pl: Plan, causal: bool) -> str:
         for c in range(bc // n8):
             lines = [sn_("frag_zero", V="s")]
             for i in range(nk):
-                lines.append(frag_ld("b", ld("r", arr, True), f"{c * n8 * lay[stride]}u + {i * k8}u", lay[stride])
-                             if i == 0 else frag_ld("b", ld("r", arr, True), f"{c * n8 * lay[stride]}u + {i * k8}u",
-                                                    lay[stride], decl=False))
+                lines.append(frag_ld("b", ld("r", arr, True), f"{c * n8 * lay[stride]}u + {i * k8}u", lay[stride],
+                                     decl=i == 0))
                 lines.append(sn_("frag_mma", V="s", A=f"{lefts}{i}", B="b"))
             lines.append(sn_("frag_st", FN=st(dst), OFF=f"{base}u + {own(sstride)} + {c * n8}u", V="s",
                              STR=sstride))
@@ -228,4 +227,4 @@ def source(pl: Plan, causal: bool) -> str:
                   CAUSAL=str(causal).lower(), FRAGS=frags,
                   SGID_PARAM="" if cfg.emulated else sn_("real_sgid_param"),
                   SGID=sn_("emu_sgid", SGS=cfg.sgs) if cfg.emulated else "",
-                  **{k: v for k, v in lay.items() if k != "bytes" and k != "KVSTR"}, **subs)
+                  **{k: v for k, v in lay.items() if k != "bytes"}, **subs)
