@@ -113,7 +113,7 @@ fn {{FN}}(off: u32, f: RES, st: u32) {
 //=== emu_sgid
 let sg = t / {{SGS}}u;
 emu_lane0 = t % {{SGS}}u == 0u;
-emu_one = nwg.z;
+emu_one = min(nwg.z, 1u);
 
 //=== frag_zero
 var {{V}} = RES();

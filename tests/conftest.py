@@ -90,19 +90,33 @@ def clean_registry():
 
 
 # ---- the kernel modules on Dawn (tests/fixtures/dawn.py): started when collection ends, awaited at the end ----
+_BACKGROUND = "tests/backends/test_dawn.py::test_kernel_module_passes_"
+
+
+def _background(items, kind: str) -> set:
+    return {it.callspec.params["module"] for it in items
+            if it.nodeid.startswith(_BACKGROUND + kind) and hasattr(it, "callspec")}
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The Dawn results are awaited last, so the modules have run beside the rest of the suite by then."""
+    """The background results are awaited last, so the modules have run beside the rest of the suite by then; a
+    module that runs on wgpu-native in the background (fixtures.dawn.BACKGROUND_NATIVE) leaves the session."""
+    moved = _background(items, "in_the_background_on_llvmpipe")
+    if moved:
+        gone = [it for it in items if it.nodeid.startswith("tests/backends/wgpu/")
+                and it.nodeid.split("::")[0].rsplit("/", 1)[-1] in moved]
+        if gone:
+            config.hook.pytest_deselected(items=gone)
+            items[:] = [it for it in items if it not in gone]
     dawn = [it for it in items if it.nodeid.startswith("tests/backends/test_dawn.py")]
     if dawn and len(dawn) < len(items):
         items[:] = [it for it in items if it not in dawn] + dawn
 
 
 def pytest_collection_finish(session):
-    wanted = {it.callspec.params["module"] for it in session.items
-              if it.nodeid.startswith("tests/backends/test_dawn.py::test_kernel_module_passes_on_dawn")
-              and hasattr(it, "callspec")}
-    if not wanted:
+    wanted, native = _background(session.items, "on_dawn"), _background(session.items, "in_the_background")
+    if not wanted and not native:
         return
     from fixtures import dawn
-    if dawn.available():
-        dawn.start([m for m in dawn.dawn_modules() if m in wanted])
+    dawn.start([m for m in dawn.dawn_modules() if m in wanted] if dawn.available() else [],
+               [m for m in dawn.BACKGROUND_NATIVE if m in native])

@@ -7,7 +7,8 @@ reference there, as it is on wgpu-native over llvmpipe in the main run (tests/fi
 rest of the suite; these tests, last in the session, report each module). A whole training run (the quickstart)
 trains, checkpoints and reports on Dawn. SwiftShader has no `shader-f16`: the f16 halves of those modules skip
 there (tests/backends/wgpu/conftest.py says so per test) and run on llvmpipe. Modules that test wgpu-native's own
-paths or no kernel stay on wgpu-native (fixtures.dawn.NATIVE_ONLY).
+paths or no kernel stay on wgpu-native (fixtures.dawn.NATIVE_ONLY). In a full run a few of the slowest llvmpipe
+modules run on wgpu-native in the same background stream (fixtures.dawn.BACKGROUND_NATIVE), reported here too.
 """
 import os
 import subprocess
@@ -17,13 +18,12 @@ import pytest
 
 from fixtures import dawn
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not dawn.available() and not os.environ.get("CI"),
-                       reason="no SwiftShader ICD (Debian's chromium ships it): Dawn has no adapter here"),
-]
+pytestmark = pytest.mark.slow
+needs_dawn = pytest.mark.skipif(not dawn.available() and not os.environ.get("CI"),
+                                reason="no SwiftShader ICD (Debian's chromium ships it): Dawn has no adapter here")
 
 
+@needs_dawn
 def test_every_kernel_module_is_either_run_on_dawn_or_named_native_only():
     mods = dawn.kernel_modules()
     assert dawn.NATIVE_ONLY <= set(mods), dawn.NATIVE_ONLY - set(mods)
@@ -31,16 +31,27 @@ def test_every_kernel_module_is_either_run_on_dawn_or_named_native_only():
     assert len(dawn.dawn_modules()) >= 35
 
 
+@needs_dawn
 @pytest.mark.parametrize("module", dawn.dawn_modules())
 def test_kernel_module_passes_on_dawn(module):
-    run = dawn.runner() or dawn.start([module])
-    rc, out, secs = run.wait(module, timeout=dawn.MODULE_TIMEOUT_S * 2)
+    _passed(module, "dawn", "on Dawn (SwiftShader)")
+
+
+@pytest.mark.parametrize("module", dawn.BACKGROUND_NATIVE)
+def test_kernel_module_passes_in_the_background_on_llvmpipe(module):
+    _passed(module, "native", f"on wgpu-native (llvmpipe) {dawn.BACKGROUND_NATIVE[module] or ''}")
+
+
+def _passed(module: str, impl: str, where: str) -> None:
+    run = dawn.runner() or dawn.start(*(([module], []) if impl == "dawn" else ([], [module])))
+    rc, out, secs = run.wait(module, timeout=dawn.MODULE_TIMEOUT_S * 2, impl=impl)
     tail = out[-6000:]
-    assert rc == 0, f"{module} on Dawn (SwiftShader), {secs:.0f} s:\n{tail}"
+    assert rc == 0, f"{module} {where}, {secs:.0f} s:\n{tail}"
     last = [ln for ln in out.splitlines() if ln.strip()][-1]
     assert "passed" in last and "failed" not in last, tail
 
 
+@needs_dawn
 def test_the_quickstart_trains_on_dawn(tmp_path):
     """A whole run on Dawn: plan, train, evaluate, checkpoint; the plan's peak is the measured one."""
     r = subprocess.run([sys.executable, "-m", "scellis_jupyter.quickstart", "--store", str(tmp_path / "st"),
