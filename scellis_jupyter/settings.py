@@ -78,8 +78,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "invocations; for testing their tiling and edges where no adapter has matrix units. Under prod and fast only."),
     _s("SCELLIS_MATMUL_SGM_TILE", "text", None, "kernels",
        "Force one subgroup-matrix tile (`sgm_w_big`, `sgm_w_wide`, `sgm_w_mid` for products that fill whole tiles, "
-       "else `sgm_big` in their place; `sgm_big`, `sgm_wide`, `sgm_mid`, `sgm_small`) for every product that runs "
-       "on the matrix units (for measuring); default: by the product's shape."),
+       "else their bounded twin, `sgm_w_mid` on `sgm_mid`; `sgm_big`, `sgm_wide`, `sgm_mid`, `sgm_small`) for "
+       "every product that runs on the matrix units (for measuring); default: by the product's shape."),
     _s("SCELLIS_WGPU_LIMITS", "choice", "adapter", "device",
        "`default` opens the GPU with WebGPU's default limits, as a browser would.", choices=("adapter", "default")),
     _s("SCELLIS_WGPU_SUBGROUPS", "flag", True, "device",

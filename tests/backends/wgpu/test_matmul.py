@@ -201,12 +201,17 @@ def test_auto_tunes_only_tier_fast_on_a_gpu(adapter_type, tier, tunes, monkeypat
 
 def test_auto_fast_run_trains_on_tuned_tiles(monkeypatch, tmp_path):
     """End to end through sc.train: a tier-fast run on a (pretended) GPU adapter autotunes its matmuls, stores
-    the picks in the adapter's cache, and trains to the tile table's losses within tier fast's tolerance."""
+    the picks in the adapter's cache, and trains to the tile table's losses within tier fast's tolerance. The
+    tuner times three tiles of each shape's candidates here (each one's pipeline built on llvmpipe is what costs;
+    every tile and split is timed by test_autotune_caches_per_adapter and the tuner tests)."""
     from fixtures import spec_text
     from scellis_jupyter.backends.wgpu.kernels import matmul_tune as T
     spec = spec_text("tiny_lm", determinism="fast")
     monkeypatch.setenv("SCELLIS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(T, "gpu_adapter", lambda be: True)     # the run opens its own backend on llvmpipe
+    every = T.candidates
+    monkeypatch.setattr(T, "candidates", lambda *a, **kw: [c for c in every(*a, **kw)
+                                                           if c[0] in ("tall", "mid", "small")])
     losses = {}
     for mode in ("off", "auto"):
         monkeypatch.setattr(WG.impl, "_matmul_tuner", None, raising=False)

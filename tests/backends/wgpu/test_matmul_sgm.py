@@ -111,14 +111,19 @@ def test_whole_tiles(emu, monkeypatch, tile):
 
 def test_whole_tile_falls_back_where_a_chunk_does_not_fill_it(emu, monkeypatch):
     """Rows, columns or k that are not whole tiles (an unbounded load there would read past the operands) run on
-    a bounded tile, correctly."""
-    monkeypatch.setenv("SCELLIS_MATMUL_SGM_TILE", "sgm_w_big")
+    the whole tile's bounded twin, correctly (on subgroups where the whole tile runs, as test_whole_tiles)."""
+    monkeypatch.setenv("SCELLIS_WGPU_SUBGROUP_MATRIX_EMULATE", "f32:4x4x4:4")
+    monkeypatch.setenv("SCELLIS_MATMUL_SGM_TILE", "sgm_w_mid")
+    WG.impl.forget_programs()
+    cfg = matmul_sgm.configs(WG.impl)[0]
+    tm, tn, bk = matmul_sgm.tile(cfg, "sgm_w_mid")[:3]
+    assert "sgm_w_mid" in matmul_sgm.candidates(cfg, WG.impl, lambda name: True)
     WG.impl._pipelines = {k: v for k, v in WG.impl._pipelines.items() if not k.startswith("matmul_sgm:")}
-    for m, n, k in ((65, 32, 16), (64, 33, 16), (64, 32, 17)):
+    for m, n, k in ((2 * tm + 1, tn, bk), (2 * tm, tn + 1, bk), (2 * tm, tn, bk + 1)):
         a = R.standard_normal((m, k)).astype(np.float32)
         b = R.standard_normal((k, n)).astype(np.float32)
         assert rel(mm(a, b), a.astype(np.float64) @ b) < 1e-5, (m, n, k)
-    assert sgm_keys() and not any(":sgm_w_" in k for k in sgm_keys()), sgm_keys()
+    assert sgm_keys() and all(":sgm_mid@" in k for k in sgm_keys()), sgm_keys()
 
 
 def test_whole_fits_rule():
@@ -139,18 +144,18 @@ def test_store_strip_shrinks_to_the_workgroup_memory_limit(emu, monkeypatch):
     goes through Cs a fragment at a time (csf 1), where it holds a whole fragment row, a row at a time; both
     give the same product."""
     cfg = matmul_sgm.configs(WG.impl)[0]
-    monkeypatch.setenv("SCELLIS_MATMUL_SGM_TILE", "sgm_big")
-    fn, wm, wn = matmul_sgm.tile(cfg, "sgm_big")[6], *matmul_sgm.tile(cfg, "sgm_big")[3:5]
-    one = max(matmul_sgm.smem_bytes(cfg, "sgm_big", ta, tb, 1) for ta in (False, True) for tb in (False, True))
-    assert matmul_sgm.cs_frags(cfg, "sgm_big", one) == 1 and matmul_sgm.cs_frags(cfg, "sgm_big", one - 4) == 0
-    assert matmul_sgm.cs_frags(cfg, "sgm_big", 1 << 20) == fn
+    monkeypatch.setenv("SCELLIS_MATMUL_SGM_TILE", "sgm_wide")
+    fn, wm, wn = matmul_sgm.tile(cfg, "sgm_wide")[6], *matmul_sgm.tile(cfg, "sgm_wide")[3:5]
+    one = max(matmul_sgm.smem_bytes(cfg, "sgm_wide", ta, tb, 1) for ta in (False, True) for tb in (False, True))
+    assert matmul_sgm.cs_frags(cfg, "sgm_wide", one) == 1 and matmul_sgm.cs_frags(cfg, "sgm_wide", one - 4) == 0
+    assert matmul_sgm.cs_frags(cfg, "sgm_wide", 1 << 20) == fn
     a, b = R.standard_normal((70, 41)).astype(np.float32), R.standard_normal((41, 53)).astype(np.float32)
     want = a.astype(np.float64) @ b
     assert rel(mm(a, b), want) < 1e-5
     monkeypatch.setitem(WG.impl.limits, "max-compute-workgroup-storage-size", one)
     WG.impl.forget_programs()
     assert rel(mm(a, b), want) < 1e-5
-    assert any("sgm_big@" in k and "c1:" in k for k in sgm_keys()), sgm_keys()
+    assert any("sgm_wide@" in k and "c1:" in k for k in sgm_keys()), sgm_keys()
 
 
 def test_batched_broadcast(emu):

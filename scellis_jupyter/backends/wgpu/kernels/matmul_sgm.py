@@ -187,7 +187,7 @@ def choose_tile(cfg: Config, be, m: int, n: int, whole=lambda name: False) -> st
     """The tile for an m x n product: the largest that still gives the GPU some 2 x 66 workgroups to spread (a
     132-SM H100; smaller GPUs fill sooner), whole tiles first where `whole(name)` says the chunk fits one, else
     the smallest bounded tile that fits; None when none fits the device. SCELLIS_MATMUL_SGM_TILE forces one (for
-    measuring; a forced whole tile where the chunk does not fit it runs on sgm_big)."""
+    measuring; a forced whole tile where the chunk does not fit it runs on its bounded twin: sgm_w_mid on sgm_mid)."""
     forced = settings.text("SCELLIS_MATMUL_SGM_TILE")
     names = candidates(cfg, be, whole)
     if forced:
@@ -195,7 +195,7 @@ def choose_tile(cfg: Config, be, m: int, n: int, whole=lambda name: False) -> st
             raise SettingError(f"SCELLIS_MATMUL_SGM_TILE={forced!r} is not a subgroup-matrix tile",
                                where="environment", hint=f"one of {', '.join(TILES)}")
         if forced in WHOLE and forced not in names:
-            forced = "sgm_big"
+            forced = forced.replace("sgm_w_", "sgm_")
         return forced if forced in names else None
     for name in names:
         tm, tn = tile(cfg, name)[:2]
