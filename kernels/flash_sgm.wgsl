@@ -56,6 +56,16 @@ if (CAUSAL) {
 // 4 consecutive f32 of the workgroup array Fs
 fn fs4(i: u32) -> vec4<f32> { return vec4<f32>(Fs[i], Fs[i + 1u], Fs[i + 2u], Fs[i + 3u]); }
 
+//=== query_mask
+// The per-element mask of query rows q0.. against keys j0.. (fwd, dq): whether the block needs it at all (uniform
+// over the workgroup), and whether key column c is masked for row r, whose last visible key (causal) is i.
+fn block_needs_mask(j0: u32, q0: u32) -> bool {
+  return j0 + BC > p.lk || q0 + BR > p.nrows || (CAUSAL && i32(j0 + BC) - 1 > i32(p.r0 + q0) + p.coff);
+}
+fn masked(j0: u32, c: u32, q0: u32, r: u32, i: i32) -> bool {
+  return j0 + c >= p.lk || q0 + r >= p.nrows || (CAUSAL && i32(j0 + c) > i);
+}
+
 //=== real_types
 alias LEFT = subgroup_matrix_left<{{T}}, {{K8}}, {{M8}}>;
 alias RIGHT = subgroup_matrix_right<{{T}}, {{N8}}, {{K8}}>;
@@ -168,6 +178,7 @@ var<workgroup> Vs: array<{{T}}, {{VS_LEN}}>;    // [key][dv]
 var<workgroup> Ps: array<{{T}}, {{PS_LEN}}>;    // [query row][key]: P in f16 (q's staging at the start)
 var<workgroup> Fs: array<f32, {{SS_LEN}}>;      // [query row][key]: scores; O for a rescale and the store
 #include flash_sgm:fs4
+#include flash_sgm:query_mask
 var<workgroup> mrow: array<f32, BR>;            // the maximum each row's P and O are relative to
 var<workgroup> lrow: array<f32, BR>;            // row sums relative to it
 var<workgroup> arow: array<f32, BR>;            // this block's rescale factor of each row
@@ -199,16 +210,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     workgroupBarrier();
     {{SCORES}}
     workgroupBarrier();
-    // the per-element mask only where the block needs it (uniform over the workgroup)
-    var need = j0 + BC > p.lk || q0 + BR > p.nrows;
-    if (CAUSAL) { need = need || i32(j0 + BC) - 1 > i32(p.r0 + q0) + p.coff; }
+    let need = block_needs_mask(j0, q0);     // the per-element mask only where the block needs it
     for (var r = t; r < BR; r = r + NT) {
       let i = i32(p.r0 + q0 + r) + p.coff;     // the last key row r may see (causal)
       var mx = NEG;
       for (var c0 = 0u; c0 < BC; c0 = c0 + 1u) {
         let c = (c0 + r) % BC;                  // rows start at different columns: no bank conflicts
         var s = Fs[r * {{SSTR}}u + c] * p.scale;
-        if (need && (j0 + c >= p.lk || q0 + r >= p.nrows || (CAUSAL && i32(j0 + c) > i))) { s = NEG; }
+        if (need && masked(j0, c, q0, r, i)) { s = NEG; }
         Fs[r * {{SSTR}}u + c] = s;
         mx = max(mx, s);
       }
@@ -283,6 +292,7 @@ var<workgroup> Vs: array<{{T}}, {{VS_LEN}}>;    // [key][dv]
 var<workgroup> Xs: array<{{T}}, {{XS_LEN}}>;    // q's, then dout's staging; then dS [query row][key] in f16
 var<workgroup> Fs: array<f32, {{FS_LEN}}>;      // S [row][key] at 0, dP at {{DOFF}}; dq for the store
 #include flash_sgm:fs4
+#include flash_sgm:query_mask
 var<workgroup> lrow: array<f32, BR>;            // lse * log2 e of each row (NEG past the rows)
 var<workgroup> drow: array<f32, BR>;            // delta = rowsum(dout * out)
 {{STAGES}}
@@ -328,8 +338,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     {{SCORES}}
     {{DPROBS}}
     workgroupBarrier();
-    var need = j0 + BC > p.lk || q0 + BR > p.nrows;
-    if (CAUSAL) { need = need || i32(j0 + BC) - 1 > i32(p.r0 + q0) + p.coff; }
+    let need = block_needs_mask(j0, q0);
     for (var r = t; r < BR; r = r + NT) {
       let i = i32(p.r0 + q0 + r) + p.coff;
       let ls = lrow[r];
@@ -337,7 +346,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
       for (var c0 = 0u; c0 < BC; c0 = c0 + 1u) {
         let c = (c0 + r) % BC;
         var pv = exp2(Fs[r * {{SSTR}}u + c] * p.scale - ls);
-        if (need && (j0 + c >= p.lk || q0 + r >= p.nrows || (CAUSAL && i32(j0 + c) > i))) { pv = 0.0; }
+        if (need && masked(j0, c, q0, r, i)) { pv = 0.0; }
         Xs[r * {{XSTR}}u + c] = {{T}}(pv * (Fs[{{DOFF}}u + r * {{SSTR}}u + c] - dl));
       }
     }
