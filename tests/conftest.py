@@ -91,6 +91,7 @@ def clean_registry():
 
 # ---- the kernel modules on Dawn (tests/fixtures/dawn.py): started when collection ends, awaited at the end ----
 _BACKGROUND = "tests/backends/test_dawn.py::test_kernel_module_passes_"
+_ON_DAWN, _ON_LLVMPIPE = "on_dawn", "in_the_background_on_llvmpipe"      # test_dawn.py's two report tests
 
 
 def _background(items, kind: str) -> set:
@@ -101,7 +102,7 @@ def _background(items, kind: str) -> set:
 def pytest_collection_modifyitems(session, config, items):
     """The background results are awaited last, so the modules have run beside the rest of the suite by then; a
     module that runs on wgpu-native in the background (fixtures.dawn.BACKGROUND_NATIVE) leaves the session."""
-    moved = _background(items, "in_the_background_on_llvmpipe")
+    moved = _background(items, _ON_LLVMPIPE)
     if moved:
         gone = [it for it in items if it.nodeid.startswith("tests/backends/wgpu/")
                 and it.nodeid.split("::")[0].rsplit("/", 1)[-1] in moved]
@@ -114,7 +115,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
-    wanted, native = _background(session.items, "on_dawn"), _background(session.items, "in_the_background")
+    wanted, native = _background(session.items, _ON_DAWN), _background(session.items, _ON_LLVMPIPE)
     if not wanted and not native:
         return
     from fixtures import dawn

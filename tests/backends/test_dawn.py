@@ -43,7 +43,7 @@ def test_kernel_module_passes_in_the_background_on_llvmpipe(module):
 
 
 def _passed(module: str, impl: str, where: str) -> None:
-    run = dawn.runner() or dawn.start(*(([module], []) if impl == "dawn" else ([], [module])))
+    run = dawn.runner() or dawn.start([module] if impl == "dawn" else [], [module] if impl == "native" else [])
     rc, out, secs = run.wait(module, timeout=dawn.MODULE_TIMEOUT_S * 2, impl=impl)
     tail = out[-6000:]
     assert rc == 0, f"{module} {where}, {secs:.0f} s:\n{tail}"
