@@ -13,7 +13,7 @@ import pytest
 
 import scellis_jupyter as sc
 
-from fixtures.devices import WG, needs_wgpu, ran
+from fixtures.devices import WG, needs_wgpu, not_again_on_dawn, ran
 
 pytestmark = needs_wgpu
 REF = sc.device("reference")
@@ -199,6 +199,7 @@ def test_auto_tunes_only_tier_fast_on_a_gpu(adapter_type, tier, tunes, monkeypat
         assert T.tune_mode(WG.impl) == "off" and got == base and timed == [] and said == []
 
 
+@not_again_on_dawn("test_autotune_caches_per_adapter tunes there, and the tiles it picks are checked by the rest")
 def test_auto_fast_run_trains_on_tuned_tiles(monkeypatch, tmp_path):
     """End to end through sc.train: a tier-fast run on a (pretended) GPU adapter autotunes its matmuls, stores
     the picks in the adapter's cache, and trains to the tile table's losses within tier fast's tolerance. The
