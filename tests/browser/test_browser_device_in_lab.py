@@ -117,13 +117,14 @@ def test_digits_trains_on_the_tab_gpu_survives_a_reload(lab, webgpu_chromium, ar
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
         # the kernel learns the page is gone when the reloaded page's widget says hello (seconds under load): the
         # state cell is run again, as a user would, until the run no longer says running
-        t0 = time.time()
-        while True:
+        seen = []
+
+        def stopped_running() -> bool:
             run_cell(page, 6, timeout=60)
-            s = _printed(cells.nth(6), "STATE")
-            if s["state"] != "running" or time.time() - t0 > 60:
-                break
-            time.sleep(1.0)
+            seen.append(_printed(cells.nth(6), "STATE"))
+            return seen[-1]["state"] != "running"
+        _wait(stopped_running, 60, every=1.0, what="the run to stop saying running after the reload")
+        s = seen[-1]
         assert s["state"] == "interrupted" and s["checkpoints"] >= 2 and "browser" in s["device"], s
         assert "device-gone" in s["error"], s
         # one click: the restored run panel's "Resume run" continues it from its last checkpoint on the reloaded
